@@ -1,0 +1,227 @@
+#!/usr/bin/env python
+"""Streaming inference cost of the ``s`` model on CPU (issue 4, Performance).
+
+Reports, and writes to ``bench/results/streaming.json``:
+
+1. real-time factor (compute s / audio s) and ms of compute per source segment (wait-k, joint
+   decoding of 4 languages, chunk-causal incremental encoder);
+2. the computation-aware overhead ``AL_CA - AL`` (ms), from the same run (SimulEval definitions,
+   :mod:`mmst.evaluation.latency`);
+3. joint decoding of 4 languages vs 4 separate single-language runs on the same audio, measured in
+   the same process (goal: joint <= 0.4x the 4 runs);
+4. chunk-causal incremental encoding vs re-encoding the whole prefix at every step, on one 20 s
+   utterance (goal: incremental >= 3x faster);
+5. per-segment cost as the stream grows from 0 to 60 s (incremental; should stay flat);
+6. RTF for 1, 4 and 8 target languages.
+
+Method: the models are UNTRAINED (random weights, fixed seed); the cost of a forward pass does not
+depend on the weights.  Output length is forced: EOS is suppressed (``min_len``) and the length cap
+``max_len_a * encoder_states`` (default a = 0.12, i.e. ~3 tokens per second of speech, a typical
+subword rate) ends each language, so every run writes the same number of tokens, spread over the
+stream as wait-k allows.  The target "vocabulary" is a stand-in where every id is a one-piece word
+(8000 ids), so latency is measured per token.  Audio is synthetic (cost does not depend on content).
+Timing uses ``torch.set_num_threads(--threads)`` (default 1) and wall-clock ``perf_counter``; the
+streaming driver is :func:`mmst.evaluation.streaming.stream_utterance` (SimulEval's segmenting and
+timing).  Default runtime: about 2-3 minutes on one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+LANGS8 = ["de", "es", "fr", "it", "nl", "pt", "ro", "ru"]
+
+
+class WordVocab:
+    """Stand-in target vocab: every id >= 4 is the one-piece word ``▁w`` (for cost measurement only)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def id_to_piece(self, i: int) -> str:
+        return "\u2581w" if i >= 4 else "<s>"
+
+    def decode(self, ids) -> str:
+        return " ".join("w" for i in ids if int(i) >= 4)
+
+
+def speechy(seconds: float, seed: int = 0, sr: int = 16000) -> np.ndarray:
+    """Synthetic voiced-like audio (float32, 16 kHz)."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * sr)
+    t = np.arange(n) / sr
+    f0 = 120 + 40 * np.sin(2 * np.pi * 0.7 * t)
+    x = 0.3 * np.sin(2 * np.pi * np.cumsum(f0) / sr) * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t))
+    return (x + 0.02 * rng.standard_normal(n)).astype(np.float32)
+
+
+def build(size: str, arch: str, vocab: int, langs: list[str]):
+    """Untrained model of the named size with ``langs`` (eval mode)."""
+    from mmst.models import build_model, model_config_for_size
+
+    torch.manual_seed(0)
+    kw: dict[str, Any] = {"vocab_size": vocab}
+    if arch == "unified":
+        kw["lang_tag_ids"] = {lang: 4 + i for i, lang in enumerate(langs)}
+    cfg = model_config_for_size(size, arch=arch, tgt_langs=langs, dropout=0.0, **kw)
+    return build_model(cfg).eval()
+
+
+def translator(model, langs, waitk, a, mode="auto", vocab_size=8000):
+    """A StreamingTranslator with forced output length (EOS suppressed, cap a * states)."""
+    from mmst.simultaneous import StreamingTranslator
+
+    return StreamingTranslator(model, WordVocab(vocab_size), langs, waitk=waitk, cmvn=None, max_len_a=a,
+                               max_len_b=0, encoder_mode=mode, min_len=10**9, char_langs=())
+
+
+def run_stream(tr, audios, langs, seg_ms):
+    """Stream every audio; returns (compute_s, audio_s, per-segment ms, instances per lang)."""
+    from mmst.evaluation.instances import make_instance
+    from mmst.evaluation.streaming import stream_utterance
+
+    comp, aud, segs = 0.0, 0.0, []
+    inst: dict[str, list] = {lang: [] for lang in langs}
+    for i, x in enumerate(audios):
+        r = stream_utterance(tr, x, langs, None, seg_ms)
+        comp += r.compute_s
+        aud += x.size / 16000
+        segs += r.segment_compute_ms
+        for lang in langs:
+            ls = r.per_lang[lang]
+            inst[lang].append(make_instance(i, ls.units, ls.delays, ls.elapsed, " ".join(ls.units) or None, [],
+                                            r.source_length_ms))
+    return comp, aud, segs, inst
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print a table; write JSON."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", default="s", help="model size (xs, s, m)")
+    p.add_argument("--arch", default="unified", choices=["unified", "separate"], help="model architecture")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--waitk", type=int, default=3, help="wait-k lagging")
+    p.add_argument("--segment-ms", type=float, default=320.0, help="source segment size (ms)")
+    p.add_argument("--tokens-per-state", type=float, default=0.12,
+                   help="forced output length a in a*encoder_states (0.12 ~ 3 tokens/s)")
+    p.add_argument("--vocab-size", type=int, default=8000, help="target vocabulary size")
+    p.add_argument("--utt-seconds", default="4,6,8", help="utterance lengths (s) for the RTF runs")
+    p.add_argument("--reencode-seconds", type=float, default=20.0, help="utterance length for incremental vs re-encode")
+    p.add_argument("--growth-seconds", type=float, default=60.0, help="length of the growing-stream run")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "streaming.json"), help="JSON output")
+    p.add_argument("--quick", action="store_true", help="tiny settings (smoke test): xs model, short audio")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.size, args.utt_seconds, args.reencode_seconds, args.growth_seconds = "xs", "2", 4.0, 6.0
+    torch.set_num_threads(args.threads)
+    from mmst.evaluation.scorer import score_instances
+
+    t_start = time.perf_counter()
+    a = args.tokens_per_state
+    langs4 = LANGS8[:4]
+    model8 = build(args.size, args.arch, args.vocab_size, LANGS8)
+    n_params = sum(p.numel() for p in model8.parameters())
+    audios = [speechy(float(s), seed=i) for i, s in enumerate(args.utt_seconds.split(","))]
+    res: dict[str, Any] = {
+        "config": {"size": args.size, "arch": args.arch, "params": n_params, "threads": args.threads,
+                   "waitk": args.waitk, "segment_ms": args.segment_ms, "tokens_per_state": a,
+                   "vocab_size": args.vocab_size, "utt_seconds": args.utt_seconds, "torch": torch.__version__,
+                   "cpu": platform.processor() or platform.machine(), "untrained_forced_length": True},
+    }
+    # warm-up
+    run_stream(translator(model8, langs4, args.waitk, a), [speechy(1.0)], langs4, args.segment_ms)
+
+    # 1 + 2 + 6: RTF, ms/segment, AL_CA - AL for 1 / 4 / 8 languages (joint)
+    rtf = {}
+    for n in (1, 4, 8):
+        langs = LANGS8[:n]
+        comp, aud, segs, inst = run_stream(translator(model8, langs, args.waitk, a), audios, langs, args.segment_ms)
+        lat = {lang: score_instances(inst[lang], lang, "word").metrics for lang in langs}
+        al = statistics.mean(v["AL"] for v in lat.values())
+        al_ca = statistics.mean(v["AL_CA"] for v in lat.values())
+        rtf[n] = {"rtf": comp / aud, "ms_per_segment_mean": statistics.mean(segs),
+                  "ms_per_segment_p90": float(np.percentile(segs, 90)), "AL": al, "AL_CA": al_ca,
+                  "AL_CA_minus_AL": al_ca - al, "tokens_per_lang": sum(len(i["delays"]) for i in inst[langs[0]])}
+    res["rtf_by_num_langs"] = rtf
+    res["rtf"] = rtf[4]["rtf"]
+    res["ms_per_segment"] = rtf[4]["ms_per_segment_mean"]
+    res["AL_CA_minus_AL_ms"] = rtf[4]["AL_CA_minus_AL"]
+
+    # 3: joint 4 languages vs 4 single-language runs (same audio, same process, interleaved)
+    joint_s, single_s = 0.0, 0.0
+    for _rep in range(2):
+        joint_s += run_stream(translator(model8, langs4, args.waitk, a), audios, langs4, args.segment_ms)[0]
+        for lang in langs4:
+            single_s += run_stream(translator(model8, [lang], args.waitk, a), audios, [lang], args.segment_ms)[0]
+    res["joint_vs_single"] = {"joint_4_s": joint_s / 2, "four_single_s": single_s / 2,
+                              "ratio": joint_s / single_s, "goal": "<= 0.4"}
+
+    # 4: incremental (chunk-causal) vs re-encoding at 20 s
+    long = [speechy(args.reencode_seconds, seed=7)]
+    one = langs4[:1]
+    inc = run_stream(translator(model8, one, args.waitk, a, "incremental"), long, one, args.segment_ms)
+    ree = run_stream(translator(model8, one, args.waitk, a, "reencode"), long, one, args.segment_ms)
+    res["incremental_vs_reencode"] = {"seconds": args.reencode_seconds, "incremental_s": inc[0], "reencode_s": ree[0],
+                                      "speedup": ree[0] / inc[0], "goal": ">= 3x",
+                                      "reencode_ms_per_segment_last5": float(np.mean(ree[2][-5:])),
+                                      "incremental_ms_per_segment_last5": float(np.mean(inc[2][-5:]))}
+
+    # 5: per-segment cost as the stream grows (incremental, 4 languages joint)
+    grow = run_stream(translator(model8, langs4, args.waitk, a, "incremental"), [speechy(args.growth_seconds, 3)],
+                      langs4, args.segment_ms)[2]
+    per_bucket = []
+    seg_s = args.segment_ms / 1000
+    bucket = max(1, int(round(10 / seg_s)))
+    for b in range(0, len(grow) - 1, bucket):  # last segment (flush) excluded
+        chunk = grow[b : min(b + bucket, len(grow) - 1)]
+        if len(chunk) >= max(1, bucket // 2):  # drop a short tail bucket
+            per_bucket.append({"from_s": round(b * seg_s, 1), "to_s": round((b + len(chunk)) * seg_s, 1),
+                               "ms_per_segment": statistics.mean(chunk)})
+    # the first bucket includes the wait-k lead-in (reads without writes): compare with the second one
+    ref = per_bucket[1] if len(per_bucket) > 1 else per_bucket[0]
+    res["growth"] = {"seconds": args.growth_seconds, "buckets": per_bucket,
+                     "last_over_second_bucket": per_bucket[-1]["ms_per_segment"] / ref["ms_per_segment"]}
+    res["runtime_s"] = time.perf_counter() - t_start
+
+    print(f"bench_streaming: {args.size}/{args.arch} model ({n_params / 1e6:.1f}M params, untrained, forced length "
+          f"{a} tok/state), {args.threads} thread(s), wait-{args.waitk}, {args.segment_ms:.0f} ms segments")
+    print("| measure | value |")
+    print("|---|---|")
+    for n in (1, 4, 8):
+        r = rtf[n]
+        print(f"| RTF, {n} target language(s) joint | {r['rtf']:.3f} |")
+    print(f"| ms compute per {args.segment_ms:.0f} ms segment (4 langs) | {rtf[4]['ms_per_segment_mean']:.1f} "
+          f"(p90 {rtf[4]['ms_per_segment_p90']:.1f}) |")
+    print(f"| AL / AL_CA (4 langs, ms) | {rtf[4]['AL']:.0f} / {rtf[4]['AL_CA']:.0f} |")
+    print(f"| AL_CA - AL (ms) | {rtf[4]['AL_CA_minus_AL']:.1f} |")
+    j = res["joint_vs_single"]
+    print(f"| joint 4 langs / 4 single runs | {j['ratio']:.2f} ({j['joint_4_s']:.2f}s vs {j['four_single_s']:.2f}s; goal <= 0.4) |")
+    r = res["incremental_vs_reencode"]
+    print(f"| re-encode / incremental at {r['seconds']:.0f} s | {r['speedup']:.1f}x ({r['reencode_s']:.2f}s vs "
+          f"{r['incremental_s']:.2f}s; goal >= 3x) |")
+    g = " ".join(f"{b['from_s']:.0f}-{b['to_s']:.0f}s:{b['ms_per_segment']:.1f}" for b in per_bucket)
+    print(f"| ms/segment as stream grows (incremental, 4 langs) | {g} |")
+    print(f"| growth: last 10 s bucket / 10-20 s bucket | {res['growth']['last_over_second_bucket']:.2f} |")
+    print(f"| runtime | {res['runtime_s']:.0f} s |")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

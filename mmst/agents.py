@@ -1,0 +1,274 @@
+"""SimulEval 1.1 agent for mmst models: :class:`MMSTSpeechToTextAgent`.
+
+Usage (SimulEval's own evaluator)::
+
+    simuleval --agent-class mmst.agents.MMSTSpeechToTextAgent \\
+        --checkpoint CKPT --data DATA --tgt-lang de --waitk-lagging 3 \\
+        --source SRC.list --target TGT.de.txt --source-segment-size 320 --output OUT
+
+``--source`` lists one audio file per line (any rate, mono or stereo), ``--target`` one reference
+per line.  ``--tgt-lang`` is a language code (``de``) or, as in plain SimulEval, a file with one
+code per line (one per source).  Importing this module registers :class:`MMSTSpeechToTextDataloader`
+as SimulEval's ``speech-to-text`` dataloader: it accepts both forms of ``--tgt-lang`` (plain
+SimulEval 1.1.4 would try to open a file called ``de``) and downmixes stereo files to mono with a
+warning (SimulEval's loader would hand the agent interleaved channel pairs).
+
+SimulEval contract honoured here (SimulEval 1.1.4 ``SentenceLevelEvaluator``):
+
+- each call of :meth:`policy` consumes ALL the audio received so far and writes every word the
+  streaming translator completed (one ``WriteAction`` per call; words joined by spaces), or reads;
+- after the last source segment (``states.source_finished``), SimulEval calls ``policy`` exactly
+  once more and stops reading; we flush the translator and write everything left with
+  ``finished=True`` (possibly an empty string);
+- no state leaks across instances: :meth:`reset` (called by SimulEval between instances) and our
+  own reset after the final write clear the translator, the resampler and the scale detector;
+- input scaling: SimulEval reads audio as float in [-1, 1]; a client that sends int16-scaled
+  samples (any ``|x| > 1``) is detected per instance and divided by 32768 (``--input-scale`` forces
+  either); any sample rate is resampled to 16 kHz with a streaming soxr resampler.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from argparse import ArgumentParser, Namespace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from simuleval.agents import SpeechToTextAgent
+from simuleval.agents.actions import ReadAction, WriteAction
+from simuleval.data.dataloader import register_dataloader
+from simuleval.data.dataloader.s2t_dataloader import SpeechToTextDataloader, load_list_from_file
+
+logger = logging.getLogger("mmst.agents")
+
+SAMPLE_RATE = 16000
+#: Peak below which an utterance is reported as silent.
+SILENCE_PEAK = 1e-4
+
+
+def _word_text(w: Any) -> str:
+    return w if isinstance(w, str) else str(getattr(w, "text", w))
+
+
+@register_dataloader("speech-to-text")
+class MMSTSpeechToTextDataloader(SpeechToTextDataloader):
+    """SimulEval ``speech-to-text`` dataloader that accepts ``--tgt-lang de`` and stereo audio.
+
+    - ``--tgt-lang``: an existing file is read as one code per line (SimulEval's behaviour);
+      otherwise the value is a language code used for every source.
+    - Stereo (or multi-channel) files are averaged to mono (warning).  The native sample rate is
+      kept (SimulEval computes delays from it); the agent resamples to 16 kHz.
+    - An empty audio file is kept (0 samples): the agent writes an empty hypothesis and SimulEval
+      leaves the instance out of latency.
+    """
+
+    def preprocess_source(self, source: str | Path) -> list[float]:
+        """Read ``source`` as float32 in [-1, 1], downmixed to mono; returns a list (SimulEval's type)."""
+        import soundfile
+
+        samples, _ = soundfile.read(source, dtype="float32", always_2d=True)
+        if samples.shape[1] > 1:
+            logger.warning("%s: %d channels, downmixed to mono", source, samples.shape[1])
+        mono = samples.mean(axis=1) if samples.shape[1] > 1 else samples[:, 0]
+        if mono.size == 0:
+            logger.warning("%s: empty audio file (0 samples): empty hypothesis", source)
+        return mono.astype(np.float32).tolist()
+
+    @classmethod
+    def from_files(cls, source, target, tgt_lang):  # noqa: D102 - SimulEval signature
+        """Build from list files; ``tgt_lang`` is a file of codes or one code for all sources."""
+        source_list = load_list_from_file(source)
+        target_list = load_list_from_file(target) if target is not None else [None] * len(source_list)
+        if tgt_lang is None:
+            langs: list[str] = []
+        elif os.path.isfile(tgt_lang):
+            langs = load_list_from_file(tgt_lang)
+        else:
+            langs = [str(tgt_lang)] * len(source_list)
+        return cls(source_list, target_list, langs)
+
+
+class MMSTSpeechToTextAgent(SpeechToTextAgent):
+    """Wait-k streaming speech-to-text agent over an mmst checkpoint (see the module docstring).
+
+    Args:
+        args: SimulEval namespace with the options of :meth:`add_args`.
+        translator: a ready streaming translator (tests); default: built from ``args``.
+            It must provide ``reset()`` and ``accept_audio(samples_16k_float32, finished) ->
+            {lang: [word, ...]}`` (words completed by this call; all remaining ones when finished).
+    """
+
+    def __init__(self, args: Namespace | None = None, translator: Any = None) -> None:
+        self.translator = None
+        self.input_scale = getattr(args, "input_scale", "auto") if args is not None else "auto"
+        super().__init__(args)
+        self.tgt_langs = _parse_langs(getattr(args, "tgt_lang", None)) if args is not None else []
+        self.translator = translator if translator is not None else build_translator_from_args(args, self.tgt_langs)
+        if not self.tgt_langs:
+            self.tgt_langs = list(getattr(self.translator, "tgt_langs", []))
+        self._reset_stream()
+
+    # --------------------------------------------------------------------- SimulEval API
+    @staticmethod
+    def add_args(parser: ArgumentParser) -> None:
+        """Agent options (added to SimulEval's parser)."""
+        parser.add_argument("--checkpoint", type=str, default=None, help="mmst checkpoint (.pt)")
+        parser.add_argument(
+            "--data",
+            type=str,
+            default=None,
+            help="DATA directory (config.yaml, vocab, gcmvn); default: the data_dir stored in the checkpoint",
+        )
+        parser.add_argument(
+            "--tgt-lang",
+            type=str,
+            default=None,
+            help="target language code (e.g. de), or a file with one code per source line",
+        )
+        parser.add_argument("--waitk-lagging", type=int, default=3, help="wait-k lagging k in pre-decision chunks")
+        parser.add_argument("--max-len-a", type=float, default=0.0, help="max target tokens = a * enc_states + b")
+        parser.add_argument("--max-len-b", type=int, default=200, help="max target tokens = a * enc_states + b")
+        parser.add_argument(
+            "--min-len",
+            type=int,
+            default=0,
+            help="suppress EOS before this many tokens (only for checks with untrained models)",
+        )
+        parser.add_argument(
+            "--input-scale",
+            choices=["auto", "float", "int16"],
+            default="auto",
+            help="input samples are floats in [-1,1], int16-scaled, or auto-detected per instance (|x|>1 => int16)",
+        )
+
+    @classmethod
+    def from_args(cls, args: Namespace) -> MMSTSpeechToTextAgent:
+        """Build the agent; known configuration errors exit with a one-line message (no traceback)."""
+        try:
+            return cls(args)
+        except (AgentConfigError, FileNotFoundError, ValueError, KeyError) as e:
+            sys.exit(f"mmst agent: error: {e}")
+
+    def to(self, device: str, *args: Any, **kwargs: Any) -> None:
+        """Move the model to ``device`` (SimulEval ``--device``)."""
+        self.device = device
+        if self.translator is not None and hasattr(self.translator, "to"):
+            self.translator.to(device)
+
+    def reset(self) -> None:
+        """Forget the current instance (SimulEval calls this between instances)."""
+        super().reset()
+        self._reset_stream()
+
+    def policy(self) -> ReadAction | WriteAction:
+        """Feed the new audio to the translator; write the completed words, or read.
+
+        After the last source segment, flushes the translator and writes everything left with
+        ``finished=True``, then resets itself (no state survives into the next instance).
+        """
+        st = self.states
+        finished = bool(st.source_finished)
+        new = st.source[self._consumed :]
+        self._consumed = len(st.source)
+        samples = self._to_16k(np.asarray(new, dtype=np.float32), int(st.source_sample_rate or SAMPLE_RATE), finished)
+        lang = self._current_lang()
+        if samples.size:
+            self._peak = max(self._peak, float(np.abs(samples).max()))
+            self._n_samples += samples.size
+        if samples.size == 0 and not finished:
+            return ReadAction()
+        out = self.translator.accept_audio(samples, finished=finished)
+        words = [_word_text(w) for w in (out.get(lang) or [])]
+        text = " ".join(w for w in words if w)
+        if finished:
+            if self._n_samples == 0:
+                logger.warning("empty source audio: empty hypothesis")
+            elif self._peak < SILENCE_PEAK:
+                logger.warning("silent source audio (peak %.2e): translation of silence", self._peak)
+            self.translator.reset()
+            self._reset_stream(keep_consumed=True)
+            return WriteAction(text, finished=True)
+        if text:
+            return WriteAction(text, finished=False)
+        return ReadAction()
+
+    # --------------------------------------------------------------------- internals
+    def _reset_stream(self, keep_consumed: bool = False) -> None:
+        if not keep_consumed:
+            self._consumed = 0
+        self._resampler = None
+        self._resampler_rate = None
+        self._int16 = None if self.input_scale == "auto" else self.input_scale == "int16"
+        self._peak = 0.0
+        self._n_samples = 0
+        if self.translator is not None and not keep_consumed:
+            self.translator.reset()
+
+    def _current_lang(self) -> str:
+        lang = getattr(self.states, "tgt_lang", None)
+        if isinstance(lang, str) and lang:
+            if self.tgt_langs and lang not in self.tgt_langs:
+                raise AgentConfigError(f"instance asks for target language {lang!r}; agent decodes {self.tgt_langs}")
+            return lang
+        if not self.tgt_langs:
+            raise AgentConfigError("no target language: pass --tgt-lang")
+        return self.tgt_langs[0]
+
+    def _to_16k(self, x: np.ndarray, rate: int, finished: bool) -> np.ndarray:
+        if self._int16 is None and x.size and float(np.abs(x).max()) > 1.0:
+            self._int16 = True
+            logger.info("input samples exceed [-1, 1]: treated as int16-scaled (divided by 32768)")
+        if self._int16:
+            x = x / 32768.0
+        x = x.astype(np.float32, copy=False)
+        if rate == SAMPLE_RATE:
+            return x
+        import soxr
+
+        if self._resampler is None or self._resampler_rate != rate:
+            self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
+            self._resampler_rate = rate
+        return np.asarray(self._resampler.resample_chunk(x, last=finished), dtype=np.float32)
+
+
+class AgentConfigError(ValueError):
+    """Bad agent configuration (unknown language, missing checkpoint, vocab mismatch)."""
+
+
+def _parse_langs(value: str | None) -> list[str]:
+    if value is None:
+        return []
+    if os.path.isfile(value):
+        langs: list[str] = []
+        for lang in load_list_from_file(value):
+            if lang and lang not in langs:
+                langs.append(lang)
+        return langs
+    return [v for v in str(value).split(",") if v]
+
+
+def build_translator_from_args(args: Namespace | None, tgt_langs: list[str]) -> Any:
+    """Load the checkpoint named by ``args.checkpoint`` and build the streaming translator.
+
+    Raises:
+        AgentConfigError: no ``--checkpoint``, languages not in the model, vocab mismatch.
+    """
+    if args is None or not getattr(args, "checkpoint", None):
+        raise AgentConfigError("--checkpoint is required")
+    from mmst.evaluation.loading import LoadError, load_streaming_translator
+
+    try:
+        return load_streaming_translator(
+            args.checkpoint,
+            data_dir=getattr(args, "data", None),
+            tgt_langs=tgt_langs or None,
+            waitk=getattr(args, "waitk_lagging", 3),
+            max_len_a=getattr(args, "max_len_a", 0.0),
+            max_len_b=getattr(args, "max_len_b", 200),
+            min_len=getattr(args, "min_len", 0),
+        )
+    except LoadError as e:
+        raise AgentConfigError(str(e)) from None

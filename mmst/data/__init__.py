@@ -1,0 +1,1 @@
+"""mmst: multilingual simultaneous speech translation."""

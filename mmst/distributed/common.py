@@ -1,0 +1,89 @@
+"""Types shared by the distributed modes: the step contract and the per-step statistics.
+
+The modes work on ANY step of the form::
+
+    loss_fn(model, micro_batch) -> (loss: scalar Tensor, stats: dict)
+
+The mode back-propagates ``loss * scale`` with ``scale`` given by the caller per micro-batch (the toy
+task passes ``1/M`` with a mean loss; the MMST trainer passes ``1/(tokens of all M micro-batches of this
+rank)`` with a summed loss). DDP then averages over the N ranks, so the effective normalisation is the
+nominal ``1/(N*M)`` of DropCompute (Giladi et al., 2023, Sec. 3): dropped micro-batches contribute zero
+and the normaliser is NOT changed. ``stats`` may contain ``nsamples`` (or ``nsentences``) to count
+samples; otherwise 1 sample per micro-batch is assumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+LossFn = Callable[[torch.nn.Module, Any], tuple[torch.Tensor, dict[str, Any]]]
+
+
+@dataclass
+class StepStats:
+    """Statistics of one synchronous step (times in seconds, wall clock ``time.perf_counter``).
+
+    Attributes:
+        step_time_s: from the start of the step to the end of the gradient all-reduce.
+        compute_s: this rank's busy time (forward + injected delay + backward of computed micro-batches,
+            plus the time lost on a dropped one) before it joined the all-reduce.
+        comm_s: time spent in (waiting for) the all-reduce on this rank.
+        n_micro: nominal micro-batches per rank (M). n_computed: micro-batches whose gradient this rank
+            contributed. global_computed / global_total: the same summed over ranks (DropCompute gets
+            them for free inside the gradient all-reduce; DDP assumes nothing was dropped).
+        tau_s: the DropCompute threshold used (inf for DDP / before ``auto`` has chosen).
+        loss_sum: sum of the micro-batch losses (as returned by ``loss_fn``) computed on this rank.
+        n_samples: samples in this rank's computed micro-batches; global_samples: summed over ranks.
+        micro_times_s: wall time of each micro-batch started on this rank (forward+delay+backward).
+    """
+
+    step_time_s: float = 0.0
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    n_micro: int = 0
+    n_computed: int = 0
+    global_computed: float = 0.0
+    global_total: float = 0.0
+    tau_s: float = float("inf")
+    loss_sum: float = 0.0
+    n_samples: float = 0.0
+    global_samples: float = 0.0
+    micro_times_s: list[float] = field(default_factory=list)
+
+    @property
+    def drop_rate(self) -> float:
+        """Fraction of the N*M nominal micro-batches of this step that were dropped (all ranks)."""
+        return 1.0 - self.global_computed / self.global_total if self.global_total else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict (with ``drop_rate``; without the per-micro-batch list)."""
+        d = asdict(self)
+        d.pop("micro_times_s")
+        d["drop_rate"] = self.drop_rate
+        return d
+
+
+def samples_of(stats: dict[str, Any]) -> float:
+    """Number of samples in a micro-batch from its stats (``nsamples``, else ``nsentences``, else 1)."""
+    for k in ("nsamples", "nsentences"):
+        if k in stats:
+            return float(stats[k])
+    return 1.0
+
+
+def as_scales(scale: float | Sequence[float], n: int) -> list[float]:
+    """Broadcast one scale to ``n`` micro-batches, or check a per-micro-batch list has length ``n``.
+
+    Raises:
+        ValueError: a list of the wrong length.
+    """
+    if isinstance(scale, (int, float)):
+        return [float(scale)] * n
+    scales = [float(s) for s in scale]
+    if len(scales) != n:
+        raise ValueError(f"{len(scales)} scales for {n} micro-batches")
+    return scales

@@ -1,0 +1,383 @@
+"""``--distributed param-server``: asynchronous parameter server on plain c10d send/recv.
+
+Rank 0 (server) holds the parameters and the optimiser; ranks 1..W are workers. Protocol (one message
+each way per update; float32 tensors of fixed size, so the server can post a receive before knowing the
+sender)::
+
+    worker -> server   [type, version, n_samples, loss_sum, grad (P values)]   type: 0 PULL, 1 PUSH, 2 BYE
+    server -> worker   [version, stop, params (P values)]
+
+* The server posts ``irecv`` WITHOUT a source (receive from any source; ``work._source_rank()`` names
+  the sender) and applies every pushed gradient on arrival: ``optimizer.step()`` once per push, version
+  += 1. Staleness of a push = server version at arrival - version the worker used. With
+  ``staleness_lr=True`` the learning rate of that step is divided by ``max(1, staleness)`` (Zhang et
+  al., "Staleness-aware async-SGD", IJCAI 2016).
+* ``max_staleness = s`` (SSP, Ho et al., NIPS 2013): each worker's clock = number of its applied pushes;
+  a worker whose clock is more than ``s`` ahead of the slowest live worker does not get its reply (and
+  therefore waits) until the slowest catches up. So no live worker falls more than ``s`` updates of its
+  own behind the fastest, and the staleness of any push is bounded by about ``s * (W - 1) + W``.
+* Worker death does not stop training: workers write a heartbeat to the c10d store every
+  ``heartbeat_s``; a worker whose heartbeat is older than ``worker_timeout_s`` (or whose reply fails to
+  send) is declared dead, logged, removed from the SSP minimum, and the server carries on with the rest.
+  Receives run in a helper thread feeding a queue, so the main thread keeps checking liveness while a
+  receive is pending (gloo cannot poll a receive or give it a short timeout: a timed-out gloo op closes
+  its connections).
+* Training ends after ``total_updates`` applied pushes: each worker gets ``stop=1`` in its next reply.
+* Workers never talk to each other; no ``torch.distributed.rpc``.
+
+Logged (server): mean / max staleness, updates per second, lost workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from mmst.distributed.common import LossFn, as_scales, samples_of
+from mmst.distributed.env import DistEnv, DistributedError, guard
+from mmst.distributed.stragglers import StragglerInjector
+
+log = logging.getLogger("mmst.distributed.param_server")
+
+PULL, PUSH, BYE = 0, 1, 2
+HDR, REPLY_HDR = 4, 2
+
+
+def flat_params(model: torch.nn.Module) -> torch.Tensor:
+    """All trainable parameters concatenated into one float32 CPU vector."""
+    return torch.cat([p.detach().reshape(-1).float().cpu() for p in model.parameters() if p.requires_grad])
+
+
+def load_flat_params_(model: torch.nn.Module, flat: torch.Tensor) -> None:
+    """Copy ``flat`` (from :func:`flat_params`) back into the trainable parameters."""
+    off = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                k = p.numel()
+                p.copy_(flat[off:off + k].view_as(p))
+                off += k
+
+
+def flat_grads(model: torch.nn.Module) -> torch.Tensor:
+    """Gradients of the trainable parameters as one float32 CPU vector (zeros where ``grad`` is None)."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).float().cpu()
+                      for p in model.parameters() if p.requires_grad])
+
+
+def _store() -> Any:
+    from torch.distributed import distributed_c10d as c10d
+
+    return c10d._get_default_store()
+
+
+class ParamServer:
+    """The server loop on rank 0 (see module docstring).
+
+    Args:
+        env: DistEnv (rank 0). model: the model holding the parameters (updated in place).
+        optimizer: optimiser over ``model``'s parameters; ``lr_scheduler`` optional (stepped per update).
+        total_updates: stop after this many applied pushes.
+        max_staleness: SSP bound ``s`` (None = fully asynchronous).
+        staleness_lr: divide the lr of a step by ``max(1, staleness)``.
+        worker_timeout_s: heartbeat age after which a worker is declared dead (default ``env.timeout_s/2``).
+        on_update: ``callback(server)`` after every applied update (e.g. evaluation, logging).
+    """
+
+    def __init__(self, env: DistEnv, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 total_updates: int, max_staleness: int | None = None, staleness_lr: bool = False,
+                 worker_timeout_s: float | None = None, lr_scheduler: Any = None,
+                 on_update: Callable[[ParamServer], None] | None = None) -> None:
+        if env.rank != 0:
+            raise ValueError("ParamServer runs on rank 0")
+        if env.world_size < 2:
+            raise ValueError("param-server mode needs at least 2 processes (1 server + 1 worker)")
+        self.env, self.model, self.optimizer = env, model, optimizer
+        self.total_updates = int(total_updates)
+        self.max_staleness = max_staleness
+        self.staleness_lr = staleness_lr
+        self.worker_timeout_s = worker_timeout_s if worker_timeout_s is not None else max(2.0, env.timeout_s / 2)
+        self.lr_scheduler = lr_scheduler
+        self.on_update = on_update
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.n_params = sum(p.numel() for p in self.params)
+        self.version = 0
+        self.workers = list(range(1, env.world_size))
+        self.clock = dict.fromkeys(self.workers, 0)
+        self.alive = set(self.workers)
+        self.stopped: set[int] = set()
+        self.pending: set[int] = set()
+        self.lost: list[int] = []
+        self.lost_at: dict[int, int] = {}
+        self.staleness: list[int] = []
+        self.samples = 0.0
+        self.loss_sum = 0.0
+        self.t_start = 0.0
+        self.elapsed_s = 0.0
+        self._lock = threading.RLock()
+        self._done = threading.Event()
+
+    # -- liveness -------------------------------------------------------------------------------
+    def _heartbeat_age(self, w: int) -> float:
+        try:
+            return time.time() - float(_store().get(f"mmst_ps/hb/{w}").decode())
+        except Exception:  # noqa: BLE001 - not yet written / store gone
+            return 0.0 if time.perf_counter() - self.t_start < self.worker_timeout_s else float("inf")
+
+    def _declare_dead(self, w: int, why: str) -> None:
+        with self._lock:
+            if w not in self.alive:
+                return
+            self.alive.discard(w)
+            self.pending.discard(w)
+            self.lost.append(w)
+            self.lost_at[w] = self.version
+            log.warning("param-server: worker %d lost (%s) after %d updates; continuing with %d worker(s)",
+                        w, why, self.version, len(self.alive))
+            self._release_pending()
+
+    def _check_liveness(self) -> None:
+        for w in sorted(self.alive - self.stopped):
+            if self._heartbeat_age(w) > self.worker_timeout_s:
+                self._declare_dead(w, f"no heartbeat for > {self.worker_timeout_s:.1f}s")
+
+    def _receiver(self) -> None:
+        """Receiver thread: post an any-source ``irecv``, wait, queue ``(src, buffer)``; repeat.
+
+        A thread is used because a gloo receive cannot be polled or given a short timeout; the main
+        thread waits on the queue with a timeout instead, so it can check liveness and stop even while a
+        receive from a worker that just died is pending (the thread is then abandoned; it is a daemon).
+        """
+        group = self._group  # bound once: never post on a LATER process group of the same process
+        while not self._done.is_set():
+            buf = torch.empty(HDR + self.n_params)
+            try:
+                work = dist.irecv(buf, group=group)  # no src: receive from any worker
+                work.wait()
+            except Exception as e:  # noqa: BLE001 - handed to the main thread (ignored once done)
+                self._inbox.put((None, e))
+                return
+            self._inbox.put((int(work._source_rank()), buf))
+
+    # -- messaging ------------------------------------------------------------------------------
+    def _reply(self, w: int, stop: bool) -> None:
+        with self._lock:
+            msg = torch.empty(REPLY_HDR + self.n_params)
+            msg[0], msg[1] = float(self.version), float(stop)
+            msg[REPLY_HDR:] = flat_params(self.model)
+            try:
+                with guard(f"param-server reply to worker {w}", self.env):
+                    dist.send(msg, dst=w)
+            except DistributedError as e:
+                self._declare_dead(w, f"send failed: {e}")
+                return
+            if stop:
+                self.stopped.add(w)
+
+    def _ssp_blocked(self, w: int) -> bool:
+        if self.max_staleness is None:
+            return False
+        live = [self.clock[v] for v in self.alive - self.stopped]
+        return bool(live) and self.clock[w] - min(live) > self.max_staleness
+
+    def _release_pending(self) -> None:
+        for w in sorted(self.pending):
+            if self.version >= self.total_updates:
+                self.pending.discard(w)
+                self._reply(w, stop=True)
+            elif not self._ssp_blocked(w):
+                self.pending.discard(w)
+                self._reply(w, stop=False)
+
+    def _apply(self, src: int, buf: torch.Tensor) -> None:
+        used = int(buf[1])
+        stale = self.version - used
+        self.staleness.append(stale)
+        self.samples += float(buf[2])
+        self.loss_sum += float(buf[3])
+        g = buf[HDR:]
+        off = 0
+        for p in self.params:
+            k = p.numel()
+            p.grad = g[off:off + k].view_as(p).to(device=p.device, dtype=p.dtype).clone()
+            off += k
+        saved = [grp["lr"] for grp in self.optimizer.param_groups]
+        if self.staleness_lr and stale > 1:
+            for grp in self.optimizer.param_groups:
+                grp["lr"] = grp["lr"] / stale
+        self.optimizer.step()
+        for grp, lr in zip(self.optimizer.param_groups, saved):
+            grp["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.lr_scheduler is not None:
+            self.lr_scheduler.step()
+        self.version += 1
+        self.clock[src] += 1
+
+    def serve(self) -> dict[str, Any]:
+        """Run until ``total_updates`` pushes are applied and every live worker is stopped.
+
+        Returns:
+            stats: ``updates``, ``elapsed_s``, ``updates_per_s``, ``samples``, ``samples_per_s``,
+            ``staleness_mean``, ``staleness_max``, ``lost_workers``, ``lost_at_update`` (worker -> version).
+
+        Raises:
+            DistributedError: a receive failed (e.g. every worker died before finishing) within the timeout.
+        """
+        self.t_start = time.perf_counter()
+        self._inbox: queue.Queue = queue.Queue()
+        self._group = dist.distributed_c10d._get_default_group()
+        threading.Thread(target=self._receiver, name="ps-receiver", daemon=True).start()
+        last_check = self.t_start
+        try:
+            while True:
+                with self._lock:
+                    if not (self.alive - self.stopped):
+                        break
+                now = time.perf_counter()
+                if now - last_check > min(0.5, self.worker_timeout_s / 4):
+                    self._check_liveness()
+                    last_check = now
+                try:
+                    src, buf = self._inbox.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                if src is None:
+                    with self._lock:
+                        if not (self.alive - self.stopped) or self.version >= self.total_updates:
+                            break
+                    with guard("param-server receive", self.env):
+                        raise buf
+                with self._lock:
+                    if src not in self.alive:
+                        continue
+                    typ = int(buf[0])
+                    if typ == BYE:
+                        self._declare_dead(src, "worker said goodbye")
+                        continue
+                    if typ == PUSH and self.version < self.total_updates:
+                        self._apply(src, buf)
+                        if self.on_update is not None:
+                            self.on_update(self)
+                    if self.version >= self.total_updates:
+                        self._reply(src, stop=True)
+                    elif self._ssp_blocked(src):
+                        self.pending.add(src)
+                    else:
+                        self._reply(src, stop=False)
+                    self._release_pending()
+        finally:
+            self._done.set()
+            self.elapsed_s = time.perf_counter() - self.t_start
+        return self.stats()
+
+    def stats(self) -> dict[str, Any]:
+        """Summary statistics (see :meth:`serve`)."""
+        el = max(self.elapsed_s or (time.perf_counter() - self.t_start), 1e-9)
+        st = self.staleness or [0]
+        return {"updates": self.version, "elapsed_s": el, "updates_per_s": self.version / el,
+                "samples": self.samples, "samples_per_s": self.samples / el,
+                "staleness_mean": sum(st) / len(st), "staleness_max": max(st), "lost_workers": list(self.lost),
+                "lost_at_update": dict(self.lost_at),
+                "loss_mean": self.loss_sum / max(self.samples, 1.0)}
+
+
+class ParamWorker:
+    """A worker (rank >= 1): pull parameters, compute gradients on its shard, push them.
+
+    Args:
+        env: DistEnv. model: local replica (overwritten by each pull). injector: optional straggler delays.
+        heartbeat_s: interval of the liveness heartbeat written to the c10d store.
+    """
+
+    def __init__(self, env: DistEnv, model: torch.nn.Module, injector: StragglerInjector | None = None,
+                 heartbeat_s: float = 0.5) -> None:
+        self.env, self.model = env, model
+        self.injector = injector or StragglerInjector()
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.n_params = sum(p.numel() for p in self.params)
+        self.heartbeat_s = heartbeat_s
+        self._stop_hb = threading.Event()
+        self.steps = 0
+
+    def _heartbeat(self) -> None:
+        store = _store()
+        key = f"mmst_ps/hb/{self.env.rank}"
+        while True:
+            try:
+                store.set(key, repr(time.time()))
+            except Exception:  # noqa: BLE001 - store gone: the job is ending
+                return
+            if self._stop_hb.wait(self.heartbeat_s):
+                return
+
+    def _exchange(self, typ: int, version: int, n_samples: float, loss_sum: float,
+                  grad: torch.Tensor | None) -> tuple[int, bool]:
+        msg = torch.zeros(HDR + self.n_params)
+        msg[0], msg[1], msg[2], msg[3] = float(typ), float(version), n_samples, loss_sum
+        if grad is not None:
+            msg[HDR:] = grad
+        reply = torch.empty(REPLY_HDR + self.n_params)
+        with guard(f"param-server exchange (worker {self.env.rank}, step {self.steps})", self.env):
+            dist.send(msg, dst=0)
+            dist.recv(reply, src=0)
+        load_flat_params_(self.model, reply[REPLY_HDR:])
+        return int(reply[0]), bool(reply[1] > 0.5)
+
+    def run(self, batches: Callable[[int], Sequence[Any]], loss_fn: LossFn,
+            scale: float | Sequence[float] | Callable[[Sequence[Any]], float | Sequence[float]],
+            max_steps: int | None = None, before_step: Callable[[int], None] | None = None) -> dict[str, Any]:
+        """Loop until the server says stop.
+
+        Args:
+            batches: ``batches(step) -> micro-batches`` for this worker's shard.
+            loss_fn: ``loss_fn(model, mb) -> (loss, stats)``.
+            scale: per-micro-batch loss multiplier(s), or a function of the micro-batches giving them.
+            max_steps: safety cap on local steps (None = until stopped).
+            before_step: hook called with the local step index (used for fault injection in tests).
+
+        Returns:
+            ``{"steps", "samples", "elapsed_s"}`` of this worker.
+
+        Raises:
+            DistributedError: the server died / hung (within ``--dist-timeout``).
+        """
+        hb = threading.Thread(target=self._heartbeat, name="ps-heartbeat", daemon=True)
+        hb.start()
+        clock = time.perf_counter
+        t0 = clock()
+        samples = 0.0
+        try:
+            version, stop = self._exchange(PULL, 0, 0.0, 0.0, None)
+            while not stop and (max_steps is None or self.steps < max_steps):
+                if before_step is not None:
+                    before_step(self.steps)
+                mbs = batches(self.steps)
+                sc = as_scales(scale(mbs) if callable(scale) else scale, len(mbs))
+                loss_sum, n_s = 0.0, 0.0
+                for mb, s in zip(mbs, sc):
+                    ta = clock()
+                    loss, stats = loss_fn(self.model, mb)
+                    fwd = clock() - ta
+                    self.injector.delay(compute_estimate_s=3.0 * fwd)
+                    tb = clock()
+                    (loss * s).backward()
+                    self.injector.observe_compute(fwd + clock() - tb)
+                    loss_sum += float(loss.detach())
+                    n_s += samples_of(stats)
+                g = flat_grads(self.model)
+                for p in self.params:
+                    p.grad = None
+                self.steps += 1
+                samples += n_s
+                version, stop = self._exchange(PUSH, version, n_s, loss_sum, g)
+        finally:
+            self._stop_hb.set()
+        return {"steps": self.steps, "samples": samples, "elapsed_s": clock() - t0}

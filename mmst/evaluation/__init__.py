@@ -1,0 +1,12 @@
+"""Evaluation of simultaneous speech translation (SimulEval 1.1 definitions).
+
+Modules (import them directly; this package imports nothing heavy on its own):
+
+- :mod:`mmst.evaluation.latency` - AL, LAAL, AP, DAL, ATD, StartOffset, EndOffset (+ computation-aware);
+- :mod:`mmst.evaluation.quality` - sacrebleu corpus BLEU with per-language tokenizer;
+- :mod:`mmst.evaluation.scorer` - :func:`~mmst.evaluation.scorer.score_instances` (BLEU + latency);
+- :mod:`mmst.evaluation.instances` - SimulEval ``instances.log`` read/write;
+- :mod:`mmst.evaluation.report` - ``scores.json``, ``scores.md``, BLEU-vs-AL plot;
+- :mod:`mmst.evaluation.streaming` - drive a streaming translator exactly like SimulEval drives an agent;
+- :mod:`mmst.evaluation.loading` - checkpoint + DATA loading with clear errors.
+"""

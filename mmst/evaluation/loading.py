@@ -1,0 +1,342 @@
+"""Load a checkpoint + DATA resources and build the streaming translator used by evaluation.
+
+Checks done here turn configuration mistakes into one-line :class:`LoadError` messages (the CLIs
+print them without a traceback):
+
+- the checkpoint is missing or not an mmst checkpoint;
+- a requested target language is not decoded by the model;
+- the DATA vocabulary differs from the one the checkpoint was trained with ("a checkpoint from
+  another vocab"): SentencePiece model size and SHA-256 must match the checkpoint's fingerprints
+  (``mmst.training.checkpoint.check_vocab_compat``); without fingerprints, the vocab sizes must
+  match the model's output sizes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger("mmst.evaluation.loading")
+
+
+class LoadError(RuntimeError):
+    """A checkpoint/DATA/language problem, with a one-line message."""
+
+
+def _resolve(data_dir: Path, p: str) -> Path:
+    q = Path(p)
+    return q if q.is_absolute() else data_dir / q
+
+
+def load_checkpoint_model(checkpoint: str | Path, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+    """``(model in eval mode, checkpoint dict)`` from one of our checkpoints.
+
+    Raises:
+        LoadError: missing/unreadable file, not an mmst checkpoint, incompatible weights.
+    """
+    from mmst.training.checkpoint import CheckpointError
+    from mmst.training.trainer import load_model_from_checkpoint
+
+    try:
+        model, ckpt = load_model_from_checkpoint(checkpoint, map_location="cpu")
+    except (CheckpointError, ValueError, RuntimeError, KeyError) as e:
+        raise LoadError(f"cannot load checkpoint {checkpoint}: {e}") from None
+    model.to(device)
+    model.eval()
+    return model, ckpt
+
+
+def resolve_data_dir(checkpoint: str | Path, data_dir: str | Path | None, ckpt: dict[str, Any] | None = None) -> Path:
+    """``data_dir`` if given, else the ``data_dir`` stored in the checkpoint.
+
+    Raises:
+        LoadError: neither is available or the directory has no ``config.yaml``.
+    """
+    if data_dir is None:
+        if ckpt is None:
+            from mmst.training.checkpoint import CheckpointError, load_checkpoint
+
+            try:
+                ckpt = load_checkpoint(checkpoint)
+            except CheckpointError as e:
+                raise LoadError(str(e)) from None
+        data_dir = ckpt.get("data_dir")
+        if not data_dir:
+            raise LoadError(f"{checkpoint} records no data_dir: pass --data DATA")
+    d = Path(data_dir)
+    if not (d / "config.yaml").is_file():
+        raise LoadError(f"{d}: no config.yaml (not a DATA directory)")
+    return d
+
+
+def select_langs(model_langs: list[str], requested: list[str] | None) -> list[str]:
+    """Validate requested languages against the model's.
+
+    Raises:
+        LoadError: a requested language is not decoded by the model, or the list is empty.
+    """
+    if not requested:
+        return list(model_langs)
+    bad = [lang for lang in requested if lang not in model_langs]
+    if bad:
+        raise LoadError(
+            f"target language(s) {', '.join(bad)} not in the model (model languages: {', '.join(model_langs)})"
+        )
+    seen: list[str] = []
+    for lang in requested:
+        if lang not in seen:
+            seen.append(lang)
+    return seen
+
+
+def load_target_vocabs(data_dir: Path, ckpt: dict[str, Any], model: Any, langs: list[str]) -> dict[str, Any]:
+    """``{lang: mmst.data.vocab.Vocab}`` from DATA, checked against the checkpoint.
+
+    The vocab mode (``joint`` / ``per_lang``) is the checkpoint's ``vocab_mode`` (default ``joint``).
+
+    Raises:
+        LoadError: missing vocab file, or a vocab that differs from the checkpoint's (size/SHA-256),
+            or whose size differs from the model's output layer.
+    """
+    from mmst.data.dataset import load_data_config
+    from mmst.data.vocab import Vocab
+    from mmst.training.checkpoint import VocabMismatchError, check_vocab_compat, vocab_fingerprint
+
+    try:
+        dcfg = load_data_config(data_dir)
+    except (FileNotFoundError, ValueError) as e:
+        raise LoadError(str(e)) from None
+    vcfg = dcfg.get("vocab") or {}
+    mode = ckpt.get("vocab_mode") or ("per_lang" if model.cfg.vocab_sizes else "joint")
+    paths: dict[str, Path] = {}
+    for lang in langs:
+        if mode == "per_lang":
+            p = (vcfg.get("per_lang") or {}).get(lang)
+            if not p:
+                raise LoadError(f"{data_dir}/config.yaml: no vocab.per_lang entry for {lang!r}")
+        else:
+            p = vcfg.get("joint")
+            if not p:
+                raise LoadError(f"{data_dir}/config.yaml: no vocab.joint entry")
+        paths[lang] = _resolve(data_dir, p)
+    vocabs: dict[str, Any] = {}
+    cache: dict[Path, Any] = {}
+    for lang, p in paths.items():
+        if not p.is_file():
+            raise LoadError(f"vocabulary file not found: {p}")
+        if p not in cache:
+            cache[p] = Vocab.load(p)
+        vocabs[lang] = cache[p]
+    saved = ckpt.get("vocab") or {}
+    if saved.get("tgt"):
+        current = {"tgt": {lang: vocab_fingerprint(paths[lang], len(vocabs[lang])) for lang in langs}}
+        sub = {"tgt": {lang: fp for lang, fp in saved["tgt"].items() if lang in langs}}
+        try:
+            check_vocab_compat(sub, current, where="checkpoint")
+        except VocabMismatchError as e:
+            raise LoadError(f"checkpoint from another vocabulary: {e}") from None
+    for lang in langs:
+        want = model.vocab_size(lang) if hasattr(model, "vocab_size") else None
+        if want is not None and int(want) != len(vocabs[lang]):
+            raise LoadError(
+                f"checkpoint from another vocabulary: model outputs {want} {lang} tokens, "
+                f"{paths[lang]} has {len(vocabs[lang])}"
+            )
+    return vocabs
+
+
+def load_cmvn(data_dir: Path) -> Any:
+    """``mmst.features.GlobalCMVN`` from ``DATA/config.yaml``'s ``gcmvn`` (None when absent, with a warning)."""
+    from mmst.data.dataset import load_data_config
+    from mmst.features import GlobalCMVN
+
+    try:
+        dcfg = load_data_config(data_dir)
+    except (FileNotFoundError, ValueError) as e:
+        raise LoadError(str(e)) from None
+    p = dcfg.get("gcmvn") or dcfg.get("global_cmvn")
+    if isinstance(p, dict):
+        p = p.get("stats_npz_path")
+    if not p:
+        logger.warning("%s: no gcmvn in config.yaml; features are not normalised", data_dir)
+        return None
+    path = _resolve(data_dir, p)
+    if not path.is_file():
+        raise LoadError(f"CMVN stats not found: {path}")
+    return GlobalCMVN.load(path)
+
+
+class EvalSystem:
+    """A loaded checkpoint with its DATA resources; builds :class:`mmst.simultaneous.StreamingTranslator` s.
+
+    Attributes:
+        model: the ``MMSTModel`` (eval mode, on ``device``).
+        ckpt: the checkpoint dict.
+        data_dir: DATA directory used for vocab and CMVN.
+        tgt_langs: selected target languages (validated against the model).
+        vocabs: ``{lang: Vocab}``; ``cmvn``: ``GlobalCMVN`` or None.
+    """
+
+    def __init__(self, model: Any, ckpt: dict[str, Any], data_dir: Path, tgt_langs: list[str],
+                 vocabs: dict[str, Any], cmvn: Any, data_cfg: dict[str, Any] | None = None) -> None:
+        self.model, self.ckpt, self.data_dir = model, ckpt, data_dir
+        self.tgt_langs, self.vocabs, self.cmvn = tgt_langs, vocabs, cmvn
+        self.data_cfg = data_cfg or {}
+        from mmst.features import fbank_kwargs_from_config
+
+        #: fbank settings the DATA's features were computed with (``dither``, ``dither_mode``).
+        self.fbank_kwargs: dict[str, Any] = fbank_kwargs_from_config(self.data_cfg)
+        fb = self.data_cfg.get("fbank") or {}
+        #: peak amplitude every utterance was scaled to before fbank in the DATA (None = off).
+        self.peak_normalize: float | None = fb.get("peak_normalize")
+
+    def translator(
+        self,
+        waitk: int | None = 3,
+        *,
+        tgt_langs: list[str] | None = None,
+        max_len_a: float = 0.0,
+        max_len_b: int = 200,
+        beam: int = 1,
+        encoder_mode: str = "auto",
+        min_len: int = 0,
+    ) -> Any:
+        """A streaming translator (joint decoding of ``tgt_langs``, default all selected languages).
+
+        Its features reproduce the DATA's (:attr:`fbank_kwargs`): passed to the translator when it
+        accepts ``fbank_kwargs``, otherwise applied to the waveform by :class:`FeatureMatchedTranslator`.
+
+        Raises:
+            LoadError: a language outside the selected ones; invalid k or encoder mode.
+        """
+        from mmst.simultaneous import StreamingTranslator
+
+        langs = select_langs(self.tgt_langs, tgt_langs)
+        kw: dict[str, Any] = {}
+        native = "fbank_kwargs" in inspect.signature(StreamingTranslator.__init__).parameters
+        if native:
+            kw["fbank_kwargs"] = dict(self.fbank_kwargs)
+        try:
+            tr = StreamingTranslator(
+                self.model, {lang: self.vocabs[lang] for lang in langs}, langs, waitk=waitk, cmvn=self.cmvn,
+                max_len_a=max_len_a, max_len_b=max_len_b, beam=beam, encoder_mode=encoder_mode, min_len=min_len,
+                **kw,
+            )
+        except ValueError as e:
+            raise LoadError(str(e)) from None
+        if not native and self.fbank_kwargs.get("dither", 0.0) > 0:
+            return FeatureMatchedTranslator(tr, **self.fbank_kwargs)
+        return tr
+
+
+def load_system(
+    checkpoint: str | Path,
+    data_dir: str | Path | None = None,
+    tgt_langs: list[str] | None = None,
+    device: str = "cpu",
+) -> EvalSystem:
+    """Load checkpoint, DATA vocab (checked against the checkpoint) and CMVN.
+
+    Args:
+        checkpoint: mmst checkpoint path.
+        data_dir: DATA directory; default the checkpoint's ``data_dir``.
+        tgt_langs: languages to decode (default: all of the model's).
+        device: torch device.
+
+    Raises:
+        LoadError: see the module docstring.
+    """
+    model, ckpt = load_checkpoint_model(checkpoint, device)
+    langs = select_langs(list(model.tgt_langs), tgt_langs)
+    ddir = resolve_data_dir(checkpoint, data_dir, ckpt)
+    vocabs = load_target_vocabs(ddir, ckpt, model, langs)
+    cmvn = load_cmvn(ddir)
+    from mmst.data.dataset import load_data_config
+
+    return EvalSystem(model, ckpt, ddir, langs, vocabs, cmvn, load_data_config(ddir))
+
+
+def load_streaming_translator(
+    checkpoint: str | Path,
+    data_dir: str | Path | None = None,
+    tgt_langs: list[str] | None = None,
+    waitk: int | None = 3,
+    max_len_a: float = 0.0,
+    max_len_b: int = 200,
+    beam: int = 1,
+    device: str = "cpu",
+    encoder_mode: str = "auto",
+    min_len: int = 0,
+) -> Any:
+    """``load_system(...).translator(...)`` in one call (used by the SimulEval agent).
+
+    Raises:
+        LoadError: see the module docstring.
+    """
+    system = load_system(checkpoint, data_dir, tgt_langs, device)
+    return system.translator(waitk, max_len_a=max_len_a, max_len_b=max_len_b, beam=beam,
+                             encoder_mode=encoder_mode, min_len=min_len)
+
+
+def reset_translator(translator: Any, utt_id: str | None = None) -> None:
+    """``translator.reset(utt_id)`` when ``reset`` takes an utterance id (dither seed), else ``reset()``."""
+    try:
+        takes_id = len(inspect.signature(translator.reset).parameters) >= 1
+    except (TypeError, ValueError):
+        takes_id = False
+    if takes_id and utt_id is not None:
+        translator.reset(utt_id)
+    else:
+        translator.reset()
+
+
+class FeatureMatchedTranslator:
+    """Adds the DATA's fbank dither to the waveform before a translator whose front end has none.
+
+    ``mmst.features.OnlineFbank(dither=d, dither_mode=m)`` adds ``N(0, d)`` (16-bit units) to every
+    sample (``all``) or to samples with ``|x| < 0.5`` LSB (``silence``, what the data prep uses: espeak
+    audio has exact digital zeros).  Adding ``N(0, d) / 32768`` to the same float samples before the
+    translator's dither-free fbank gives the same features; with ``reset(utt_id)`` the noise is drawn
+    from ``dither_seed_for(utt_id)`` like the prep, so they match the DATA's up to float rounding.
+    Every other attribute is the wrapped translator's.
+
+    Args:
+        inner: a translator with ``reset()`` and ``accept_audio(samples, finished)``.
+        dither: std in 16-bit units (> 0).
+        dither_mode: ``"silence"`` or ``"all"``.
+    """
+
+    def __init__(self, inner: Any, dither: float, dither_mode: str = "silence") -> None:
+        self.inner = inner
+        self.dither = float(dither)
+        self.dither_mode = dither_mode
+        self._rng = np.random.default_rng(0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def reset(self, utt_id: str | None = None) -> None:
+        """Reset the translator; seed the dither from ``utt_id`` (CRC32, as the data prep) or 0."""
+        from mmst.features import dither_seed_for
+
+        self._rng = np.random.default_rng(dither_seed_for(utt_id) if utt_id is not None else 0)
+        self.inner.reset()
+
+    def accept_audio(self, samples: np.ndarray, finished: bool = False) -> Any:
+        """Dither ``samples`` (float32 16 kHz) like the DATA's fbank, then feed the translator."""
+        x = np.array(samples, dtype=np.float32, copy=True).reshape(-1)
+        if x.size:
+            scaled = x * np.float32(32768.0)
+            if self.dither_mode == "silence":
+                silent = np.abs(scaled) < 0.5
+                k = int(np.count_nonzero(silent))
+                if k:
+                    scaled[silent] += self._rng.standard_normal(k, dtype=np.float32) * np.float32(self.dither)
+            else:
+                scaled += self._rng.standard_normal(scaled.size, dtype=np.float32) * np.float32(self.dither)
+            x = scaled / np.float32(32768.0)
+        return self.inner.accept_audio(x, finished=finished)

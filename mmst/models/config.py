@@ -1,0 +1,219 @@
+"""Model configuration: the :class:`ModelConfig` dataclass and the named sizes ``xs``, ``s``, ``m``.
+
+The config is saved in every checkpoint as a plain dict (:meth:`ModelConfig.to_dict`) and rebuilt with
+:meth:`ModelConfig.from_dict`; unknown keys and out-of-range values raise ``ValueError`` naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+ARCHS = ("separate", "unified")
+ENCODER_ATTENTION_MODES = ("chunk-causal", "offline")
+STRATEGIES = ("sync", "async")
+
+#: Named sizes. ``s`` follows fairseq ``s2t_transformer_s``; ``m`` follows ``s2t_transformer_m``
+#: (without its larger dropout); ``xs`` is the CPU demo size (the calibration prototype of issue 3:
+#: d=192, 4 encoder / 3 decoder layers, ~4.5M parameters with a 1k vocab).
+SIZES: dict[str, dict[str, Any]] = {
+    "xs": dict(
+        d_model=192, encoder_layers=4, decoder_layers=3, attention_heads=4, ffn_dim=768, conv_channels=512
+    ),
+    "s": dict(
+        d_model=256, encoder_layers=12, decoder_layers=6, attention_heads=4, ffn_dim=2048, conv_channels=1024
+    ),
+    "m": dict(
+        d_model=512, encoder_layers=12, decoder_layers=6, attention_heads=8, ffn_dim=2048, conv_channels=1024
+    ),
+}
+
+
+@dataclass
+class ModelConfig:
+    """Hyper-parameters of an MMST model (encoder + decoder(s)); saved in checkpoints.
+
+    Attributes:
+        arch: ``"separate"`` (one decoder per target language) or ``"unified"`` (one decoder, the
+            ``<lang:xx>`` tag replaces BOS as first decoder input).
+        tgt_langs: target language codes, in order (e.g. ``["de", "es", "fr", "ja"]``).
+        vocab_size: joint target vocabulary size (unified; separate with a joint vocab).
+        vocab_sizes: per-language vocabulary sizes (separate model with per-language vocabs); when
+            given it overrides ``vocab_size`` for the languages it names.
+        lang_tag_ids: ``{lang: id of "<lang:xx>"}`` in the joint vocab (required for unified).
+        src_vocab_size: English (source) vocab size for the auxiliary CTC head; 0 = no CTC head.
+            The CTC blank is id ``bos_id`` (0), which never occurs in a transcript.
+        input_dim: fbank channels (80).
+        conv_channels: hidden channels of the conv subsampler (fairseq ``conv_channels``).
+        conv_kernel_sizes: kernel of each stride-2 Conv1d of the subsampler (len = number of layers,
+            each halves the frame rate: 2 layers => 4x, 1 encoder state = 40 ms).
+        d_model, encoder_layers, decoder_layers, attention_heads, ffn_dim: Transformer sizes.
+        dropout, attention_dropout, activation_dropout: dropout probabilities.
+        encoder_attention: ``"chunk-causal"`` (default; a state attends to its own pre-decision
+            chunk and all earlier chunks) or ``"offline"`` (bidirectional).
+        pre_decision_ratio: R, encoder states per pre-decision chunk (R=7 => 280 ms).
+        share_decoder_input_output_embed: tie decoder input embedding and output projection.
+        pad_id, bos_id, eos_id: special ids (see CONTRACTS.md).
+        strategy: unified only, ``"sync"`` or ``"async"`` (issue 8, see :mod:`mmst.models.unified`).
+        async_order: async language order (default ``tgt_langs``); language j (0-based) lags
+            ``k + j * async_delta`` chunks.
+        async_delta: lag step between consecutive async languages, in chunks (>= 0).
+        cross_lang_attn: async only: attend other languages' earlier elements (False + delta 0 = sync).
+        size: the named size this config was built from (informational).
+    """
+
+    arch: str = "unified"
+    tgt_langs: list[str] = field(default_factory=list)
+    vocab_size: int = 0
+    vocab_sizes: dict[str, int] | None = None
+    lang_tag_ids: dict[str, int] | None = None
+    src_vocab_size: int = 0
+    input_dim: int = 80
+    conv_channels: int = 1024
+    conv_kernel_sizes: list[int] = field(default_factory=lambda: [5, 5])
+    d_model: int = 256
+    encoder_layers: int = 12
+    decoder_layers: int = 6
+    attention_heads: int = 4
+    ffn_dim: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    encoder_attention: str = "chunk-causal"
+    pre_decision_ratio: int = 7
+    share_decoder_input_output_embed: bool = True
+    pad_id: int = 1
+    bos_id: int = 0
+    eos_id: int = 2
+    strategy: str = "sync"
+    async_order: list[str] | None = None
+    async_delta: int = 1
+    cross_lang_attn: bool = True
+    size: str = "custom"
+
+    # ------------------------------------------------------------------ helpers
+    def lang_vocab_size(self, lang: str) -> int:
+        """Output vocabulary size of ``lang``'s decoder. Raises ``KeyError`` for an unknown language."""
+        if lang not in self.tgt_langs:
+            raise KeyError(f"target language {lang!r} not in model languages {self.tgt_langs}")
+        if self.vocab_sizes and lang in self.vocab_sizes:
+            return int(self.vocab_sizes[lang])
+        return int(self.vocab_size)
+
+    def validate(self) -> ModelConfig:
+        """Check every field; raises ``ValueError`` naming the offending key. Returns ``self``."""
+
+        def bad(key: str, msg: str) -> None:
+            raise ValueError(f"model config: {key}={getattr(self, key)!r}: {msg}")
+
+        if self.arch not in ARCHS:
+            bad("arch", f"must be one of {ARCHS}")
+        if not self.tgt_langs:
+            bad("tgt_langs", "must name at least one target language")
+        if len(set(self.tgt_langs)) != len(self.tgt_langs):
+            bad("tgt_langs", "duplicate language")
+        for lang in self.tgt_langs:
+            if self.lang_vocab_size(lang) <= max(self.pad_id, self.bos_id, self.eos_id):
+                bad("vocab_size", f"vocab size of {lang!r} must exceed the special ids (set vocab_size)")
+        if self.vocab_sizes:
+            extra = set(self.vocab_sizes) - set(self.tgt_langs)
+            if extra:
+                bad("vocab_sizes", f"languages {sorted(extra)} are not in tgt_langs")
+            if self.arch == "unified":
+                bad("vocab_sizes", "the unified model uses one joint vocab (set vocab_size)")
+        if self.arch == "unified":
+            tags = self.lang_tag_ids or {}
+            missing = [lang for lang in self.tgt_langs if lang not in tags]
+            if missing:
+                bad("lang_tag_ids", f"unified model needs a <lang:xx> tag id for {missing}")
+            for lang, i in tags.items():
+                if not 0 <= int(i) < self.vocab_size:
+                    bad("lang_tag_ids", f"tag id of {lang!r} outside the vocab [0, {self.vocab_size})")
+        if self.src_vocab_size < 0:
+            bad("src_vocab_size", "must be >= 0 (0 = no CTC head)")
+        for key in ("input_dim", "conv_channels", "d_model", "encoder_layers", "decoder_layers",
+                    "attention_heads", "ffn_dim", "pre_decision_ratio"):
+            if int(getattr(self, key)) < 1:
+                bad(key, "must be >= 1")
+        if self.conv_channels % 2:
+            bad("conv_channels", "must be even (GLU halves the channels)")
+        if not self.conv_kernel_sizes or any(int(k) < 1 or int(k) % 2 == 0 for k in self.conv_kernel_sizes):
+            bad("conv_kernel_sizes", "must be a non-empty list of odd kernel sizes")
+        if self.d_model % self.attention_heads:
+            bad("d_model", f"must be divisible by attention_heads={self.attention_heads}")
+        if self.d_model % 2:
+            bad("d_model", "must be even (sinusoidal positions)")
+        for key in ("dropout", "attention_dropout", "activation_dropout"):
+            if not 0.0 <= float(getattr(self, key)) < 1.0:
+                bad(key, "must be in [0, 1)")
+        if self.encoder_attention not in ENCODER_ATTENTION_MODES:
+            bad("encoder_attention", f"must be one of {ENCODER_ATTENTION_MODES}")
+        if self.strategy not in STRATEGIES:
+            bad("strategy", f"must be one of {STRATEGIES}")
+        if self.strategy == "async" and self.arch != "unified":
+            bad("strategy", "async needs arch='unified'")
+        if self.async_order is not None and sorted(self.async_order) != sorted(self.tgt_langs):
+            bad("async_order", f"must be a permutation of tgt_langs {self.tgt_langs}")
+        if self.async_delta < 0:
+            bad("async_delta", "must be >= 0")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-python dict (JSON/YAML/``torch.save(weights_only=True)`` safe)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        """Rebuild from :meth:`to_dict` output. Raises ``ValueError`` naming any unknown key."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"model config: unknown key(s) {unknown}; known keys: {sorted(names)}")
+        return cls(**d).validate()
+
+
+def model_config_for_size(
+    size: str,
+    *,
+    arch: str = "unified",
+    tgt_langs: list[str],
+    vocab_size: int = 0,
+    vocab_sizes: dict[str, int] | None = None,
+    lang_tag_ids: dict[str, int] | None = None,
+    src_vocab_size: int = 0,
+    **overrides: Any,
+) -> ModelConfig:
+    """Build a validated :class:`ModelConfig` for a named size (``xs``, ``s``, ``m``).
+
+    Args:
+        size: key of :data:`SIZES`.
+        arch: ``"separate"`` or ``"unified"``.
+        tgt_langs: target languages.
+        vocab_size: joint vocab size; ``vocab_sizes``: per-language sizes (separate only).
+        lang_tag_ids: ``{lang: <lang:xx> id}`` (unified; e.g. from ``Vocab.lang_tag_id``).
+        src_vocab_size: source vocab size for the CTC head (0 = none).
+        **overrides: any other :class:`ModelConfig` field (e.g. ``pre_decision_ratio=7``,
+            ``encoder_attention="offline"``, ``dropout=0.0``).
+
+    Raises:
+        ValueError: unknown size, unknown override key, or invalid value (the message names the key).
+    """
+    if size not in SIZES:
+        raise ValueError(f"unknown model size {size!r}; choose from {sorted(SIZES)}")
+    names = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ValueError(f"model config: unknown key(s) {unknown}")
+    kw: dict[str, Any] = dict(SIZES[size])
+    kw.update(overrides)
+    return ModelConfig(
+        arch=arch,
+        tgt_langs=list(tgt_langs),
+        vocab_size=vocab_size,
+        vocab_sizes=dict(vocab_sizes) if vocab_sizes else None,
+        lang_tag_ids=dict(lang_tag_ids) if lang_tag_ids else None,
+        src_vocab_size=src_vocab_size,
+        size=size,
+        **kw,
+    ).validate()

@@ -1,0 +1,254 @@
+"""Pre-LN Transformer decoder with incremental key/value caches.
+
+Full forward (training): ``decoder(tokens (B, L), encoder_out, cross_attn_mask) -> logits (B, L, V)``.
+Incremental (decoding): ``decoder.step(tokens (B, n), state, enc_states, ...)`` appends ``n`` tokens;
+self-attention keys/values grow in ``state``; cross-attention keys/values are projected once per
+encoder state and extended as new encoder states (chunks) arrive (chunk-causal encoders never change
+earlier states). For re-encoding (offline encoder) call :meth:`DecoderState.invalidate_cross`.
+
+Hooks for the async strategy (issue 8): explicit ``positions`` (per-language positions in a merged
+stream), ``extra_embed`` (e.g. a language embedding per token) and a custom ``self_attn_mask``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .encoder import EncoderOut
+from .layers import KVCache, MultiheadAttention, init_linear, sinusoidal_positions
+from .masks import causal_mask
+
+KV = tuple[torch.Tensor, torch.Tensor]
+
+
+class DecoderState:
+    """Incremental state of a :class:`TransformerDecoder`.
+
+    Caches are :class:`~mmst.models.layers.KVCache` objects (preallocated, capacity doubling), so a
+    decoding step appends its keys/values in O(new) instead of copying the whole history.
+
+    Attributes:
+        self_cache: per layer self-attention :class:`KVCache` ``(B, H, L_so_far, dh)``.
+        cross_cache: per layer cross-attention :class:`KVCache` ``(Bk, H, S_cached, dh)`` (``Bk`` =
+            encoder batch, which may divide B: the unified model shares one encoder output among G
+            languages).
+        cross_len: encoder states whose cross keys/values are cached.
+        num_tokens: tokens consumed so far (default positions continue from here).
+    """
+
+    def __init__(self, num_layers: int) -> None:
+        self.self_cache: list[KVCache] = [KVCache() for _ in range(num_layers)]
+        self.cross_cache: list[KVCache] = [KVCache() for _ in range(num_layers)]
+        self.cross_len = 0
+        self.num_tokens = 0
+
+    @property
+    def self_kv(self) -> list[KV | None]:
+        """Per layer views ``(k, v)`` of the self-attention cache, each ``(B, H, L, dh)``, or None."""
+        return [c.get() for c in self.self_cache]
+
+    @property
+    def cross_kv(self) -> list[KV | None]:
+        """Per layer views ``(k, v)`` of the cross-attention cache, each ``(Bk, H, S, dh)``, or None."""
+        return [c.get() for c in self.cross_cache]
+
+    def invalidate_cross(self) -> None:
+        """Forget cached cross-attention keys/values (call after re-encoding the source)."""
+        self.cross_cache = [KVCache() for _ in self.cross_cache]
+        self.cross_len = 0
+
+    def reorder(self, index: torch.Tensor, reorder_cross: bool = True) -> None:
+        """Select/reorder batch rows of the caches with ``index (B',)`` (beam search, pruning)."""
+        self.self_cache = [c.reorder(index) for c in self.self_cache]
+        if reorder_cross:
+            self.cross_cache = [c.reorder(index) for c in self.cross_cache]
+
+
+class TransformerDecoderLayer(nn.Module):
+    """Pre-LN decoder layer: causal self-attn, cross-attn to encoder, FFN (fairseq names)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.self_attn = MultiheadAttention(d, cfg.attention_heads, cfg.attention_dropout)
+        self.self_attn_layer_norm = nn.LayerNorm(d)
+        self.encoder_attn = MultiheadAttention(d, cfg.attention_heads, cfg.attention_dropout)
+        self.encoder_attn_layer_norm = nn.LayerNorm(d)
+        self.fc1 = init_linear(nn.Linear(d, cfg.ffn_dim))
+        self.fc2 = init_linear(nn.Linear(cfg.ffn_dim, d))
+        self.final_layer_norm = nn.LayerNorm(d)
+        self.dropout = cfg.dropout
+        self.activation_dropout = cfg.activation_dropout
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        cross_kv: KV,
+        self_mask: torch.Tensor | None,
+        cross_mask: torch.Tensor | None,
+        self_cache: KV | KVCache | None = None,
+    ) -> tuple[torch.Tensor, KV]:
+        """``x (B, n, D)``; ``cross_kv`` projected encoder keys/values; masks bool True=attend
+        (``self_mask`` over cached+new keys). ``self_cache``: previous keys/values as a tuple
+        (concatenated) or a :class:`KVCache` (appended in place). Returns output ``(B, n, D)`` and
+        all self-attention keys/values ``(B, H, L_prev + n, dh)``."""
+        h = self.self_attn_layer_norm(x)
+        k, v = self.self_attn.project_kv(h)
+        if isinstance(self_cache, KVCache):
+            k, v = self_cache.append(k, v)
+        elif self_cache is not None:
+            k = torch.cat([self_cache[0], k], dim=2)
+            v = torch.cat([self_cache[1], v], dim=2)
+        a = self.self_attn.attend(self.self_attn.project_q(h), k, v, self_mask)
+        x = x + F.dropout(a, self.dropout, self.training)
+        h = self.encoder_attn_layer_norm(x)
+        a = self.encoder_attn.attend(self.encoder_attn.project_q(h), cross_kv[0], cross_kv[1], cross_mask)
+        x = x + F.dropout(a, self.dropout, self.training)
+        r = x
+        h = F.relu(self.fc1(self.final_layer_norm(x)))
+        h = F.dropout(h, self.activation_dropout, self.training)
+        x = r + F.dropout(self.fc2(h), self.dropout, self.training)
+        return x, (k, v)
+
+
+class TransformerDecoder(nn.Module):
+    """Pre-LN Transformer decoder for one output vocabulary ``(B, L) tokens -> (B, L, V) logits``.
+
+    Token embedding scaled by sqrt(D) plus sinusoidal positions (fairseq layout), final layer norm,
+    output projection tied to the embedding when ``share_decoder_input_output_embed``.
+    """
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.vocab_size = vocab_size
+        self.pad_id = cfg.pad_id
+        self.d_model = d
+        self.embed_scale = math.sqrt(d)
+        self.dropout = cfg.dropout
+        self.embed_tokens = nn.Embedding(vocab_size, d, padding_idx=cfg.pad_id)
+        nn.init.normal_(self.embed_tokens.weight, mean=0.0, std=d**-0.5)
+        with torch.no_grad():
+            self.embed_tokens.weight[cfg.pad_id].zero_()
+        self.layers = nn.ModuleList(TransformerDecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        self.layer_norm = nn.LayerNorm(d)
+        self.output_projection = nn.Linear(d, vocab_size, bias=False)
+        if cfg.share_decoder_input_output_embed:
+            self.output_projection.weight = self.embed_tokens.weight
+        else:
+            nn.init.normal_(self.output_projection.weight, mean=0.0, std=d**-0.5)
+
+    def embed(
+        self, tokens: torch.Tensor, positions: torch.Tensor, extra_embed: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``tokens (B, L)``, 0-based ``positions`` (broadcastable to (B, L)) -> ``(B, L, D)``."""
+        x = self.embed_scale * self.embed_tokens(tokens)
+        x = x + sinusoidal_positions(positions, self.d_model).to(x.dtype)
+        if extra_embed is not None:
+            x = x + extra_embed
+        return F.dropout(x, self.dropout, self.training)
+
+    def project_cross(self, enc_states: torch.Tensor) -> list[KV]:
+        """Cross-attention keys/values of every layer for ``enc_states (Bk, S, D)``."""
+        return [layer.encoder_attn.project_kv(enc_states) for layer in self.layers]
+
+    def _out(self, x: torch.Tensor) -> torch.Tensor:
+        return self.output_projection(self.layer_norm(x))
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        encoder_out: EncoderOut,
+        cross_attn_mask: torch.Tensor | None = None,
+        self_attn_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        extra_embed: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Teacher-forced forward.
+
+        Args:
+            tokens: ``(B, L)`` decoder inputs (start token + target tokens, pad=1).
+            encoder_out: states ``(Bk, S, D)`` with ``B = G * Bk`` (row ``g * Bk + b`` reads utterance b).
+            cross_attn_mask: bool ``(B or Bk, L, S)`` True=attend (e.g. wait-k); default: encoder
+                key padding only.
+            self_attn_mask: bool ``(B or 1, L, L)``; default causal.
+            positions: 0-based positions ``(B, L)``; default ``0..L-1``.
+            extra_embed: ``(B, L, D)`` added to the input embedding (e.g. language embedding).
+
+        Returns:
+            logits ``(B, L, V)``.
+        """
+        b, n = tokens.shape
+        if positions is None:
+            positions = torch.arange(n, device=tokens.device)[None]
+        x = self.embed(tokens, positions, extra_embed)
+        if self_attn_mask is None:
+            self_attn_mask = causal_mask(n, device=tokens.device)[None]
+        if cross_attn_mask is None:
+            cross_attn_mask = ~encoder_out.padding_mask[:, None, :]
+        cross = self.project_cross(encoder_out.states)
+        for layer, kv in zip(self.layers, cross):
+            x, _ = layer(x, kv, self_attn_mask, cross_attn_mask)
+        return self._out(x)
+
+    def init_state(self) -> DecoderState:
+        """Empty incremental state."""
+        return DecoderState(len(self.layers))
+
+    def extend_cross(self, state: DecoderState, enc_states: torch.Tensor) -> None:
+        """Project encoder states ``[state.cross_len, S)`` of ``enc_states (Bk, S, D)`` into the cache."""
+        s = enc_states.size(1)
+        if s < state.cross_len:
+            raise ValueError(f"encoder prefix shrank from {state.cross_len} to {s}; call invalidate_cross()")
+        if s == state.cross_len:
+            return
+        new = self.project_cross(enc_states[:, state.cross_len :])
+        for cache, (k, v) in zip(state.cross_cache, new):
+            cache.append(k, v)
+        state.cross_len = s
+
+    def step(
+        self,
+        tokens: torch.Tensor,
+        state: DecoderState,
+        enc_states: torch.Tensor,
+        enc_padding_mask: torch.Tensor | None = None,
+        cross_attn_mask: torch.Tensor | None = None,
+        self_attn_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        extra_embed: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Incremental forward of ``n`` new tokens.
+
+        Args:
+            tokens: ``(B, n)`` new decoder inputs.
+            state: :class:`DecoderState`, updated in place.
+            enc_states: ``(Bk, S, D)`` encoder states available now (prefix; ``B = G * Bk``).
+            enc_padding_mask: ``(Bk, S)`` True=pad (batched utterances of different lengths).
+            cross_attn_mask: ``(B or Bk, n, S)`` True=attend; default all available, non-pad states.
+            self_attn_mask: ``(B or 1, n, L_prev + n)``; default causal.
+            positions: ``(B, n)`` 0-based; default ``num_tokens .. num_tokens + n - 1``.
+            extra_embed: ``(B, n, D)``.
+
+        Returns:
+            logits ``(B, n, V)``.
+        """
+        b, n = tokens.shape
+        self.extend_cross(state, enc_states)
+        if positions is None:
+            positions = torch.arange(state.num_tokens, state.num_tokens + n, device=tokens.device)[None]
+        x = self.embed(tokens, positions, extra_embed)
+        n_key = state.num_tokens + n
+        if self_attn_mask is None and n > 1:
+            self_attn_mask = causal_mask(n, n_key, device=tokens.device)[None]
+        if cross_attn_mask is None and enc_padding_mask is not None:
+            cross_attn_mask = ~enc_padding_mask[:, None, :]
+        for layer, self_cache, cross_cache in zip(self.layers, state.self_cache, state.cross_cache):
+            x, _ = layer(x, cross_cache.get(), self_attn_mask, cross_attn_mask, self_cache)
+        state.num_tokens += n
+        return self._out(x)

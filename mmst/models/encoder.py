@@ -1,0 +1,331 @@
+"""Speech encoder: fairseq-style conv subsampler + pre-LN Transformer encoder, with an exact
+incremental (streaming) form for the chunk-causal attention mode.
+
+Conv subsampler (fairseq ``Conv1dSubsampler``): ``len(conv_kernel_sizes)`` Conv1d layers (kernel 5,
+stride 2, padding 2), each followed by GLU over channels; 2 layers => 4x downsampling, so one encoder
+state = 40 ms of 10 ms fbank frames. Output length per layer: ``floor((L - 1) / 2) + 1``.
+
+Receptive field and streaming. With kernel 5 / stride 2 / padding 2 twice, encoder state s depends on
+fbank frames ``4s-6 .. 4s+6``: 60 ms of look-ahead, and the last states of an utterance see the zero
+right-padding. Our choice (documented in docs/readme/models.md): the training forward is the plain
+non-causal conv (as fairseq, so pretrained fairseq encoders load), but padded frames are zeroed and
+the first conv layer's outputs beyond each utterance's valid length are zeroed before the second
+layer, so a batched utterance gives exactly what it would alone (= what a zero-padded stream gives).
+:class:`EncoderStream` then computes a conv output only once all input rows of its receptive field
+have arrived (or the source is finished, when the remaining outputs see the same zero padding), and
+runs the Transformer layers only on complete pre-decision chunks with cached keys/values. Hence the
+states of every chunk equal the full-sequence chunk-causal forward (to float rounding, ~1e-6) and
+never change as speech arrives. The cost is the conv look-ahead: chunk j is final once
+``4 * j * R + 3`` fbank frames have been computed, i.e. ``j * R * 40 + 45`` ms of audio (30 ms of
+conv look-ahead plus the 25 ms analysis window of the last frame, minus one 10 ms shift).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .layers import KVCache, MultiheadAttention, SeqBuffer, init_linear, sinusoidal_positions
+from .masks import chunk_causal_mask, lengths_to_padding_mask
+
+
+@dataclass
+class EncoderOut:
+    """Encoder output.
+
+    Attributes:
+        states: ``(B, S, D)`` float, after the final layer norm (1 state = 40 ms).
+        padding_mask: ``(B, S)`` bool, ``True`` = pad.
+        lengths: ``(B,)`` long, valid states per utterance.
+    """
+
+    states: torch.Tensor
+    padding_mask: torch.Tensor
+    lengths: torch.Tensor
+
+
+def _conv_out_len(n: int | torch.Tensor, kernel: int, finished: bool = True):
+    """Outputs of a stride-2, padding ``kernel // 2`` conv over ``n`` inputs.
+
+    ``finished=True``: all outputs (``floor((n + 2p - k) / 2) + 1``, zero right padding);
+    ``finished=False``: only outputs whose receptive field lies inside the ``n`` available inputs.
+    """
+    p = kernel // 2
+    if finished:
+        if isinstance(n, torch.Tensor):
+            return torch.div(n + 2 * p - kernel, 2, rounding_mode="floor") + 1
+        return 0 if n <= 0 else (n + 2 * p - kernel) // 2 + 1
+    m = n - kernel + p
+    return 0 if m < 0 else m // 2 + 1
+
+
+class Conv1dSubsampler(nn.Module):
+    """fairseq ``Conv1dSubsampler``: Conv1d(k, stride 2, pad k//2) + GLU per layer.
+
+    ``(B, T, in_channels)`` -> ``(B, S, out_channels)`` with ``S = T`` downsampled 2x per layer.
+    """
+
+    def __init__(self, in_channels: int, mid_channels: int, out_channels: int, kernel_sizes: list[int]) -> None:
+        super().__init__()
+        n = len(kernel_sizes)
+        self.kernel_sizes = [int(k) for k in kernel_sizes]
+        self.conv_layers = nn.ModuleList(
+            nn.Conv1d(
+                in_channels if i == 0 else mid_channels // 2,
+                mid_channels if i < n - 1 else out_channels * 2,
+                k,
+                stride=2,
+                padding=k // 2,
+            )
+            for i, k in enumerate(self.kernel_sizes)
+        )
+
+    def out_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` frame counts -> ``(B,)`` encoder-state counts."""
+        out = lengths.long()
+        for k in self.kernel_sizes:
+            out = _conv_out_len(out, k)
+        return out
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x (B, T, C)``, ``lengths (B,)`` -> ``(B, S, D)``, ``(B,)`` output lengths.
+
+        Inputs beyond ``lengths`` and intermediate outputs beyond each layer's valid length are zeroed,
+        so every utterance is encoded as if alone (zero-padded).
+        """
+        t = x.size(1)
+        x = x.masked_fill(lengths_to_padding_mask(lengths, t)[:, :, None], 0.0).transpose(1, 2)
+        n = lengths.long()
+        last = len(self.conv_layers) - 1
+        for i, conv in enumerate(self.conv_layers):
+            x = F.glu(conv(x), dim=1)
+            n = _conv_out_len(n, self.kernel_sizes[i])
+            if i < last:
+                x = x.masked_fill(lengths_to_padding_mask(n, x.size(2))[:, None, :], 0.0)
+        return x.transpose(1, 2), n
+
+    def conv_range(
+        self, layer: int, inp: torch.Tensor, n_total: int | None, out_start: int, out_end: int
+    ) -> torch.Tensor:
+        """Outputs ``[out_start, out_end)`` of conv layer ``layer`` (+GLU) for one utterance.
+
+        Args:
+            layer: conv layer index.
+            inp: ``(N, C_in)`` all input rows available so far (row r = input position r).
+            n_total: total input length if the source is finished (rows ``>= n_total`` are the zero
+                padding), else None (then every needed row must be available).
+            out_start, out_end: output positions.
+
+        Returns ``(out_end - out_start, C_out)``. Raises ``ValueError`` if a needed row is missing.
+        """
+        conv = self.conv_layers[layer]
+        k = self.kernel_sizes[layer]
+        p = k // 2
+        lo = 2 * out_start - p
+        hi = 2 * (out_end - 1) - p + k  # exclusive
+        n_avail = inp.size(0)
+        if hi > n_avail and (n_total is None or n_avail < n_total):
+            raise ValueError("conv_range: receptive field not yet available")
+        start, end = max(lo, 0), min(hi, n_avail)
+        window = inp[start:end].transpose(0, 1)[None]
+        window = F.pad(window, (start - lo, hi - end))
+        y = F.glu(F.conv1d(window, conv.weight, conv.bias, stride=2), dim=1)
+        return y[0].transpose(0, 1)
+
+
+class TransformerEncoderLayer(nn.Module):
+    """Pre-LN Transformer encoder layer (fairseq ``encoder_normalize_before=True``); ``(B, S, D)`` -> same."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.self_attn = MultiheadAttention(d, cfg.attention_heads, cfg.attention_dropout)
+        self.self_attn_layer_norm = nn.LayerNorm(d)
+        self.fc1 = init_linear(nn.Linear(d, cfg.ffn_dim))
+        self.fc2 = init_linear(nn.Linear(cfg.ffn_dim, d))
+        self.final_layer_norm = nn.LayerNorm(d)
+        self.dropout = cfg.dropout
+        self.activation_dropout = cfg.activation_dropout
+
+    def _ffn(self, x: torch.Tensor) -> torch.Tensor:
+        r = x
+        x = F.relu(self.fc1(self.final_layer_norm(x)))
+        x = F.dropout(x, self.activation_dropout, self.training)
+        x = F.dropout(self.fc2(x), self.dropout, self.training)
+        return r + x
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        """``x (B, S, D)``, ``attn_mask`` bool broadcastable to ``(B, H, S, S)`` (True = attend)."""
+        h = self.self_attn_layer_norm(x)
+        x = x + F.dropout(self.self_attn(h, attn_mask=attn_mask), self.dropout, self.training)
+        return self._ffn(x)
+
+    def forward_incremental(
+        self,
+        x: torch.Tensor,
+        cache: tuple[torch.Tensor, torch.Tensor] | KVCache | None,
+        attn_mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """New states ``x (B, n, D)`` attend cached keys/values ``(B, H, S_prev, dh)`` plus their own.
+
+        ``cache``: a tuple (concatenated, O(S) copy) or a :class:`KVCache` (appended in place,
+        amortised O(n)). Returns the layer output ``(B, n, D)`` and all keys/values ``(B, H, S, dh)``.
+        """
+        h = self.self_attn_layer_norm(x)
+        k, v = self.self_attn.project_kv(h)
+        if isinstance(cache, KVCache):
+            k, v = cache.append(k, v)
+        elif cache is not None:
+            k = torch.cat([cache[0], k], dim=2)
+            v = torch.cat([cache[1], v], dim=2)
+        a = self.self_attn.attend(self.self_attn.project_q(h), k, v, attn_mask)
+        x = x + F.dropout(a, self.dropout, self.training)
+        return self._ffn(x), (k, v)
+
+
+class SpeechEncoder(nn.Module):
+    """Conv subsampler + sinusoidal positions + pre-LN Transformer encoder.
+
+    ``forward(fbank (B, T, 80), lengths (B,)) -> EncoderOut`` with ``S ~= T / 4`` states.
+    Attention mode ``cfg.encoder_attention``: ``"offline"`` (bidirectional) or ``"chunk-causal"``
+    (state s attends states of chunks ``<= s // R``; see :mod:`mmst.models.masks`).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        d = cfg.d_model
+        self.subsample = Conv1dSubsampler(cfg.input_dim, cfg.conv_channels, d, cfg.conv_kernel_sizes)
+        self.embed_scale = math.sqrt(d)
+        self.dropout = cfg.dropout
+        self.layers = nn.ModuleList(TransformerEncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.layer_norm = nn.LayerNorm(d)
+        self.attention = cfg.encoder_attention
+        self.ratio = cfg.pre_decision_ratio
+        self.d_model = d
+
+    def embed(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Scale conv output ``(B, S, D)`` by sqrt(D), add positions ``offset..offset+S-1``, dropout."""
+        pos = sinusoidal_positions(torch.arange(offset, offset + x.size(1), device=x.device), self.d_model)
+        x = self.embed_scale * x + pos.to(x.dtype)
+        return F.dropout(x, self.dropout, self.training)
+
+    def forward(self, fbank: torch.Tensor, lengths: torch.Tensor) -> EncoderOut:
+        """Full-sequence encoding. ``fbank (B, T, C)`` float, ``lengths (B,)`` frames (>= 1)."""
+        x, n = self.subsample(fbank, lengths)
+        s = x.size(1)
+        x = self.embed(x)
+        pad = lengths_to_padding_mask(n, s)
+        mask = ~pad[:, None, None, :]
+        if self.attention == "chunk-causal":
+            mask = mask & chunk_causal_mask(s, s, self.ratio, device=x.device)[None, None]
+        for layer in self.layers:
+            x = layer(x, mask)
+        return EncoderOut(self.layer_norm(x), pad, n)
+
+    def stream(self) -> EncoderStream:
+        """A new :class:`EncoderStream` (chunk-causal mode only) for one utterance."""
+        return EncoderStream(self)
+
+
+class EncoderStream:
+    """Incremental chunk-causal encoding of ONE utterance, exactly equal to the full forward.
+
+    Feed fbank frames as they arrive with :meth:`accept_frames`; it returns the encoder states that
+    became final (whole pre-decision chunks; at the end also the last partial chunk). Conv outputs are
+    computed only when their receptive field is complete (see module docstring); Transformer layers
+    keep per-layer key/value caches. Use with the model in ``eval()`` mode and under ``no_grad``.
+
+    Raises:
+        ValueError: the encoder is not chunk-causal, or frames arrive after ``finished=True``.
+    """
+
+    def __init__(self, encoder: SpeechEncoder) -> None:
+        if encoder.attention != "chunk-causal":
+            raise ValueError("incremental encoding needs encoder_attention='chunk-causal'")
+        self.encoder = encoder
+        n_layers = len(encoder.subsample.conv_layers)
+        # inputs of each conv layer + output, (n, C) rows growing with the stream (capacity doubling)
+        self._bufs: list[SeqBuffer] = [SeqBuffer(0, 256) for _ in range(n_layers + 1)]
+        self._pending: torch.Tensor | None = None  # embedded conv outputs not yet encoded (n, D)
+        self._cache: list[KVCache] = [KVCache(64) for _ in encoder.layers]
+        self._states = SeqBuffer(1, 64)  # final states (1, S, D)
+        self.num_frames = 0
+        self.num_states = 0  # final encoder states
+        self.finished = False
+
+    @property
+    def states(self) -> torch.Tensor:
+        """All final states so far, ``(1, S, D)`` (``S`` may be 0)."""
+        st = self._states.view()
+        if st is None:
+            p = next(self.encoder.parameters())
+            return torch.zeros(1, 0, self.encoder.d_model, dtype=p.dtype, device=p.device)
+        return st
+
+    @property
+    def num_chunks(self) -> int:
+        """Number of (complete, or final partial) chunks encoded so far."""
+        return -(-self.num_states // self.encoder.ratio)
+
+    @torch.no_grad()
+    def accept_frames(self, frames: torch.Tensor | np.ndarray, finished: bool = False) -> torch.Tensor:
+        """Append fbank frames ``(n, C)`` (CMVN applied; n may be 0) and encode what became final.
+
+        Args:
+            frames: new frames, 10 ms each.
+            finished: True when these are the last frames of the source.
+
+        Returns:
+            ``(1, n_new, D)`` newly final encoder states (chunk-aligned unless ``finished``).
+        """
+        if self.finished:
+            raise ValueError("EncoderStream: source already finished")
+        enc = self.encoder
+        p = next(enc.parameters())
+        x = torch.as_tensor(np.asarray(frames) if not isinstance(frames, torch.Tensor) else frames)
+        x = x.to(device=p.device, dtype=p.dtype).reshape(-1, enc.subsample.conv_layers[0].in_channels)
+        self.finished = finished
+        self.num_frames += x.size(0)
+        bufs = self._bufs
+        if x.size(0):
+            bufs[0].append(x)
+        # conv layers: compute newly computable outputs
+        for i, k in enumerate(enc.subsample.kernel_sizes):
+            inp = bufs[i].view()
+            n_in = bufs[i].length
+            done = bufs[i + 1].length
+            ready = _conv_out_len(n_in, k, finished=finished)
+            if ready > done:
+                bufs[i + 1].append(enc.subsample.conv_range(i, inp, n_in if finished else None, done, ready))
+        out = bufs[-1].view()
+        n_conv = bufs[-1].length
+        n_have = self.num_states + (0 if self._pending is None else self._pending.size(0))
+        if n_conv > n_have:
+            new = enc.embed(out[n_have:n_conv][None], offset=n_have)[0]
+            self._pending = new if self._pending is None else torch.cat([self._pending, new], dim=0)
+        if self._pending is None:
+            return self.states[:, :0]
+        n_pend = self._pending.size(0)
+        n_enc = n_pend if finished else (n_pend // enc.ratio) * enc.ratio
+        if n_enc == 0:
+            return self.states[:, :0]
+        block = self._pending[:n_enc][None]
+        self._pending = self._pending[n_enc:] if n_enc < n_pend else None
+        off = self.num_states  # a multiple of R (only the final block may be partial)
+        if n_enc <= enc.ratio:  # one chunk: it sees all cached states and itself, no mask needed
+            mask = None
+        else:
+            mask = chunk_causal_mask(n_enc, off + n_enc, enc.ratio, query_offset=off, device=block.device)[None, None]
+        h = block
+        for layer, cache in zip(enc.layers, self._cache):
+            h, _ = layer.forward_incremental(h, cache, mask)
+        h = enc.layer_norm(h)
+        self._states.append(h)
+        self.num_states += n_enc
+        return h

@@ -1,0 +1,224 @@
+"""Building blocks: multi-head attention over ``scaled_dot_product_attention``, sinusoidal positions,
+fairseq-like initialisation. Parameter names follow fairseq (``q_proj``, ``k_proj``, ``v_proj``,
+``out_proj``, ``self_attn_layer_norm``, ``fc1``, ``fc2``, ``final_layer_norm``, ...) so fairseq
+``s2t_transformer`` encoder weights map by name.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def sinusoidal_positions(positions: torch.Tensor, dim: int, padding_idx: int = 1) -> torch.Tensor:
+    """fairseq ``SinusoidalPositionalEmbedding`` values for 0-based ``positions`` (any shape).
+
+    fairseq numbers the first real position ``padding_idx + 1``; embedding of position p is
+    ``[sin(p * w_j), cos(p * w_j)]`` with ``w_j = exp(-j * ln(10000) / (dim/2 - 1))`` (Vaswani et al.
+    2017, sec. 3.5, in fairseq's half-sin/half-cos layout). Returns ``positions.shape + (dim,)`` float32.
+    """
+    half = dim // 2
+    freq = torch.exp(
+        torch.arange(half, dtype=torch.float32, device=positions.device) * -(math.log(10000.0) / (half - 1))
+    )
+    p = (positions.to(torch.float32) + (padding_idx + 1))[..., None] * freq
+    return torch.cat([torch.sin(p), torch.cos(p)], dim=-1)
+
+
+class MultiheadAttention(nn.Module):
+    """Multi-head attention (Vaswani et al. 2017) with fairseq parameter names, computed with
+    :func:`torch.nn.functional.scaled_dot_product_attention`.
+
+    Keys/values may come pre-projected (``kv=(k, v)``, each ``(Bk, H, S, dh)``) for incremental
+    decoding. If the key batch ``Bk`` divides the query batch ``Bq = G * Bk`` (query rows ordered
+    group-major: row ``g * Bk + b`` uses key row b), queries are folded into the key batch so that a
+    shared encoder output is projected once for G target streams (unified joint decoding/training).
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """fairseq init: xavier_uniform (gain 1/sqrt(2)) for q/k/v, xavier_uniform for out, zero bias."""
+        for lin in (self.q_proj, self.k_proj, self.v_proj):
+            nn.init.xavier_uniform_(lin.weight, gain=1 / math.sqrt(2))
+            nn.init.zeros_(lin.bias)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.zeros_(self.out_proj.bias)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def project_kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B, S, D)`` -> keys, values ``(B, H, S, dh)``."""
+        return self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
+
+    def project_q(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, L, D)`` -> queries ``(B, H, L, dh)``."""
+        return self._heads(self.q_proj(x))
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Attention of projected ``q (Bq,H,L,dh)`` over ``k, v (Bk,H,S,dh)`` -> ``(Bq, L, D)``.
+
+        ``attn_mask``: bool, ``True`` = attend, shape ``(Bq or Bk or 1, L, S)`` or already 4-D
+        ``(Bq|1, 1|H, L, S)``. Raises ``ValueError`` if ``Bq`` is not a multiple of ``Bk``.
+        """
+        bq, h, n_q, dh = q.shape
+        bk = k.size(0)
+        drop = self.dropout if self.training else 0.0
+        if attn_mask is not None and attn_mask.dim() == 3:
+            attn_mask = attn_mask[:, None]
+        if bq != bk:
+            if bq % bk:
+                raise ValueError(f"query batch {bq} is not a multiple of key batch {bk}")
+            g = bq // bk
+            qf = q.view(g, bk, h, n_q, dh).permute(1, 2, 0, 3, 4).reshape(bk, h, g * n_q, dh)
+            if attn_mask is not None:
+                mb, mh = attn_mask.shape[:2]
+                if mb == bq:
+                    m = attn_mask.reshape(g, bk, mh, n_q, -1).permute(1, 2, 0, 3, 4).reshape(bk, mh, g * n_q, -1)
+                else:  # (Bk or 1, H or 1, L, S): same mask for every group
+                    m = attn_mask.repeat(1, 1, g, 1)
+                attn_mask = m
+            o = F.scaled_dot_product_attention(qf, k, v, attn_mask=attn_mask, dropout_p=drop)
+            o = o.view(bk, h, g, n_q, dh).permute(2, 0, 3, 1, 4).reshape(bq, n_q, h * dh)
+        else:
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=drop)
+            o = o.transpose(1, 2).reshape(bq, n_q, h * dh)
+        return self.out_proj(o)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """``query (Bq, L, D)``; keys/values from ``key (Bk, S, D)`` (default: query) or pre-projected
+        ``kv``. Returns ``(Bq, L, D)``."""
+        if kv is None:
+            kv = self.project_kv(query if key is None else key)
+        return self.attend(self.project_q(query), kv[0], kv[1], attn_mask)
+
+
+def init_linear(lin: nn.Linear) -> nn.Linear:
+    """fairseq FFN init: xavier_uniform weight, zero bias. Returns the layer."""
+    nn.init.xavier_uniform_(lin.weight)
+    if lin.bias is not None:
+        nn.init.zeros_(lin.bias)
+    return lin
+
+
+
+class SeqBuffer:
+    """Append-only tensor that grows along one dimension with capacity doubling.
+
+    ``append(x)`` copies ``x`` into preallocated storage and returns a view of everything appended
+    so far; storage is reallocated (doubled) only when full, so appending ``N`` rows in total costs
+    ``O(N)`` copies (amortised) instead of the ``O(N^2)`` of repeated ``torch.cat``. Used for the
+    streaming key/value caches and buffers (one utterance, growing with the stream).
+
+    When autograd records the appended tensor (``x.requires_grad`` under grad mode) the buffer falls
+    back to ``torch.cat`` (in-place writes into storage that earlier graph nodes saved would be an
+    autograd error); incremental decoding runs under ``no_grad`` and takes the fast path.
+
+    Args:
+        dim: the growing dimension (negative allowed).
+        min_capacity: smallest allocation along ``dim`` (rows).
+    """
+
+    __slots__ = ("dim", "min_capacity", "_buf", "length")
+
+    def __init__(self, dim: int, min_capacity: int = 16) -> None:
+        self.dim = dim
+        self.min_capacity = min_capacity
+        self._buf: torch.Tensor | None = None
+        self.length = 0
+
+    @property
+    def capacity(self) -> int:
+        """Rows allocated along ``dim``."""
+        return 0 if self._buf is None else self._buf.size(self.dim)
+
+    def view(self) -> torch.Tensor | None:
+        """Everything appended so far (a view of the storage), or None when empty."""
+        if self._buf is None:
+            return None
+        return self._buf.narrow(self.dim, 0, self.length)
+
+    def append(self, x: torch.Tensor) -> torch.Tensor:
+        """Append ``x`` (same shape as the buffer except along ``dim``); returns :meth:`view`."""
+        n = x.size(self.dim)
+        need = self.length + n
+        if torch.is_grad_enabled() and x.requires_grad:
+            old = self.view()
+            self._buf = x if old is None else torch.cat([old, x], dim=self.dim)
+            self.length = need
+            return self._buf
+        if self._buf is None or need > self._buf.size(self.dim):
+            cap = max(need, 2 * self.capacity, self.min_capacity)
+            shape = list(x.shape)
+            shape[self.dim] = cap
+            buf = x.new_empty(shape)
+            if self.length:
+                buf.narrow(self.dim, 0, self.length).copy_(self.view())
+            self._buf = buf
+        self._buf.narrow(self.dim, self.length, n).copy_(x)
+        self.length = need
+        return self.view()
+
+    def index_select(self, dim: int, index: torch.Tensor) -> SeqBuffer:
+        """A new buffer with rows ``index`` of dimension ``dim`` (e.g. beam reordering), same capacity."""
+        out = SeqBuffer(self.dim, self.min_capacity)
+        if self._buf is not None:
+            out._buf = self._buf.index_select(dim, index)
+            out.length = self.length
+        return out
+
+
+class KVCache:
+    """Growing key/value cache for one attention layer: keys and values ``(B, H, S, dh)``, appended along
+    S with :class:`SeqBuffer` (capacity doubling, no per-step ``torch.cat`` of the whole history)."""
+
+    __slots__ = ("k", "v")
+
+    def __init__(self, min_capacity: int = 16) -> None:
+        self.k = SeqBuffer(2, min_capacity)
+        self.v = SeqBuffer(2, min_capacity)
+
+    @property
+    def length(self) -> int:
+        """Cached positions S."""
+        return self.k.length
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``k, v (B, H, n, dh)``; returns views of all cached keys, values ``(B, H, S, dh)``."""
+        return self.k.append(k), self.v.append(v)
+
+    def get(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Views ``(k, v)`` of the cache, or None when empty."""
+        if self.k.length == 0:
+            return None
+        return self.k.view(), self.v.view()
+
+    def reorder(self, index: torch.Tensor) -> KVCache:
+        """A new cache with batch rows ``index (B',)`` (beam search)."""
+        out = KVCache()
+        out.k = self.k.index_select(0, index)
+        out.v = self.v.index_select(0, index)
+        return out

@@ -1,0 +1,127 @@
+"""Streaming front end: audio -> online fbank -> global CMVN -> encoder states, chunk by chunk.
+
+Two encoder modes:
+
+* ``"incremental"`` (chunk-causal models): :class:`mmst.models.EncoderStream` with cached keys/values;
+  states of complete pre-decision chunks are final and equal the training forward.
+* ``"reencode"`` (any model; required for ``encoder_attention="offline"``): the whole received prefix is
+  re-encoded (lazily, only when the decoder needs states), as fairseq SimulST does. For a chunk-causal
+  model this yields the same usable states as ``"incremental"`` (slower; used as a baseline).
+
+In both modes the usable states are those of complete chunks (a chunk is complete once the conv
+receptive field of its last state has arrived, see :mod:`mmst.models.encoder`), plus, once the source
+is finished, everything.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mmst.models.encoder import _conv_out_len
+
+ENCODER_MODES = ("auto", "incremental", "reencode")
+
+
+class StreamingFrontEnd:
+    """Incremental features and encoder states for ONE utterance at a time.
+
+    Args:
+        model: an ``MMSTModel`` (in eval mode).
+        cmvn: callable applied to fbank ``(n, 80)`` numpy (e.g. ``mmst.features.GlobalCMVN``), or None.
+        mode: ``"auto"`` (incremental for chunk-causal encoders, else reencode), ``"incremental"`` or
+            ``"reencode"``.
+        sample_rate: input rate (16000).
+
+    Raises:
+        ValueError: unknown mode, or ``"incremental"`` with an offline encoder.
+    """
+
+    def __init__(self, model, cmvn=None, mode: str = "auto", sample_rate: int = 16000) -> None:
+        if mode not in ENCODER_MODES:
+            raise ValueError(f"encoder mode must be one of {ENCODER_MODES}, got {mode!r}")
+        chunk_causal = model.cfg.encoder_attention == "chunk-causal"
+        if mode == "auto":
+            mode = "incremental" if chunk_causal else "reencode"
+        if mode == "incremental" and not chunk_causal:
+            raise ValueError("incremental encoding needs a chunk-causal encoder; use mode='reencode'")
+        self.model = model
+        self.cmvn = cmvn
+        self.mode = mode
+        self.sample_rate = sample_rate
+        self.ratio = model.pre_decision_ratio
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new utterance."""
+        from mmst.features import OnlineFbank
+
+        self.fbank = OnlineFbank(self.sample_rate)
+        self.num_samples = 0
+        self.finished = False
+        self.version = 0  # incremented whenever previously returned states may have changed
+        self._stream = self.model.encoder.stream() if self.mode == "incremental" else None
+        self._frames: list[np.ndarray] = []
+        self._num_frames = 0
+        self._encoded_frames = -1
+        self._states: torch.Tensor | None = None
+
+    @property
+    def source_ms(self) -> float:
+        """Audio received so far, in ms."""
+        return self.num_samples * 1000.0 / self.sample_rate
+
+    def accept_audio(self, samples: np.ndarray, finished: bool = False) -> None:
+        """Feed float32 samples ``(n,)`` in [-1, 1] at ``sample_rate``; ``finished`` on the last call.
+
+        Raises ``ValueError`` after the source was finished (call :meth:`reset`).
+        """
+        if self.finished:
+            raise ValueError("source already finished; call reset() for a new utterance")
+        x = np.asarray(samples, dtype=np.float32).reshape(-1)
+        self.num_samples += x.size
+        self.fbank.accept_waveform(x)
+        if finished:
+            self.fbank.input_finished()
+        feats = self.fbank.pop_frames()
+        if self.cmvn is not None and len(feats):
+            feats = np.asarray(self.cmvn(feats), dtype=np.float32)
+        self.finished = finished
+        self._num_frames += len(feats)
+        if self._stream is not None:
+            self._stream.accept_frames(feats, finished=finished)
+        elif len(feats):
+            self._frames.append(feats)
+
+    @property
+    def num_states(self) -> int:
+        """Usable encoder states now (complete chunks; all once finished)."""
+        if self._stream is not None:
+            return self._stream.num_states
+        n = self._num_frames
+        for k in self.model.encoder.subsample.kernel_sizes:
+            n = _conv_out_len(n, k, finished=self.finished)
+        return n if self.finished else (n // self.ratio) * self.ratio
+
+    @property
+    def num_chunks(self) -> int:
+        """Usable pre-decision chunks now (the last one may be partial once finished)."""
+        return -(-self.num_states // self.ratio)
+
+    @torch.no_grad()
+    def states(self) -> torch.Tensor:
+        """Usable encoder states ``(1, num_states, D)`` (re-encodes the prefix in reencode mode)."""
+        if self._stream is not None:
+            return self._stream.states
+        n = self.num_states
+        if self._encoded_frames != self._num_frames:
+            p = next(self.model.parameters())
+            if self._num_frames == 0:
+                self._states = torch.zeros(1, 0, self.model.cfg.d_model, device=p.device, dtype=p.dtype)
+            else:
+                feats = torch.from_numpy(np.concatenate(self._frames, 0)).to(p.device, p.dtype)[None]
+                enc = self.model.encode(feats, torch.tensor([feats.size(1)], device=p.device))
+                self._states = enc.states
+            self._encoded_frames = self._num_frames
+            self.version += 1
+        return self._states[:, :n]

@@ -1,0 +1,105 @@
+"""``mmst-train``: train a multilingual simultaneous ST model.
+
+Usage::
+
+    mmst-train --config FILE.yaml --data DATA --save-dir DIR [key=value ...]
+
+Every config key (see the list below, or ``docs/readme/training.md``) can be set in the YAML file
+and overridden on the command line with a dotted ``key=value`` (the value is parsed as YAML, e.g.
+``optim.lr=1e-3``, ``waitk_lagging=[1,3,5,offline]``, ``model.overrides.dropout=0.2``). Unknown keys and
+out-of-range values are errors that name the key. Training resumes from ``DIR/checkpoint_last.pt`` when
+it exists (``checkpoint.resume=false`` to disable).
+
+Exit status: 0 = done, 2 = bad config / usage, 1 = training error (e.g. too many NaN updates,
+vocabulary or language mismatch with the checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from mmst.training.config import ConfigError, format_config_help, load_config
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Argument parser of ``mmst-train`` (its epilog lists every config key with its doc)."""
+    from mmst.training.strategy import available_strategies
+
+    ap = argparse.ArgumentParser(prog="mmst-train", description=__doc__.split("Exit status")[0],
+                                 epilog=format_config_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default=None, help="YAML config file (sections as in the key list below)")
+    ap.add_argument("--data", required=True, help="DATA directory written by data_prep/prep_multiway.py")
+    ap.add_argument("--save-dir", required=True, help="output directory: checkpoints, train_log.jsonl, tensorboard/")
+    ap.add_argument("--distributed", default="none", choices=available_strategies(),
+                    help="update strategy: none = single process (gradient accumulation); others come from "
+                    "mmst.distributed")
+    ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                    help="console log level")
+    g = ap.add_argument_group("fairseq-style aliases (each is the same as the config key in brackets)")
+    for flag, key, hlp in FLAG_ALIASES:
+        g.add_argument(flag, dest=key.replace(".", "__"), default=None, metavar="V", help=f"[{key}] {hlp}")
+    ap.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (dotted keys)")
+    return ap
+
+
+#: ``(flag, config key, help)``: convenience flags translated into ``key=value`` overrides (applied
+#: before the positional overrides).
+FLAG_ALIASES = [
+    ("--max-tokens", "data.max_tokens", "padded fbank frames per micro-batch"),
+    ("--update-freq", "optim.update_freq", "gradient accumulation (micro-batches per update)"),
+    ("--clip-norm", "optim.clip_norm", "gradient-norm clipping"),
+    ("--lr", "optim.lr", "peak learning rate"),
+    ("--max-update", "optim.max_update", "number of updates"),
+    ("--waitk-lagging", "waitk_lagging", "wait-k: int, offline, or a list like [1,3,offline]"),
+    ("--fixed-pre-decision-ratio", "model.overrides.pre_decision_ratio", "encoder states per chunk (7 = 280 ms)"),
+    ("--ctc-weight", "criterion.ctc_weight", "auxiliary CTC loss weight"),
+    ("--arch", "model.arch", "separate or unified"),
+    ("--load-pretrained-encoder-from", "checkpoint.load_pretrained_encoder_from",
+     "fairseq s2t_transformer or mmst checkpoint"),
+    ("--seed", "seed", "random seed"),
+]
+
+
+def alias_overrides(args: argparse.Namespace) -> list[str]:
+    """``key=value`` strings for the alias flags given on the command line."""
+    out = []
+    for _, key, _ in FLAG_ALIASES:
+        v = getattr(args, key.replace(".", "__"))
+        if v is not None:
+            out.append(f"{key}={v}")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point; returns the exit status (see module docstring)."""
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_config(args.config, [*alias_overrides(args), *args.overrides])
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"mmst-train: config error: {e}", file=sys.stderr)
+        return 2
+    from mmst.data.dataset import LanguageMismatchError
+    from mmst.training.checkpoint import CheckpointError
+    from mmst.training.strategy import build_strategy
+    from mmst.training.trainer import TrainingDivergedError, build_trainer
+
+    try:
+        strategy = build_strategy(args.distributed)
+        trainer = build_trainer(cfg, args.data, args.save_dir, strategy=strategy)
+        state = trainer.train()
+    except (ConfigError, LanguageMismatchError, CheckpointError, TrainingDivergedError, FileNotFoundError,
+            ValueError) as e:
+        print(f"mmst-train: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2 if isinstance(e, ConfigError) else 1
+    print(f"mmst-train: done at update {state.num_updates} (best {cfg.valid.best_metric}: {state.best}); "
+          f"checkpoints in {args.save_dir}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The training step, shared by the single-process trainer and ``mmst.distributed``.
+
+* :func:`compute_loss` - forward pass + criterion for one micro-batch (no backward);
+* :func:`optimizer_step` - clip, step, zero_grad, advance the LR schedule.
+
+The caller does ``(loss * scale).backward()`` in between, with ``scale`` = 1 / normaliser chosen by the
+mode (single process: 1 / total target tokens of the update; see :mod:`mmst.training.strategy`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any
+
+import torch
+
+
+def autocast_context(device: torch.device | str, enabled: bool | None = None) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA (``enabled=None`` => on for CUDA), a no-op (fp32) on CPU."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and (enabled is None or enabled):
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def compute_loss(model: torch.nn.Module, batch: Any, criterion: Any, waitk: int | None,
+                 autocast: bool | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Forward one micro-batch and compute the (un-normalised) loss.
+
+    Args:
+        model: an ``MMSTModel``; called as ``model(fbank, fbank_lengths, prev_output_tokens, waitk=waitk)``.
+        batch: :class:`mmst.data.batching.Batch` already on the model's device.
+        criterion: ``mmst.losses.MultilingualCriterion``; ``criterion(output, batch) -> (loss, stats)``.
+        waitk: wait-k lagging for the cross-attention mask (``None`` = offline).
+        autocast: bf16 autocast; ``None`` = on for CUDA tensors, off on CPU (fp32).
+
+    Returns:
+        ``(loss, stats)``: ``loss`` a float32 scalar = SUM over target tokens (caller normalises);
+        ``stats`` has ``ntokens`` (all languages), ``nsentences``, per-language ``loss_<lang>``,
+        ``nll_<lang>``, ``ntokens_<lang>`` (floats/ints, sums over the batch) and ``waitk``.
+    """
+    with autocast_context(batch.fbank.device, autocast):
+        out = model(batch.fbank, batch.fbank_lengths, batch.prev_output_tokens, waitk=waitk)
+        loss, stats = criterion(out, batch)
+    stats = {k: (v.item() if torch.is_tensor(v) else v) for k, v in dict(stats).items()}
+    stats.setdefault("ntokens", int(sum(batch.ntokens.values())))
+    stats.setdefault("nsentences", batch.size)
+    for lang, n in batch.ntokens.items():
+        stats.setdefault(f"ntokens_{lang}", int(n))
+    stats["waitk"] = waitk
+    return loss.float(), stats
+
+
+def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
+    """Global L2 norm of the gradients; clipped to ``max_norm`` when ``max_norm > 0``. Returns the norm
+    BEFORE clipping (inf/nan when a gradient is non-finite; then nothing is clipped)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.detach().float()) for g in grads]))
+    total = float(norm)
+    if max_norm > 0 and math.isfinite(total) and total > max_norm:
+        coef = max_norm / (total + 1e-6)
+        for g in grads:
+            g.mul_(coef)
+    return total
+
+
+def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+                   clip_norm: float, skip_if_nonfinite: bool = True) -> float:
+    """Clip gradients, step the optimiser and the LR schedule, zero the gradients.
+
+    Args:
+        clip_norm: clip the global gradient L2 norm to this (0 = no clipping).
+        skip_if_nonfinite: when the gradient norm is inf/nan, zero the gradients WITHOUT stepping
+            (the caller sees a non-finite return value and counts a skipped update).
+
+    Returns:
+        The global gradient norm before clipping (float; non-finite => the step was skipped).
+    """
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    gnorm = clip_grad_norm(params, clip_norm)
+    if skip_if_nonfinite and not math.isfinite(gnorm):
+        optimizer.zero_grad(set_to_none=True)
+        return gnorm
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return gnorm

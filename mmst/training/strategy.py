@@ -1,0 +1,119 @@
+"""Update strategies: how one optimiser update is computed from a list of micro-batches.
+
+The trainer is strategy-agnostic: every update it draws ``update_freq`` micro-batches and one wait-k per
+micro-batch, then calls ``strategy.run_update(...)``. The default :class:`SingleProcessStrategy` does
+plain gradient accumulation. ``mmst.distributed`` registers other strategies (``ddp``, ``dropcompute``,
+``param-server``) with :func:`register_strategy`; ``mmst-train --distributed NAME`` picks one.
+
+A strategy must implement::
+
+    run_update(model, criterion, optimizer, scheduler, micro_batches, waitks, clip_norm) -> UpdateResult
+
+and may implement ``setup(trainer)`` (called once when the :class:`~mmst.training.trainer.Trainer` is
+built; e.g. create a DDP wrapper and keep it on the strategy) and ``is_main_process`` (bool; only the main
+process logs and writes checkpoints). Keep ``trainer.model`` the UNWRAPPED model so checkpoints hold plain
+parameter names (no ``module.`` prefix); ``run_update`` receives it and may use its own wrapper instead.
+Per-rank data sharding: the trainer draws ``update_freq`` micro-batches from its iterator per update; a
+distributed strategy can replace ``trainer.train_iter`` in ``setup`` (e.g. a sharded iterator with the
+same ``next_batch``/``state_dict``/``load_state_dict``/``epoch``/``end_of_epoch`` interface).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from mmst.training.step import compute_loss, optimizer_step
+
+
+@dataclass
+class UpdateResult:
+    """Outcome of one update.
+
+    Attributes:
+        stats: summed statistics of the micro-batches (``loss`` = summed loss, ``ntokens``,
+            ``nsentences``, per-language ``loss_<lang>``/``nll_<lang>``/``ntokens_<lang>``, ``n_frames``).
+        grad_norm: global gradient norm before clipping (nan when skipped before backward).
+        skipped: True when the update was skipped because of a non-finite loss or gradient.
+        batch_ids: utterance ids of all micro-batches (to name them in a NaN error).
+    """
+
+    stats: dict[str, float] = field(default_factory=dict)
+    grad_norm: float = float("nan")
+    skipped: bool = False
+    batch_ids: list[str] = field(default_factory=list)
+
+
+def merge_stats(acc: dict[str, float], new: dict[str, Any]) -> None:
+    """Add numeric entries of ``new`` into ``acc`` in place (non-numeric entries are ignored)."""
+    for k, v in new.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            acc[k] = acc.get(k, 0.0) + float(v)
+
+
+class SingleProcessStrategy:
+    """Single-process gradient accumulation.
+
+    Loss normalisation: ``sum(loss_i) / sum(ntokens_i)`` over the micro-batches of the update, i.e. each
+    micro-batch is back-propagated with ``scale = 1 / total_ntokens`` (total known in advance from the
+    batches). A non-finite micro-batch loss or gradient norm skips the update (gradients zeroed, no
+    optimiser or LR step) and returns ``skipped=True``.
+    """
+
+    is_main_process = True
+
+    def setup(self, trainer: Any) -> None:
+        """No-op for the single-process strategy."""
+
+    def run_update(self, model: torch.nn.Module, criterion: Any, optimizer: torch.optim.Optimizer,
+                   scheduler: Any, micro_batches: list[Any], waitks: list[int | None],
+                   clip_norm: float) -> UpdateResult:
+        """Forward/backward every micro-batch, then one optimiser step (see class docstring)."""
+        if len(micro_batches) != len(waitks):
+            raise ValueError("run_update: one wait-k per micro-batch expected")
+        total_ntokens = sum(b.total_ntokens for b in micro_batches)
+        scale = 1.0 / max(total_ntokens, 1)
+        stats: dict[str, float] = {}
+        ids = [i for b in micro_batches for i in b.ids]
+        model.train()
+        for batch, k in zip(micro_batches, waitks):
+            loss, st = compute_loss(model, batch, criterion, k)
+            if not torch.isfinite(loss):
+                optimizer.zero_grad(set_to_none=True)
+                return UpdateResult(stats=stats, grad_norm=float("nan"), skipped=True, batch_ids=ids)
+            (loss * scale).backward()
+            st = dict(st)
+            st["loss"] = float(loss.detach())
+            st["n_frames"] = batch.n_frames
+            merge_stats(stats, st)
+        gnorm = optimizer_step(model, optimizer, scheduler, clip_norm)
+        return UpdateResult(stats=stats, grad_norm=gnorm, skipped=not math.isfinite(gnorm), batch_ids=ids)
+
+
+_REGISTRY: dict[str, Callable[..., Any]] = {"none": lambda **kw: SingleProcessStrategy()}
+
+
+def register_strategy(name: str, factory: Callable[..., Any]) -> None:
+    """Register ``factory(**options) -> strategy`` under ``name`` (for ``mmst-train --distributed``)."""
+    _REGISTRY[name] = factory
+
+
+def available_strategies() -> list[str]:
+    """Registered strategy names (``none`` = single process), after importing ``mmst.distributed``."""
+    try:  # the distributed package registers its strategies on import
+        import mmst.distributed  # noqa: F401
+    except Exception:  # pragma: no cover - optional
+        pass
+    return sorted(_REGISTRY)
+
+
+def build_strategy(name: str = "none", **options: Any) -> Any:
+    """Instantiate a registered strategy; raises ValueError naming the known ones."""
+    names = available_strategies()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown --distributed strategy {name!r}; available: {names}")
+    return _REGISTRY[name](**options)

@@ -1,0 +1,60 @@
+# shellcheck shell=bash
+# Shared helpers for recipes/<name>/run.sh (Kaldi/ESPnet conventions).
+#
+# parse_options "$@": every variable defined at the top of run.sh can be overridden with
+#   --name value   (dashes in the option map to underscores in the variable: --stop-stage -> stop_stage)
+#   --name=value
+# Unknown options are an error that names the option. `--help` prints the variables and their values.
+#
+# run_stage N "title" command...: runs a numbered stage when stage <= N <= stop_stage, prints a banner,
+#   and skips it when its done-marker exists (unless --force true). Markers live in $exp_dir/.done/.
+
+parse_options() {
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --help|-h)
+        echo "Usage: $0 [--option value ...]"
+        echo "Options (variable = current value):"
+        for v in "${RECIPE_OPTIONS[@]}"; do printf '  --%-22s %s\n' "${v//_/-}" "${!v}"; done
+        exit 0 ;;
+      --*=*) name="${1%%=*}"; value="${1#*=}"; shift ;;
+      --*)
+        name="$1"
+        if [ $# -lt 2 ]; then echo "$0: option $name needs a value" >&2; exit 2; fi
+        value="$2"; shift 2 ;;
+      *) echo "$0: unexpected argument '$1' (options look like --name value)" >&2; exit 2 ;;
+    esac
+    var="${name#--}"; var="${var//-/_}"
+    local known=false
+    for v in "${RECIPE_OPTIONS[@]}"; do [ "$v" = "$var" ] && known=true; done
+    if ! $known; then echo "$0: unknown option '$name' (see --help)" >&2; exit 2; fi
+    printf -v "$var" '%s' "$value"
+  done
+}
+
+run_stage() {
+  local n="$1" title="$2"; shift 2
+  if [ "$n" -lt "$stage" ] || [ "$n" -gt "$stop_stage" ]; then return 0; fi
+  local marker="$exp_dir/.done/stage$n"
+  echo "=================================================================="
+  echo "== Stage $n: $title"
+  echo "=================================================================="
+  if [ -f "$marker" ] && [ "$force" != "true" ]; then
+    echo "stage $n already done ($marker); skipping (use --force true to redo)"
+    return 0
+  fi
+  local t0=$SECONDS
+  "$@"
+  mkdir -p "$exp_dir/.done"
+  echo "$((SECONDS - t0))" > "$marker"
+  echo "-- stage $n finished in $((SECONDS - t0)) s"
+}
+
+# launch: python CLI, through torchrun when nproc > 1.
+launch_train() {
+  if [ "${nproc:-1}" -gt 1 ]; then
+    torchrun --standalone --nproc_per_node "$nproc" -m mmst.training.cli "$@"
+  else
+    mmst-train "$@"
+  fi
+}

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Quickstart recipe: synthetic grammar corpus (English espeak speech -> de, es, fr, ja),
+# multi-way prep, a multi-k wait-k `xs` unified model, joint-decoding evaluation at k = 1, 3, 5,
+# then the same model on real FLEURS speech. `make demo` runs it. Stages:
+#   0  generate the grammar corpus (data_prep/synthesize_corpus.py)
+#   1  prep the multi-way corpus (data_prep/prep_multiway.py)
+#   2  train the xs unified model with multi-k wait-k (mmst-train, conf/train_xs.yaml)
+#   3  evaluate at k = 1,3,5 with joint decoding (eval/simultaneous_eval.py)
+#   4  print the results table and the path of latency_quality.png
+#   5  real speech: FLEURS clips (prep_audio_list.py + simultaneous_eval.py) and the English-only clips
+set -euo pipefail
+cd "$(dirname "$0")/../.."   # repository root
+source recipes/lib/stages.sh
+
+# ---- options (each can be overridden: --name value) --------------------------------------------
+stage=0
+stop_stage=5
+force=false                  # redo finished stages
+exp_dir=exp/synthetic        # everything this recipe writes
+tgt_langs=de,es,fr,ja
+difficulty=easy              # grammar preset (easy | hard)
+num_train=4000               # synthetic utterances per split
+num_dev=200
+num_test=200
+heldout_voices=true          # dev/test voices never heard in training
+seed=1
+jobs=2                       # processes for synthesis and feature extraction
+config=recipes/synthetic/conf/train_xs.yaml
+train_overrides=""           # extra key=value overrides for mmst-train, space separated
+nproc=1                      # >1: train with torchrun --nproc_per_node $nproc
+eval_k=1,3,5
+source_segment_size=320      # ms
+shared_data=../shared/data   # real FLEURS / English clips (skipped when absent)
+RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs difficulty num_train num_dev num_test
+  heldout_voices seed jobs config train_overrides nproc eval_k source_segment_size shared_data)
+parse_options "$@"
+
+raw=$exp_dir/raw
+data=$exp_dir/data
+model_dir=$exp_dir/model
+eval_dir=$exp_dir/eval
+mkdir -p "$exp_dir"
+
+stage0() {
+  local heldout=()
+  [ "$heldout_voices" = "true" ] && heldout=(--heldout-voices)
+  python data_prep/synthesize_corpus.py --grammar --difficulty "$difficulty" --out "$raw" \
+    --tgt-langs "$tgt_langs" --num-train "$num_train" --num-dev "$num_dev" --num-test "$num_test" \
+    --seed "$seed" --jobs "$jobs" "${heldout[@]}"
+}
+stage1() {
+  python data_prep/prep_multiway.py --root "$raw" --tgt-langs "$tgt_langs" --out "$data" --jobs "$jobs"
+}
+stage2() {
+  # shellcheck disable=SC2086
+  launch_train --config "$config" --data "$data" --save-dir "$model_dir" $train_overrides
+}
+stage3() {
+  python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
+    --split tst-COMMON --tgt-langs "$tgt_langs" --waitk-lagging "$eval_k" \
+    --source-segment-size "$source_segment_size" --out "$eval_dir"
+}
+stage4() {
+  echo "Results (tst-COMMON, synthetic voices unseen in training):"
+  cat "$eval_dir/scores.md"
+  echo
+  echo "BLEU-vs-AL plot: $eval_dir/latency_quality.png"
+}
+stage5() {
+  if [ ! -d "$shared_data/fleurs_flores" ]; then
+    echo "SKIP: $shared_data/fleurs_flores not found; the real-speech stage needs the shared FLEURS data."
+    return 0
+  fi
+  python data_prep/prep_audio_list.py --tsv "$shared_data/fleurs_flores/fleurs_flores.tsv" \
+    --out "$exp_dir/fleurs" --tgt-langs "$tgt_langs" --vocab-from "$data"
+  python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$exp_dir/fleurs" \
+    --split test --tgt-langs "$tgt_langs" --waitk-lagging 3 \
+    --source-segment-size "$source_segment_size" --out "$exp_dir/eval_fleurs"
+  cat "$exp_dir/eval_fleurs/scores.md"
+  if [ -d "$shared_data/en_asr_only" ]; then
+    python eval/transcribe_stream.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
+      --tsv "$shared_data/en_asr_only/en_asr_only.tsv" --tgt-langs "$tgt_langs" --waitk-lagging 3 \
+      --out "$exp_dir/eval_en_asr_only"
+  fi
+}
+
+run_stage 0 "generate the grammar corpus ($difficulty; en -> $tgt_langs)" stage0
+run_stage 1 "prep the multi-way corpus" stage1
+run_stage 2 "train the xs unified model (multi-k wait-k)" stage2
+run_stage 3 "evaluate at k = $eval_k with joint decoding" stage3
+run_stage 4 "results" stage4
+run_stage 5 "real speech: FLEURS + English-only clips" stage5

@@ -1,0 +1,222 @@
+"""MMSTSpeechToTextAgent: SimulEval contract, no state leak, input scaling, resampling, dataloader."""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from simuleval.data.segments import EmptySegment, SpeechSegment
+
+from mmst.agents import MMSTSpeechToTextAgent, MMSTSpeechToTextDataloader
+
+
+class FakeTranslator:
+    """Emits one word per 5120 samples (320 ms at 16 kHz) received, and 'end' words when finished."""
+
+    tgt_langs = ["de", "es"]
+
+    def __init__(self) -> None:
+        self.resets = 0
+        self.chunks: list[np.ndarray] = []  # every chunk received, across resets
+        self.reset()
+
+    def reset(self) -> None:
+        self.resets += 1
+        self.n = 0
+        self.emitted = 0
+
+    def accept_audio(self, samples: np.ndarray, finished: bool) -> dict[str, list[str]]:
+        assert samples.dtype == np.float32 and samples.ndim == 1
+        self.chunks.append(samples.copy())
+        self.n += samples.size
+        k = self.n // 5120 - self.emitted
+        words = [f"w{self.emitted + i}" for i in range(k)]
+        self.emitted += k
+        if finished:
+            words += ["end1", "end2"]
+        return {"de": words, "es": [w.upper() for w in words]}
+
+
+def _agent(**kw) -> tuple[MMSTSpeechToTextAgent, FakeTranslator]:
+    tr = FakeTranslator()
+    args = Namespace(tgt_lang=kw.pop("tgt_lang", "de"), input_scale=kw.pop("input_scale", "auto"))
+    return MMSTSpeechToTextAgent(args, translator=tr), tr
+
+
+def _run(agent: MMSTSpeechToTextAgent, audio: np.ndarray, sr: int = 16000, seg_ms: int = 320, lang: str = "de"):
+    """Drive the agent like SimulEval's evaluator; returns [(text, finished)] of the writes."""
+    n = int(np.ceil(seg_ms / 1000 * sr))
+    out, step = [], 0
+    while True:
+        if step >= audio.size:
+            seg = EmptySegment(finished=True)
+        else:
+            chunk = audio[step : step + n]
+            step += n
+            seg = SpeechSegment(content=chunk.tolist(), sample_rate=sr, finished=step >= audio.size, tgt_lang=lang)
+        o = agent.pushpop(seg)
+        if not o.is_empty:
+            out.append((o.content, o.finished))
+        if seg.finished:
+            break
+    return out
+
+
+def test_contract_writes_everything_with_finished():
+    agent, tr = _agent()
+    audio = (np.random.default_rng(0).standard_normal(16000 * 2) * 0.1).astype(np.float32)
+    writes = _run(agent, audio)
+    assert writes[-1][1] is True
+    assert all(not f for _, f in writes[:-1])
+    words = " ".join(t for t, _ in writes).split()
+    assert words == [f"w{i}" for i in range(6)] + ["end1", "end2"]
+    assert sum(c.size for c in tr.chunks) == audio.size
+
+
+def test_no_state_leak_across_instances():
+    agent, tr = _agent()
+    audio = np.zeros(16000, dtype=np.float32) + 0.01
+    first = _run(agent, audio)
+    agent.reset()  # SimulEval resets between instances; the agent also resets itself after finishing
+    second = _run(agent, audio)
+    assert first == second
+    agent.reset()
+    assert agent._consumed == 0 and agent.states.source == [] and not agent.states.target_finished
+
+
+def test_empty_source():
+    agent, tr = _agent()
+    out = agent.pushpop(EmptySegment(finished=True))
+    assert out.finished and out.content == "end1 end2"
+
+
+def test_other_language_and_segment_lang():
+    agent, _ = _agent(tgt_lang="de,es")
+    writes = _run(agent, np.full(6000, 0.1, np.float32), lang="es")
+    assert " ".join(t for t, _ in writes).split() == ["W0", "END1", "END2"]
+
+
+@pytest.mark.parametrize("mode", ["auto", "int16"])
+def test_int16_scaled_input(mode):
+    agent, tr = _agent(input_scale=mode)
+    x = (np.sin(np.arange(8000) / 10) * 0.5).astype(np.float32)
+    _run(agent, x * 32767.0)
+    got = np.concatenate(tr.chunks)
+    np.testing.assert_allclose(got, x * 32767.0 / 32768.0, atol=1e-6)
+
+
+def test_float_input_untouched():
+    agent, tr = _agent()
+    x = (np.sin(np.arange(8000) / 10) * 0.5).astype(np.float32)
+    _run(agent, x)
+    np.testing.assert_allclose(np.concatenate(tr.chunks), x, atol=0)
+
+
+@pytest.mark.parametrize("sr", [8000, 44100])
+def test_resampled_to_16k(sr):
+    agent, tr = _agent()
+    x = (np.sin(2 * np.pi * 440 * np.arange(sr) / sr) * 0.3).astype(np.float32)
+    _run(agent, x, sr=sr)
+    got = np.concatenate(tr.chunks)
+    assert abs(got.size - 16000) <= 2
+    ref = np.sin(2 * np.pi * 440 * np.arange(16000) / 16000) * 0.3
+    assert np.abs(got[2000:14000] - ref[2000:14000]).max() < 0.02
+
+
+def test_dataloader_stereo_and_lang_code(tmp_path: Path):
+    wav = tmp_path / "st.wav"
+    stereo = np.stack([np.full(1600, 0.5), np.full(1600, -0.1)], axis=1)
+    sf.write(wav, stereo, 44100)
+    (tmp_path / "src.list").write_text(f"{wav}\n{wav}\n")
+    (tmp_path / "tgt.txt").write_text("a\nb\n")
+    dl = MMSTSpeechToTextDataloader.from_files(tmp_path / "src.list", tmp_path / "tgt.txt", "de")
+    assert dl.tgt_lang_list == ["de", "de"]
+    item = dl[0]
+    assert len(item["source"]) == 1600 and item["source"][0] == pytest.approx(0.2, abs=1e-4)
+    (tmp_path / "langs").write_text("de\nes\n")
+    dl = MMSTSpeechToTextDataloader.from_files(tmp_path / "src.list", tmp_path / "tgt.txt", str(tmp_path / "langs"))
+    assert dl.tgt_lang_list == ["de", "es"]
+
+
+def test_missing_checkpoint_is_clear_exit():
+    with pytest.raises(SystemExit, match="--checkpoint is required"):
+        MMSTSpeechToTextAgent.from_args(Namespace(tgt_lang="de", checkpoint=None))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from eval_fixtures import make_tiny_system
+
+    return make_tiny_system(tmp_path_factory.mktemp("agent"), langs=("de", "es"))
+
+
+def _args(tiny, **kw) -> Namespace:
+    base = dict(checkpoint=str(tiny["ckpt"]), data=None, tgt_lang="de", waitk_lagging=3, max_len_a=0.0,
+                max_len_b=8, min_len=0, input_scale="auto")
+    base.update(kw)
+    return Namespace(**base)
+
+
+def test_real_checkpoint_agent_streams(tiny):
+    agent = MMSTSpeechToTextAgent.from_args(_args(tiny, min_len=8))
+    x = sf.read(tiny["wavs"][1], dtype="float32")[0]
+    writes = _run(agent, x)
+    assert writes[-1][1] is True
+    words = " ".join(t for t, _ in writes).split()
+    assert len(words) >= 1
+    agent.reset()
+    assert _run(agent, x) == writes  # deterministic, nothing carried over
+
+
+def test_unknown_language_exits_cleanly(tiny):
+    with pytest.raises(SystemExit, match="fr not in the model"):
+        MMSTSpeechToTextAgent.from_args(_args(tiny, tgt_lang="fr"))
+
+
+def test_other_vocab_exits_cleanly(tiny, tmp_path):
+    import shutil
+
+    from mmst.data.vocab import lang_tag, train_sentencepiece
+
+    other = tmp_path / "D"
+    shutil.copytree(tiny["data"], other)
+    train_sentencepiece(["voellig andere saetze", "frases muy distintas"] * 3, other / "spm_joint.model", 40,
+                        user_defined_symbols=[lang_tag("de"), lang_tag("es")])
+    with pytest.raises(SystemExit, match="another vocabulary"):
+        MMSTSpeechToTextAgent.from_args(_args(tiny, data=str(other)))
+
+
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+
+def test_real_44k_stereo_clip_through_dataloader_and_agent(tiny):
+    """Real recording (44.1 kHz stereo FLAC) from the shared data: downmix, resample, stream."""
+    clip = SHARED / "en_asr_only" / "whisper_jfk.flac"
+    if not clip.is_file():
+        pytest.skip(f"shared data not found: {clip}")
+    info = sf.info(clip)
+    (Path(tiny["data"]).parent / "src.list").write_text(f"{clip}\n")
+    (Path(tiny["data"]).parent / "tgt.txt").write_text("x\n")
+    dl = MMSTSpeechToTextDataloader.from_files(Path(tiny["data"]).parent / "src.list",
+                                               Path(tiny["data"]).parent / "tgt.txt", "de")
+    samples = np.asarray(dl[0]["source"], dtype=np.float32)
+    assert samples.ndim == 1 and samples.size == info.frames
+    agent = MMSTSpeechToTextAgent.from_args(_args(tiny, min_len=4))
+    tr = agent.translator
+    seen = []
+    orig = tr.accept_audio
+
+    def spy(x, finished=False):
+        seen.append(np.asarray(x).size)
+        return orig(x, finished=finished)
+
+    tr.accept_audio = spy
+    writes = _run(agent, samples, sr=info.samplerate)
+    assert writes[-1][1] is True
+    assert abs(sum(seen) - info.frames * 16000 / info.samplerate) <= 2  # resampled to 16 kHz

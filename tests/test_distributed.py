@@ -1,0 +1,128 @@
+"""Multi-process tests of mmst.distributed on CPU with gloo (each < 60 s on a loaded 2-core machine).
+
+Ranks are launched with :func:`mmst.distributed.run.launch_local` (spawn, a free port, the torchrun
+environment variables) or with ``torchrun`` itself for the restart test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from mmst.distributed.env import find_free_port
+from mmst.distributed.param_server import flat_params
+from mmst.distributed.run import launch_local
+from mmst.distributed.toy import ToyTask
+
+COMMON = ["--log-every", "0", "--eval-every", "0", "--dist-timeout", "20"]
+
+
+def _ok(res):
+    for r, v in res.items():
+        assert "error" not in v, f"rank {r}: {v.get('error')}\n{v.get('traceback', '')}"
+
+
+def test_ddp_two_ranks_match_single_process_global_batch(tmp_path):
+    steps, m = 3, 2
+    out = tmp_path / "ddp.pt"
+    res = launch_local(["--distributed", "ddp", "--steps", str(steps), "--update-freq", str(m),
+                        "--dump-params", str(out), *COMMON], 2, timeout_s=55)
+    _ok(res)
+    # single process, same global batch (2 ranks x 2 micro-batches), mean loss, same SGD
+    torch.manual_seed(0)
+    task = ToyTask()
+    model = task.build_model(0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)
+    for step in range(steps):
+        xs, ys = zip(*[task.batch(r, step, i) for r in range(2) for i in range(m)])
+        loss, _ = task.loss_fn(model, (torch.cat(xs), torch.cat(ys)))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    torch.testing.assert_close(torch.load(out), flat_params(model), rtol=1e-5, atol=1e-6)
+
+
+def test_dropcompute_tau_inf_gives_exactly_ddp_gradients(tmp_path):
+    a, b = tmp_path / "ddp.pt", tmp_path / "dc.pt"
+    args = ["--steps", "3", "--update-freq", "3", *COMMON]
+    _ok(launch_local(["--distributed", "ddp", "--dump-params", str(a), *args], 2, timeout_s=55))
+    res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "inf",
+                        "--dump-params", str(b), *args], 2, timeout_s=55)
+    _ok(res)
+    assert res[0]["drop_rate"] == 0.0
+    assert torch.equal(torch.load(a), torch.load(b))  # bit-identical, not just close
+
+
+def test_dropcompute_drops_slow_rank_without_hanging():
+    t0 = time.monotonic()
+    res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "0.03", "--update-freq", "4",
+                        "--steps", "6", "--measure-from", "0", "--straggler-delay", "const",
+                        "--straggler-base-ms", "10", "--slow-rank", "1:3", *COMMON], 2, timeout_s=55)
+    _ok(res)
+    # rank 0 needs ~40 ms for 4 micro-batches, rank 1 ~120 ms: both cut at 30 ms => 3 + 1 of 8 computed
+    assert 0.3 < res[0]["drop_rate"] < 0.8
+    assert res[0]["step_time_s"] < 0.08
+    assert time.monotonic() - t0 < 55
+
+
+def test_dropcompute_auto_threshold_is_chosen_once_and_agreed():
+    res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "auto", "--auto-steps", "3",
+                        "--steps", "8", "--straggler-delay", "lognormal:cv=0.5", "--straggler-base-ms", "5",
+                        *COMMON], 2, timeout_s=55)
+    _ok(res)
+    assert res[0]["tau_s"] == res[1]["tau_s"] and res[0]["tau_s"] > 0
+    assert "speedup" in res[0]["tau_info"]
+
+
+def test_dead_rank_gives_clear_error_within_timeout():
+    t0 = time.monotonic()
+    res = launch_local(["--distributed", "ddp", "--steps", "50", "--fail-at-step", "3", "--fail-rank", "1",
+                        "--log-every", "0", "--eval-every", "0", "--dist-timeout", "15"], 2, timeout_s=55)
+    assert time.monotonic() - t0 < 50
+    assert res[1]["exitcode"] == 13
+    err = res[0].get("error", "")
+    assert "DistributedError" in err and "peer rank probably died" in err and "rank 0/2" in err
+
+
+def test_param_server_survives_worker_death():
+    res = launch_local(["--distributed", "param-server", "--steps", "20", "--fail-at-step", "3",
+                        "--fail-rank", "2", "--worker-timeout", "2", "--straggler-delay", "const",
+                        "--straggler-base-ms", "20", "--eval-every", "1", "--log-every", "0",
+                        "--dist-timeout", "30"], 3, timeout_s=58)
+    assert "error" not in res[0], res[0].get("traceback")
+    assert res[0]["updates"] == 40 and res[0]["lost_workers"] == [2]
+    assert res[0]["lost_at_update"]["2"] < 40  # detected while training went on (JSON keys are str)
+    assert res[1]["exitcode"] == 0 and res[2]["exitcode"] == 13
+    assert res[0]["final_loss"] < res[0]["curve"][0][1]
+
+
+def test_param_server_ssp_bounds_staleness():
+    res = launch_local(["--distributed", "param-server", "--steps", "8", "--max-staleness", "1",
+                        "--straggler-delay", "const", "--straggler-base-ms", "3", "--slow-rank", "1:4",
+                        *COMMON], 3, timeout_s=55)
+    _ok(res)
+    assert res[0]["updates"] == 16
+    assert res[0]["staleness_max"] <= 1 * (2 - 1) + 2
+
+
+@pytest.mark.slow
+def test_torchrun_max_restarts_resumes_from_checkpoint(tmp_path):
+    metrics = tmp_path / "m.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{find_free_port()}",
+           "-m", "mmst.distributed.run", "--distributed", "ddp", "--steps", "12", "--save-every", "5",
+           "--fail-at-step", "7", "--fail-rank", "1", "--checkpoint-dir", str(tmp_path / "ckpt"),
+           "--metrics-out", str(metrics), *COMMON]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=58, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    m = json.loads(Path(metrics).read_text())
+    assert m["resumed_from_step"] == 5 and m["steps"] == 12
+    assert "injected failure at step 7" in p.stderr

@@ -1,0 +1,140 @@
+"""Tests of data_prep/prep_audio_list.py (mmst.data.audiolist + the builder), incl. the real FLEURS list."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from mmst.data.audiolist import AudioListError, infer_tgt_langs, read_audio_list
+from mmst.data.corpus import load_data_config
+from mmst.data.manifest import read_manifest, read_manifest_header
+from mmst.data.store import read_feature
+from mmst.features import LOG_FLOOR, GlobalCMVN, fbank
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _main():
+    spec = importlib.util.spec_from_file_location("prep_audio_list", REPO / "data_prep" / "prep_audio_list.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.main
+
+
+def _quiet_speechlike(n: int, peak: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(n) / 16000
+    env = 0.5 * (1 + np.sin(2 * np.pi * 3 * t))  # syllable-like amplitude modulation
+    x = env * (np.sin(2 * np.pi * 180 * t) + 0.5 * np.sin(2 * np.pi * 900 * t) + 0.2 * rng.standard_normal(n))
+    return (peak * x / np.abs(x).max()).astype(np.float32)
+
+
+def _write_list(tmp_path: Path, rows: list[tuple[str, str, str, str, str]] | None = None) -> Path:
+    d = tmp_path / "list"
+    (d / "audio").mkdir(parents=True)
+    specs = [("c0", "ogg", "OGG", "OPUS", 0.004), ("c1", "wav", "WAV", "PCM_16", 0.01), ("c2", "flac", "FLAC", "PCM_16", 0.03)]
+    lines = ["id\taudio\tduration_s\ten\tnotes\tde\tes"]
+    for i, (cid, ext, fmt, sub, peak) in enumerate(specs):
+        sf.write(d / "audio" / f"{cid}.{ext}", _quiet_speechlike(16000 + 4000 * i, peak, i), 16000, format=fmt,
+                 subtype=sub)
+        lines.append(f"{cid}\taudio/{cid}.{ext}\t1.0\tenglish {i}\tx\tdeutsch {i}\tespañol {i}")
+    p = d / "list.tsv"
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return p
+
+
+def test_audio_list_with_vocab_from(make_mustc, tmp_path) -> None:
+    from test_prep_multiway import _run
+
+    raw, _ = make_mustc(langs=("de", "es"))
+    train = tmp_path / "train_data"
+    assert _run(raw, train) == 0
+    tsv = _write_list(tmp_path)
+    out = tmp_path / "eval"
+    assert _main()(["--tsv", str(tsv), "--out", str(out), "--vocab-from", str(train), "--no-progress"]) == 0
+    cfg = load_data_config(out)
+    assert cfg["tgt_langs"] == ["de", "es"] and cfg["splits"] == ["list"] and cfg["vocab_from"] == str(train.resolve())
+    assert (out / "spm_joint.model").read_bytes() == (train / "spm_joint.model").read_bytes()
+    np.testing.assert_array_equal(GlobalCMVN.load(out / "gcmvn.npz").mean, GlobalCMVN.load(train / "gcmvn.npz").mean)
+    assert read_manifest_header(out / "list.tsv") == ["id", "audio", "n_frames", "speaker", "src_text", "tgt_text_de",
+                                                      "tgt_text_es", "wav", "offset", "duration"]
+    rows = read_manifest(out / "list.tsv")
+    assert [r["id"] for r in rows] == ["c0", "c1", "c2"]
+    assert rows[1]["src_text"] == "english 1" and rows[2]["tgt_text_es"] == "español 2"
+    for r, n in zip(rows, (16000, 20000, 24000)):
+        f = read_feature(out, r["audio"])
+        assert abs(f.shape[0] - (n - 400) // 160 - 1) <= 3  # opus may pad a few samples
+        assert Path(r["wav"]).is_absolute() and r["offset"] == "0"
+        assert np.median(f) > LOG_FLOOR + 15  # quiet (peak 0.004) is not silence
+    assert json.loads((out / "prep_report.json").read_text())["splits"]["list"]["no_filter"] is True
+
+
+def test_audio_list_without_vocab_from_and_peak_normalize(tmp_path) -> None:
+    tsv = _write_list(tmp_path)
+    out, out2 = tmp_path / "a", tmp_path / "b"
+    assert _main()(["--tsv", str(tsv), "--out", str(out), "--split", "fl", "--no-progress"]) == 0
+    assert _main()(["--tsv", str(tsv), "--out", str(out2), "--split", "fl", "--peak-normalize", "0.5",
+                    "--no-progress"]) == 0
+    a, b = read_manifest(out / "fl.tsv")[0], read_manifest(out2 / "fl.tsv")[0]
+    fa, fb = read_feature(out, a["audio"]), read_feature(out2, b["audio"])
+    gain = 0.5 / 0.004
+    # log-mel shifts by 2 ln(gain) under a gain change (up to opus rounding and the dither floor)
+    assert abs(float(np.median(fb - fa)) - 2 * np.log(gain)) < 0.5
+    assert load_data_config(out2)["fbank"]["peak_normalize"] == 0.5
+
+
+def test_audio_list_bad_input(tmp_path) -> None:
+    tsv = _write_list(tmp_path)
+    assert infer_tgt_langs(["id", "audio", "en", "de", "en_fleurs_normalized", "ja", "duration_s"]) == ["de", "ja"]
+    text = tsv.read_text(encoding="utf-8").splitlines()
+    tsv.write_text("\n".join(text + [text[2]]) + "\n", encoding="utf-8")
+    with pytest.raises(AudioListError, match=r"list.tsv:5: duplicate id 'c1' \(first on line 3\)"):
+        read_audio_list(tsv)
+    tsv.write_text("\n".join(text[:2] + ["c9\taudio/c9.wav\t1.0\ttoo few cells"]) + "\n", encoding="utf-8")
+    with pytest.raises(AudioListError, match=r"list.tsv:3: expected 7 cells, got 4"):
+        read_audio_list(tsv)
+    with pytest.raises(AudioListError, match=r"no column for language 'fr'"):
+        read_audio_list(tsv, ["fr"])
+    tsv.write_bytes(("\n".join(text) + "\n").encode("utf-8") + b"c9\taudio/c0.ogg\t1\t\xe9\tx\ty\tz\n")
+    with pytest.raises(AudioListError, match=r"list.tsv:5: text is not valid UTF-8"):
+        read_audio_list(tsv)
+    # a missing clip is an error (evaluation lists are never filtered)
+    tsv.write_text("\n".join(text + ["c9\taudio/nope.wav\t1.0\ten\tx\tde\tes"]) + "\n", encoding="utf-8")
+    assert _main()(["--tsv", str(tsv), "--out", str(tmp_path / "o"), "--no-progress"]) == 1
+
+
+def test_real_fleurs_list(shared_data, tmp_path) -> None:
+    tsv = shared_data / "fleurs_flores" / "fleurs_flores.tsv"
+    if not tsv.is_file():
+        pytest.skip(f"{tsv} not found")
+    out = tmp_path / "fleurs"
+    assert _main()(["--tsv", str(tsv), "--out", str(out), "--tgt-langs", "de,es,fr,ja", "--no-progress"]) == 0
+    rows = read_manifest(out / "fleurs_flores.tsv")
+    src = {r["id"]: r for r in read_audio_list(tsv, ["de"])[0]}
+    assert len(rows) == len(src) == 7
+    exts = {Path(r["wav"]).suffix for r in rows}
+    assert exts == {".ogg", ".wav"}
+    noise = fbank(np.zeros(16000, np.float32), dither=1.0, dither_seed=1)  # 1-LSB white noise
+    noise_low = float(np.median(noise[:, :40].mean(axis=1)))  # speech band, bins 0-39 (< ~1.7 kHz)
+    from mmst.audio import load_audio
+    for r in rows:
+        f = read_feature(out, r["audio"])
+        dur = float(r["duration"])
+        assert abs(f.shape[0] - dur * 100) <= 3 and np.isfinite(f).all()
+        assert r["src_text"] == src[r["id"]]["src_text"] and r["tgt_text_ja"]
+        # quiet speech (peak 0.003-0.04) must not look like silence: speech-band energy of the louder
+        # frames is far above the 1-LSB noise level, and typical frames far above the log floor
+        low = f[:, :40].mean(axis=1)
+        assert np.percentile(low, 75) > noise_low + 4, (r["id"], np.percentile(low, 75), noise_low)
+        assert np.median(low) > LOG_FLOOR + 15
+        frame_energy = np.log(np.exp(f.astype(np.float64)).sum(axis=1))
+        assert np.median(frame_energy) > LOG_FLOOR + 20
+        # the prep's silence-only dither leaves the speech frames (nearly) as they are
+        plain = fbank(load_audio(r["wav"]))
+        top = np.argsort(plain.mean(axis=1))[f.shape[0] // 2:]
+        assert np.abs(plain[top] - f[top]).mean() < 0.15  # Kaldi-style dither: 0.2-0.7

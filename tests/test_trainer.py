@@ -1,0 +1,173 @@
+"""Tests for the training loop (mmst.training.trainer / step / strategy / cli).
+
+The DATA directory is the synthetic feature corpus of tests/fixtures_data.py (de, es). Models are tiny
+(d=48) so every test runs in seconds on one CPU thread; the BLEU acceptance test is marked slow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from fixtures_data import tiny_feature_data, tiny_speech_data  # noqa: F401  (session fixtures)
+
+from mmst.training.checkpoint import VocabMismatchError, load_checkpoint
+from mmst.training.config import load_config
+from mmst.training.trainer import TrainingDivergedError, build_trainer
+
+TINY = ["num_threads=1", "logging.progress_bar=false", "logging.tensorboard=false", "data.max_tokens=1500",
+        "optim.warmup_updates=5", "valid.bleu_subset=4", "model.overrides.d_model=48",
+        "model.overrides.encoder_layers=1", "model.overrides.decoder_layers=1", "model.overrides.ffn_dim=64",
+        "model.overrides.conv_channels=48", "model.overrides.attention_heads=2"]
+
+
+def _cfg(*extra: str):
+    return load_config(None, [*TINY, *extra])
+
+
+class _NaNCriterion:
+    """Wraps a criterion; returns a NaN loss on the given call numbers (or always)."""
+
+    def __init__(self, inner, bad_calls=None):
+        self.inner, self.bad, self.calls = inner, bad_calls, 0
+
+    def __call__(self, out, batch):
+        loss, st = self.inner(out, batch)
+        if self.bad is None or self.calls in self.bad:
+            loss = loss * float("nan")
+        self.calls += 1
+        return loss, st
+
+
+def test_nan_updates_are_skipped_and_counted(tiny_feature_data, tmp_path):  # noqa: F811
+    tr = build_trainer(_cfg("optim.max_update=6", "valid.interval_updates=0"), tiny_feature_data, tmp_path)
+    tr.criterion = _NaNCriterion(tr.criterion, bad_calls={2, 3})
+    state = tr.train()
+    assert state.num_updates == 6 and state.nan_skipped == 2 and state.consecutive_nan == 0
+    assert all(torch.isfinite(p).all() for p in tr.model.parameters())
+    ck = load_checkpoint(tmp_path / "checkpoint_last.pt")
+    assert ck["train_state"]["nan_skipped"] == 2 and ck["scheduler"]["num_updates"] == 6
+    recs = [json.loads(x) for x in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    nan = [r for r in recs if r["kind"] == "nan"]
+    assert len(nan) == 2 and nan[0]["batch_ids"]
+
+
+def test_nan_in_a_row_stops_with_batch_ids(tiny_feature_data, tmp_path):  # noqa: F811
+    tr = build_trainer(_cfg("optim.max_update=6", "optim.max_consecutive_nan=3", "optim.update_freq=2"),
+                       tiny_feature_data, tmp_path)
+    tr.criterion = _NaNCriterion(tr.criterion)
+    before = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    with pytest.raises(TrainingDivergedError, match="3 consecutive updates") as e:
+        tr.train()
+    assert "train_" in str(e.value)  # names the utterance ids
+    assert tr.state.num_updates == 0
+    assert all(torch.equal(before[k], v) for k, v in tr.model.state_dict().items())  # nothing applied
+
+
+def test_multi_k_and_separate_arch(tiny_feature_data, tmp_path):  # noqa: F811
+    cfg = _cfg("optim.max_update=4", "waitk_lagging=[1,2,offline]", "model.arch=separate", "model.vocab=per_lang",
+               "criterion.ctc_weight=0.3", "valid.interval_updates=2", "valid.bleu_waitk=[offline,2]",
+               "optim.update_freq=2")
+    tr = build_trainer(cfg, tiny_feature_data, tmp_path)
+    ks = {tr.waitk.sample(u, j) for u in range(50) for j in range(2)}
+    assert ks == {1, 2, None}
+    tr.train()
+    valid = [json.loads(x) for x in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    valid = [r for r in valid if r["kind"] == "valid"]
+    assert {"loss_de", "loss_es", "bleu_de_offline", "bleu_es_k2"} <= set(valid[-1])
+    assert (tmp_path / "checkpoint_best.pt").is_file()
+
+
+def test_resume_checks_languages_and_vocab(tiny_feature_data, tmp_path):  # noqa: F811
+    tr = build_trainer(_cfg("optim.max_update=2", "valid.interval_updates=0"), tiny_feature_data, tmp_path)
+    tr.train()
+    from mmst.data.dataset import LanguageMismatchError
+
+    with pytest.raises(LanguageMismatchError, match=r"\['de'\].*checkpoint model"):
+        build_trainer(_cfg("optim.max_update=4", "data.tgt_langs=[de]"), tiny_feature_data, tmp_path)
+    ck = torch.load(tmp_path / "checkpoint_last.pt", weights_only=True)
+    ck["vocab"]["tgt"]["de"]["sha256"] = "0" * 64
+    torch.save(ck, tmp_path / "checkpoint_last.pt")
+    with pytest.raises(VocabMismatchError, match="'de'"):
+        build_trainer(_cfg("optim.max_update=4"), tiny_feature_data, tmp_path)
+
+
+def _cli(data: Path, save: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "mmst.training.cli", "--data", str(data), "--save-dir", str(save),
+            "--log-level", "WARNING", *TINY, "logging.tensorboard=true", "optim.update_freq=2",
+            "waitk_lagging=[1,3,offline]", "criterion.ctc_weight=0.2", "model.overrides.dropout=0.1",
+            "checkpoint.save_interval_updates=3", "checkpoint.keep_last=2", "valid.interval_updates=10", *extra]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+
+
+@pytest.mark.slow
+def test_sigkill_resume_is_bit_identical(tiny_feature_data, tmp_path):  # noqa: F811
+    n = 45
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    subprocess.run(_cli(tiny_feature_data, ref, f"optim.max_update={n}"), check=True, env=_env(), timeout=120)
+    proc = subprocess.Popen(_cli(tiny_feature_data, run, f"optim.max_update={n}"), env=_env())
+    deadline = time.time() + 120
+    killed_at = None
+    while time.time() < deadline and proc.poll() is None:
+        if (run / "checkpoint_6.pt").exists():
+            os.kill(proc.pid, signal.SIGKILL)
+            killed_at = time.time()
+            break
+        time.sleep(0.002)
+    proc.wait(timeout=60)
+    assert killed_at is not None and proc.returncode == -signal.SIGKILL, "run finished before it could be killed"
+    u_killed = load_checkpoint(run / "checkpoint_last.pt")["train_state"]["num_updates"]
+    assert 6 <= u_killed < n  # last is written before the numbered copy
+    subprocess.run(_cli(tiny_feature_data, run, f"optim.max_update={n}"), check=True, env=_env(), timeout=120)
+    a = load_checkpoint(ref / "checkpoint_last.pt")
+    b = load_checkpoint(run / "checkpoint_last.pt")
+    assert a["train_state"]["num_updates"] == b["train_state"]["num_updates"] == n
+    assert a["data_iterator"] == b["data_iterator"] and a["scheduler"] == b["scheduler"]
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
+    for i in sa:
+        for k in sa[i]:
+            assert torch.equal(torch.as_tensor(sa[i][k]), torch.as_tensor(sb[i][k]))
+    assert torch.equal(a["rng"]["torch"], b["rng"]["torch"])
+    # rotation kept the 2 most recent numbered checkpoints; no temporary files left
+    names = sorted(p.name for p in run.iterdir() if p.suffix == ".pt")
+    assert names == sorted(["checkpoint_42.pt", "checkpoint_45.pt", "checkpoint_best.pt", "checkpoint_last.pt"])
+    assert not [p for p in run.iterdir() if ".tmp-" in p.name]
+    assert (run / "tensorboard").is_dir()
+
+
+@pytest.mark.slow
+def test_tiny_training_reaches_training_set_bleu(tiny_speech_data, tmp_path):  # noqa: F811
+    """Acceptance: after a fixed tiny training run, training-set BLEU exceeds a threshold an untrained model
+    can't reach. Real pipeline: espeak-ng speech -> prep_multiway.py -> mmst-train components."""
+    threshold = 60.0
+    cfg = load_config(None, ["num_threads=1", "logging.progress_bar=false", "logging.tensorboard=false",
+                             "data.valid_subset=train", "data.max_tokens=3000", "optim.lr=3e-3",
+                             "optim.warmup_updates=50", "optim.max_update=150", "valid.interval_updates=0",
+                             "valid.bleu_subset=24", "valid.bleu_waitk=[offline,3]", "model.overrides.d_model=96",
+                             "model.overrides.encoder_layers=2", "model.overrides.decoder_layers=2",
+                             "model.overrides.ffn_dim=192", "model.overrides.conv_channels=96",
+                             "model.overrides.dropout=0.0", "waitk_lagging=[3,offline]"])
+    tr = build_trainer(cfg, tiny_speech_data, tmp_path)
+    untrained = tr.validator.run(tr.model)
+    assert untrained["bleu"] < 5.0
+    t0 = time.time()
+    tr.train()
+    res = tr.state.last_valid
+    print(f"untrained BLEU {untrained['bleu']:.1f} -> trained {res['bleu']:.1f} in {time.time() - t0:.0f}s")
+    for lang in ("de", "es"):
+        for k in ("offline", "k3"):
+            assert res[f"bleu_{lang}_{k}"] > threshold, res
+    assert math.isfinite(res["loss"])
