@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -216,6 +215,21 @@ def test_perturbation_properties(perturbed):
         perturb_mustc_like(root, LANGS, seed=1)
 
 
+def test_pad_wav_hardlinks_and_symlinks(tmp_path):
+    from mmst.data.mustc_perturb import _pad_wav
+
+    a = tmp_path / "a.wav"
+    sf.write(a, np.full(1600, 0.5, dtype="float32"), SR, subtype="PCM_16")
+    os.link(a, tmp_path / "b.wav")
+    os.symlink(a, tmp_path / "c.wav")
+    done: set = set()
+    for name in ("a.wav", "b.wav", "c.wav"):
+        _pad_wav(str(tmp_path / name), 0.05, done)
+    for name in ("a.wav", "b.wav", "c.wav"):
+        x, _ = sf.read(tmp_path / name, dtype="float32")
+        assert len(x) == 2400 and np.all(x[:800] == 0) and x[800] == pytest.approx(0.5, abs=1e-4), name
+
+
 def test_perturbed_alignment_exact_counts(perturbed):
     root, s = perturbed
     segs, n_in, issues = read_corpus(root, LANGS)
@@ -423,19 +437,42 @@ def test_cli_full_build_min_langs(perturbed, tmp_path):
 SYNTH = os.path.join(REPO, "data_prep", "synthesize_corpus.py")
 
 
-def _synth_help() -> str:
+def test_synth_mustc_like_end_to_end(tmp_path):
+    """synthesize_corpus.py --grammar --difficulty easy [--mustc-like-perturb] -> prep_mustc_multiway.py.
+
+    Uses the CLI flag when the generator has it, else calls :func:`perturb_mustc_like` after
+    generation (the same hook). Counts are exact for this generator seed and size.
+    """
     if not os.path.isfile(SYNTH):
         pytest.skip("data_prep/synthesize_corpus.py not present yet")
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng not installed (needed by the synthetic generator)")
-    p = subprocess.run([sys.executable, SYNTH, "--help"], capture_output=True, text=True, timeout=60)
-    if p.returncode != 0 or "--mustc-like-perturb" not in p.stdout:
-        pytest.skip("synthesize_corpus.py has no --mustc-like-perturb option yet")
-    return p.stdout
-
-
-def _opt(help_text: str, *names: str) -> str:
-    for n in names:
-        if re.search(rf"(^|[\s,\[]){re.escape(n)}([\s,=\]]|$)", help_text, re.M):
-            return n
-    pytest.skip(f"synthesize_corpus.py has none of {names}")
+    help_text = subprocess.run([sys.executable, SYNTH, "--help"], capture_output=True, text=True, timeout=60).stdout
+    has_flag = "--mustc-like-perturb" in help_text
+    raw = tmp_path / "raw"
+    langs = ["de", "es", "fr"]
+    cmd = [sys.executable, SYNTH, "--out", str(raw), "--tgt-langs", ",".join(langs), "--grammar",
+           "--difficulty", "easy", "--num-train", "24", "--num-dev", "8", "--num-test", "8",
+           "--segments-per-talk", "3,5", "--seed", "3"]
+    if has_flag:
+        cmd.append("--mustc-like-perturb")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    if not has_flag:
+        perturb_mustc_like(str(raw), langs, 3)
+    s = json.loads((raw / "mustc_perturb.json").read_text())
+    assert s["single_pair_talk"]["lang"] == "fr" and s["cross_split_talk"]["lang"] == "es"
+    assert s["shift_5ms"] == s["shift_40ms"] == {"es": 4, "fr": 4} and s["split_in_two"] == {"es": 3, "fr": 3}
+    assert s["expected_kept"] == {"train": 20, "dev": 8, "tst-COMMON": 8}
+    out = tmp_path / "data"
+    p = subprocess.run([sys.executable, os.path.join(REPO, "data_prep", "prep_mustc_multiway.py"),
+                        "--mustc-root", str(raw), "--tgt-langs", ",".join(langs), "--out", str(out),
+                        "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rep = json.loads((out / "prep_report.json").read_text())
+    assert {sp: v["kept"] for sp, v in rep["splits"].items()} == s["expected_kept"]
+    al = rep["alignment"]
+    assert al["per_split"]["train"]["fr"]["dropped"] == {"talk_missing_in_pairs": 4}
+    assert {lg: al["per_split"]["train"][lg]["segments_in"] for lg in langs} == {"de": 20, "es": 24, "fr": 25}
+    assert [c["talk"] for c in al["split_conflicts"]] == [s["cross_split_talk"]["talk"]]
+    assert al["issues"] == []

@@ -97,16 +97,19 @@ def _talk(r: dict) -> str:
 
 
 def _pad_wav(path: str, pad_s: float, done: set) -> None:
-    """Prepend ``pad_s`` seconds of silence to a wav in place (once per inode)."""
+    """Prepend ``pad_s`` seconds of silence to a wav (once per resolved path).
+
+    The file is replaced atomically at its resolved path; symlinks to it see the change once.
+    Hard links (the synthetic writer links one wav into every pair) are separate directory entries:
+    each is rewritten on its own, because replacing one entry does not change the others.
+    """
     import numpy as np
     import soundfile as sf
 
-    st = os.stat(path)
-    key = (st.st_dev, st.st_ino)
-    if key in done:
-        return
-    done.add(key)
     real = os.path.realpath(path)
+    if real in done:
+        return
+    done.add(real)
     info = sf.info(real)
     data, sr = sf.read(real, dtype="float32", always_2d=True)
     n = int(round(pad_s * sr))

@@ -241,6 +241,9 @@ class TrainerParamServer(_Base):
         return _result(stats, gnorm, [i for b in micro_batches for i in b.ids])
 
     def _finish(self) -> None:
+        if self.worker is not None and not getattr(self, "_said_bye", False):
+            self._said_bye = True
+            self.worker.bye()
         if self.trainer is not None:  # the server has spent the budget: end this worker's loop
             self.trainer.state.num_updates = max(self.trainer.state.num_updates, int(self.trainer.cfg.optim.max_update) - 1)
 

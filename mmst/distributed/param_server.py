@@ -5,6 +5,7 @@ each way per update; float32 tensors of fixed size, so the server can post a rec
 sender)::
 
     worker -> server   [type, version, n_samples, loss_sum, grad (P values)]   type: 0 PULL, 1 PUSH, 2 BYE
+                       (BYE after the stop reply: lets the server's receiver thread finish cleanly)
     server -> worker   [version, stop, params (P values)]
 
 * The server posts ``irecv`` WITHOUT a source (receive from any source; ``work._source_rank()`` names
@@ -276,7 +277,23 @@ class ParamServer:
         finally:
             self._done.set()
             self.elapsed_s = time.perf_counter() - self.t_start
+        self._collect_byes()
         return self.stats()
+
+    def _collect_byes(self, timeout_s: float = 5.0) -> None:
+        """After the loop: wait (bounded) for the BYE of every stopped live worker, so the receiver thread
+        finishes its last receive and exits before the process group is destroyed."""
+        need = self.alive & self.stopped
+        deadline = time.perf_counter() + min(timeout_s, self.worker_timeout_s)
+        while need and time.perf_counter() < deadline:
+            try:
+                src, buf = self._inbox.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if src is None:
+                return
+            if int(buf[0]) == BYE:
+                need.discard(src)
 
     def stats(self) -> dict[str, Any]:
         """Summary statistics (see :meth:`serve`)."""
@@ -331,6 +348,15 @@ class ParamWorker:
         load_flat_params_(self.model, reply[REPLY_HDR:])
         return int(reply[0]), bool(reply[1] > 0.5)
 
+    def bye(self) -> None:
+        """Tell the server this worker leaves (after its stop reply); errors are ignored."""
+        msg = torch.zeros(HDR + self.n_params)
+        msg[0] = float(BYE)
+        try:
+            dist.send(msg, dst=0)
+        except Exception:  # noqa: BLE001 - the server may already be gone
+            log.debug("param-server: BYE not delivered")
+
     def run(self, batches: Callable[[int], Sequence[Any]], loss_fn: LossFn,
             scale: float | Sequence[float] | Callable[[Sequence[Any]], float | Sequence[float]],
             max_steps: int | None = None, before_step: Callable[[int], None] | None = None) -> dict[str, Any]:
@@ -378,6 +404,8 @@ class ParamWorker:
                 self.steps += 1
                 samples += n_s
                 version, stop = self._exchange(PUSH, version, n_s, loss_sum, g)
+            if stop:
+                self.bye()
         finally:
             self._stop_hb.set()
         return {"steps": self.steps, "samples": samples, "elapsed_s": clock() - t0}

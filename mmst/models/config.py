@@ -53,6 +53,9 @@ class ModelConfig:
         encoder_attention: ``"chunk-causal"`` (default; a state attends to its own pre-decision
             chunk and all earlier chunks) or ``"offline"`` (bidirectional).
         pre_decision_ratio: R, encoder states per pre-decision chunk (R=7 => 280 ms).
+        encoder_left_chunks: chunk-causal only: a state attends at most this many chunks before its
+            own (limited left context, as in streaming Transformer/Emformer encoders; bounds the
+            per-chunk cost of long streams); 0 (default) = all earlier chunks.
         share_decoder_input_output_embed: tie decoder input embedding and output projection.
         pad_id, bos_id, eos_id: special ids (see CONTRACTS.md).
         strategy: unified only, ``"sync"`` or ``"async"`` (issue 8, see :mod:`mmst.models.unified`).
@@ -82,6 +85,7 @@ class ModelConfig:
     activation_dropout: float = 0.0
     encoder_attention: str = "chunk-causal"
     pre_decision_ratio: int = 7
+    encoder_left_chunks: int = 0
     share_decoder_input_output_embed: bool = True
     pad_id: int = 1
     bos_id: int = 0
@@ -149,6 +153,10 @@ class ModelConfig:
                 bad(key, "must be in [0, 1)")
         if self.encoder_attention not in ENCODER_ATTENTION_MODES:
             bad("encoder_attention", f"must be one of {ENCODER_ATTENTION_MODES}")
+        if int(self.encoder_left_chunks) < 0:
+            bad("encoder_left_chunks", "must be >= 0 (0 = unlimited left context)")
+        if self.encoder_left_chunks and self.encoder_attention != "chunk-causal":
+            bad("encoder_left_chunks", "needs encoder_attention='chunk-causal'")
         if self.strategy not in STRATEGIES:
             bad("strategy", f"must be one of {STRATEGIES}")
         if self.strategy == "async" and self.arch != "unified":

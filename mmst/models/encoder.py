@@ -171,11 +171,14 @@ class TransformerEncoderLayer(nn.Module):
         x: torch.Tensor,
         cache: tuple[torch.Tensor, torch.Tensor] | KVCache | None,
         attn_mask: torch.Tensor | None,
+        key_start: int = 0,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """New states ``x (B, n, D)`` attend cached keys/values ``(B, H, S_prev, dh)`` plus their own.
 
         ``cache``: a tuple (concatenated, O(S) copy) or a :class:`KVCache` (appended in place,
-        amortised O(n)). Returns the layer output ``(B, n, D)`` and all keys/values ``(B, H, S, dh)``.
+        amortised O(n)). ``key_start``: attend only keys ``>= key_start`` (limited left context;
+        ``attn_mask`` then covers keys ``[key_start, S)``). Returns the layer output ``(B, n, D)`` and
+        all keys/values ``(B, H, S, dh)``.
         """
         h = self.self_attn_layer_norm(x)
         k, v = self.self_attn.project_kv(h)
@@ -184,7 +187,8 @@ class TransformerEncoderLayer(nn.Module):
         elif cache is not None:
             k = torch.cat([cache[0], k], dim=2)
             v = torch.cat([cache[1], v], dim=2)
-        a = self.self_attn.attend(self.self_attn.project_q(h), k, v, attn_mask)
+        ka, va = (k, v) if key_start == 0 else (k[:, :, key_start:], v[:, :, key_start:])
+        a = self.self_attn.attend(self.self_attn.project_q(h), ka, va, attn_mask)
         x = x + F.dropout(a, self.dropout, self.training)
         return self._ffn(x), (k, v)
 
@@ -207,6 +211,7 @@ class SpeechEncoder(nn.Module):
         self.layer_norm = nn.LayerNorm(d)
         self.attention = cfg.encoder_attention
         self.ratio = cfg.pre_decision_ratio
+        self.left_chunks = int(getattr(cfg, "encoder_left_chunks", 0) or 0)
         self.d_model = d
 
     def embed(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -223,7 +228,7 @@ class SpeechEncoder(nn.Module):
         pad = lengths_to_padding_mask(n, s)
         mask = ~pad[:, None, None, :]
         if self.attention == "chunk-causal":
-            mask = mask & chunk_causal_mask(s, s, self.ratio, device=x.device)[None, None]
+            mask = mask & chunk_causal_mask(s, s, self.ratio, device=x.device, left_chunks=self.left_chunks)[None, None]
         for layer in self.layers:
             x = layer(x, mask)
         return EncoderOut(self.layer_norm(x), pad, n)
@@ -318,13 +323,16 @@ class EncoderStream:
         block = self._pending[:n_enc][None]
         self._pending = self._pending[n_enc:] if n_enc < n_pend else None
         off = self.num_states  # a multiple of R (only the final block may be partial)
-        if n_enc <= enc.ratio:  # one chunk: it sees all cached states and itself, no mask needed
+        # limited left context: keys before chunk (first new chunk - left_chunks) are never attended
+        key_start = max(0, (off // enc.ratio - enc.left_chunks) * enc.ratio) if enc.left_chunks else 0
+        if n_enc <= enc.ratio:  # one chunk: it sees all (visible) cached states and itself, no mask
             mask = None
         else:
-            mask = chunk_causal_mask(n_enc, off + n_enc, enc.ratio, query_offset=off, device=block.device)[None, None]
+            mask = chunk_causal_mask(n_enc, off + n_enc - key_start, enc.ratio, query_offset=off, device=block.device,
+                                     left_chunks=enc.left_chunks, key_offset=key_start)[None, None]
         h = block
         for layer, cache in zip(enc.layers, self._cache):
-            h, _ = layer.forward_incremental(h, cache, mask)
+            h, _ = layer.forward_incremental(h, cache, mask, key_start)
         h = enc.layer_norm(h)
         self._states.append(h)
         self.num_states += n_enc

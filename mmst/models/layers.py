@@ -144,6 +144,10 @@ class SeqBuffer:
 
     __slots__ = ("dim", "min_capacity", "_buf", "length")
 
+    #: benchmarking switch: True restores the old behaviour (``torch.cat`` of the whole history at
+    #: every append), to measure the gain in the same run (``bench/bench_streaming.py --kv-cat``).
+    use_cat = False
+
     def __init__(self, dim: int, min_capacity: int = 16) -> None:
         self.dim = dim
         self.min_capacity = min_capacity
@@ -165,7 +169,7 @@ class SeqBuffer:
         """Append ``x`` (same shape as the buffer except along ``dim``); returns :meth:`view`."""
         n = x.size(self.dim)
         need = self.length + n
-        if torch.is_grad_enabled() and x.requires_grad:
+        if SeqBuffer.use_cat or (torch.is_grad_enabled() and x.requires_grad):
             old = self.view()
             self._buf = x if old is None else torch.cat([old, x], dim=self.dim)
             self.length = need

@@ -29,17 +29,27 @@ def lengths_to_padding_mask(lengths: torch.Tensor, max_len: int | None = None) -
 
 
 def chunk_causal_mask(
-    n_query: int, n_key: int, ratio: int, query_offset: int = 0, device: torch.device | None = None
+    n_query: int,
+    n_key: int,
+    ratio: int,
+    query_offset: int = 0,
+    device: torch.device | None = None,
+    left_chunks: int = 0,
+    key_offset: int = 0,
 ) -> torch.Tensor:
     """Chunk-causal self-attention mask ``(n_query, n_key)``, ``True`` = may attend.
 
-    Query q has global state index ``query_offset + q``; key s has global index s. Allowed iff
-    ``s // ratio <= (query_offset + q) // ratio`` (own pre-decision chunk and all earlier ones).
-    ``query_offset`` serves incremental encoding (new states attend cached ones).
+    Query q has global state index ``query_offset + q``; key s has global index ``key_offset + s``.
+    Allowed iff ``s // ratio <= (query_offset + q) // ratio`` (own pre-decision chunk and all earlier
+    ones) and, when ``left_chunks > 0``, ``s // ratio >= q // ratio - left_chunks`` (limited left
+    context). ``query_offset``/``key_offset`` serve incremental encoding (new states attend cached ones).
     """
-    q = torch.arange(n_query, device=device) + query_offset
-    k = torch.arange(n_key, device=device)
-    return (k[None, :] // ratio) <= (q[:, None] // ratio)
+    q = (torch.arange(n_query, device=device) + query_offset)[:, None] // ratio
+    k = (torch.arange(n_key, device=device) + key_offset)[None, :] // ratio
+    m = k <= q
+    if left_chunks > 0:
+        m = m & (k >= q - left_chunks)
+    return m
 
 
 def causal_mask(n_query: int, n_key: int | None = None, device: torch.device | None = None) -> torch.Tensor:

@@ -190,6 +190,8 @@ class TrainConfig:
                               f"({self.optim.warmup_init_lr} > {self.optim.lr})")
         if self.model.vocab == "per_lang" and self.model.arch == "unified":
             raise ConfigError("model.vocab: 'per_lang' needs model.arch=separate (unified uses the joint vocab)")
+        if self.valid.best_metric == "bleu" and self.valid.bleu_subset == 0:
+            raise ConfigError("valid.best_metric: 'bleu' needs valid.bleu_subset > 0")
         check_model_overrides(self.model.overrides)
         if self.criterion.lang_weights is not None:
             for k, v in self.criterion.lang_weights.items():

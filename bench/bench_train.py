@@ -1,0 +1,282 @@
+#!/usr/bin/env python
+"""Training throughput, peak memory and model FLOPs utilisation (MFU) of mmst models (issue 9).
+
+For every (model size, thread count) it times full training updates (forward + backward + clip +
+AdamW step via :class:`mmst.training.strategy.SingleProcessStrategy`, the code path of ``mmst-train``)
+and reports:
+
+* ``frames_per_s``: valid (non-padding) fbank frames (10 ms each) per second of wall time;
+* ``tokens_per_s``: target tokens (all languages, EOS included) per second;
+* ``peak_rss_mb``: peak resident memory of the measuring process (MiB, ``ru_maxrss``; each
+  configuration runs in a fresh subprocess so the figure is its own), and on CUDA
+  ``torch.cuda.max_memory_allocated`` (MiB);
+* ``model_gflop_per_update``: forward + backward FLOPs of one update counted with
+  :class:`torch.utils.flop_counter.FlopCounterMode` (matmuls, convolutions and
+  scaled-dot-product attention; 1 multiply-add = 2 FLOPs; elementwise ops, layer norms, softmax
+  outside SDPA and the optimiser are not counted, as usual for MFU, Chowdhery et al. 2022, app. B);
+* ``peak_gflops``: the machine's measured peak matmul rate at the same dtype and thread count
+  (best of several ``torch.mm`` of ``--peak-n`` x ``--peak-n`` matrices: fp32 on CPU, bf16 on CUDA);
+* ``mfu`` = (model FLOPs per update / seconds per update) / peak matmul FLOP/s.
+
+Batches are synthetic with realistic shapes (no corpus needed): about ``--frames`` fbank frames per
+batch (default 20000 = 200 s of speech), utterances of ``--utt-frames`` frames (lengths spread
+80-100% to produce realistic padding), ``--langs`` target languages with ``--tokens-per-s`` target
+tokens per second of speech, joint vocab ``--vocab`` (1000), CTC on an English transcript.  With
+``--data DATA`` real batches of ``DATA/train.tsv`` are used instead (bucketed by ``--frames`` as
+max-tokens); the loader time is then reported as ``loader_wait_pct``.
+
+Example::
+
+    python bench/bench_train.py                          # xs and s, 1 and 2 threads, CPU
+    python bench/bench_train.py --quick                  # seconds: xs, 1 thread, small batch
+    python bench/bench_train.py --device cuda --sizes s  # on a GPU (bf16 autocast)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+LANGS8 = ["de", "es", "fr", "it", "nl", "pt", "ro", "ru"]
+
+
+def peak_matmul_gflops(threads: int, device: str, n: int = 2048, min_s: float = 0.5) -> float:
+    """Measured peak matmul rate (GFLOP/s): best of 3 timings of repeated ``n x n @ n x n`` products.
+
+    fp32 on CPU, bf16 on CUDA (the dtype of the training step's matmuls). 1 product = ``2 n^3`` FLOPs.
+    """
+    torch.set_num_threads(threads)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    c = torch.empty(n, n, device=device, dtype=dtype)
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    torch.mm(a, b, out=c)
+    sync()
+    t0 = time.perf_counter()
+    torch.mm(a, b, out=c)
+    sync()
+    one = max(time.perf_counter() - t0, 1e-6)
+    reps = max(1, int(min_s / 3 / one))
+    best = 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            torch.mm(a, b, out=c)
+        sync()
+        best = max(best, 2 * n**3 * reps / (time.perf_counter() - t0))
+    return best / 1e9
+
+
+def synthetic_batch(frames: int, utt_frames: int, langs: list[str], vocab: int, src_vocab: int,
+                    tokens_per_s: float, seed: int = 0):
+    """A collated :class:`mmst.data.batching.Batch` of ~``frames`` padded frames (B = frames // utt_frames
+    utterances, lengths 80-100% of ``utt_frames``), random CMVN-like features, ``tokens_per_s`` target
+    tokens per second of speech for each language and for the English CTC transcript."""
+    from mmst.data.batching import collate
+
+    g = torch.Generator().manual_seed(seed)
+    b = max(1, frames // utt_frames)
+    tags = {lang: 4 + j for j, lang in enumerate(langs)}
+    items = []
+    for i in range(b):
+        n = int(utt_frames * (0.8 + 0.2 * i / max(b - 1, 1)))
+        n_tok = max(1, int(round(n / 100 * tokens_per_s)))
+        items.append({"index": i, "id": f"u{i}", "fbank": torch.randn(n, 80, generator=g),
+                      "tokens": {lang: torch.randint(4 + len(langs), vocab, (n_tok,), generator=g).tolist()
+                                 for lang in langs},
+                      "src_tokens": torch.randint(4, src_vocab, (n_tok,), generator=g).tolist()})
+    return collate(items, langs, tags)
+
+
+def data_batches(data_dir: str, langs: list[str] | None, max_tokens: int, n: int):
+    """Up to ``n`` real batches of ``DATA/train.tsv`` (length-bucketed by ``max_tokens`` frames) and the
+    loader seconds spent producing them."""
+    from mmst.data.batching import make_batches
+    from mmst.data.dataset import MultiwayDataset
+
+    ds = MultiwayDataset(data_dir, "train", tgt_langs=langs)
+    lengths = [int(x) for x in ds.n_frames]
+    idx = make_batches(lengths, max_tokens, seed=1)[:n]
+    t0 = time.perf_counter()
+    out = [ds.collater([ds[i] for i in bi]) for bi in idx]
+    return out, time.perf_counter() - t0, list(ds.tgt_langs)
+
+
+def build(size: str, arch: str, langs: list[str], vocab: int, src_vocab: int, attention: str = "chunk-causal"):
+    """A freshly initialised model of ``size`` (seed 0)."""
+    from mmst.models import build_model, model_config_for_size
+
+    torch.manual_seed(0)
+    kw: dict[str, Any] = {"vocab_size": vocab, "src_vocab_size": src_vocab, "encoder_attention": attention}
+    if arch == "unified":
+        kw["lang_tag_ids"] = {lang: 4 + j for j, lang in enumerate(langs)}
+    return build_model(model_config_for_size(size, arch=arch, tgt_langs=langs, **kw))
+
+
+def count_update_flops(model, criterion, batch, waitk: int | None) -> float:
+    """Forward + backward FLOPs of one micro-batch (FlopCounterMode), in FLOPs."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from mmst.training.step import compute_loss
+
+    model.train()
+    with FlopCounterMode(display=False) as fc:
+        loss, _ = compute_loss(model, batch, criterion, waitk)
+        (loss / 1000).backward()
+    model.zero_grad(set_to_none=True)
+    return float(fc.get_total_flops())
+
+
+def run_one(args: argparse.Namespace, size: str, threads: int) -> dict[str, Any]:
+    """Measure one configuration in this process; returns a result dict."""
+    from mmst.losses import MultilingualCriterion
+    from mmst.training.optim import InverseSqrtSchedule, build_optimizer
+    from mmst.training.strategy import SingleProcessStrategy
+
+    torch.set_num_threads(threads)
+    device = args.device
+    langs = LANGS8[: args.langs]
+    loader_s = 0.0
+    if args.data:
+        batches, loader_s, langs = data_batches(args.data, None, args.frames, args.warmup + args.updates)
+    else:
+        batches = [synthetic_batch(args.frames, args.utt_frames, langs, args.vocab, args.src_vocab,
+                                   args.tokens_per_s, seed=i) for i in range(min(3, args.warmup + args.updates))]
+    model = build(size, args.arch, langs, args.vocab, args.src_vocab).to(device)
+    if args.compile:
+        model = torch.compile(model)
+    crit = MultilingualCriterion(ctc_weight=0.3)
+    opt = build_optimizer(model.parameters(), 1e-4, [0.9, 0.98])
+    sched = InverseSqrtSchedule(opt, 1e-4, 1000)
+    strat = SingleProcessStrategy()
+    batches = [b.to(device) for b in batches]
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    gpu_peak_gflops = peak_matmul_gflops(threads, device, args.peak_n)
+    flops = [count_update_flops(model, crit, b, args.waitk) for b in batches[:1]]
+    for i in range(args.warmup):
+        strat.run_update(model, crit, opt, sched, [batches[i % len(batches)]], [args.waitk], 10.0)
+    sync()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times, frames, tokens, padded = [], 0, 0, 0
+    n_flop = 0.0
+    for i in range(args.updates):
+        b = batches[(args.warmup + i) % len(batches)]
+        t0 = time.perf_counter()
+        strat.run_update(model, crit, opt, sched, [b], [args.waitk], 10.0)
+        sync()
+        times.append(time.perf_counter() - t0)
+        frames += b.n_frames
+        tokens += b.total_ntokens
+        padded += b.fbank.shape[0] * b.fbank.shape[1]
+        n_flop += flops[0] * b.n_frames / batches[0].n_frames if args.data else flops[0]
+    dt = sum(times)
+    res = {
+        "size": size, "arch": args.arch, "threads": threads, "device": device, "compile": args.compile,
+        "params": sum(p.numel() for p in model.parameters()), "langs": len(langs),
+        "batch_utts": batches[0].size, "batch_frames": batches[0].n_frames,
+        "batch_tokens": batches[0].total_ntokens, "updates": args.updates,
+        "s_per_update": dt / args.updates, "s_per_update_min": min(times), "s_per_update_max": max(times),
+        "frames_per_s": frames / dt, "tokens_per_s": tokens / dt, "padding_pct": 100 * (1 - frames / padded),
+        "model_gflop_per_update": flops[0] / 1e9, "achieved_gflops": n_flop / dt / 1e9,
+        "peak_gflops": gpu_peak_gflops, "mfu": n_flop / dt / 1e9 / gpu_peak_gflops,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    if args.data:
+        res["loader_wait_pct"] = 100 * loader_s / (loader_s + dt)
+    if device == "cuda":
+        res["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point: run each (size, threads) in a subprocess, print a table, write JSON."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", nargs="+", default=["xs", "s"], help="model sizes")
+    p.add_argument("--threads", nargs="+", type=int, default=[1, 2], help="torch CPU thread counts")
+    p.add_argument("--arch", default="unified", choices=["unified", "separate"], help="model architecture")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or auto (cuda when available)")
+    p.add_argument("--frames", type=int, default=20000, help="padded fbank frames per batch (10 ms each)")
+    p.add_argument("--utt-frames", type=int, default=500, help="longest utterance in frames (synthetic)")
+    p.add_argument("--langs", type=int, default=4, help="target languages (synthetic)")
+    p.add_argument("--vocab", type=int, default=1000, help="joint target vocabulary size")
+    p.add_argument("--src-vocab", type=int, default=500, help="source (CTC) vocabulary size")
+    p.add_argument("--tokens-per-s", type=float, default=4.0, help="target tokens per second of speech")
+    p.add_argument("--waitk", type=int, default=3, help="wait-k of the training mask (0 = offline)")
+    p.add_argument("--updates", type=int, default=3, help="timed updates per configuration")
+    p.add_argument("--warmup", type=int, default=1, help="untimed warm-up updates")
+    p.add_argument("--peak-n", type=int, default=2048, help="matrix size of the peak matmul measurement")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--data", default=None, help="DATA dir: use real batches of DATA/train.tsv")
+    p.add_argument("--quick", action="store_true", help="smoke test: xs, 1 thread, 2000 frames, 1 update")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "train.json"), help="JSON output")
+    p.add_argument("--worker", nargs=2, metavar=("SIZE", "THREADS"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.waitk == 0:
+        args.waitk = None
+    if args.quick:
+        args.sizes, args.threads, args.frames, args.utt_frames, args.updates, args.warmup = ["xs"], [1], 2000, 300, 1, 1
+        args.peak_n = 1024
+    if args.worker:
+        print("RESULT " + json.dumps(run_one(args, args.worker[0], int(args.worker[1]))))
+        return 0
+    base = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--quick"]
+    if args.quick:
+        base += ["--frames", str(args.frames), "--utt-frames", str(args.utt_frames), "--updates", "1",
+                 "--warmup", "1", "--peak-n", "1024"]
+    results = []
+    t_start = time.perf_counter()
+    for size in args.sizes:
+        for th in args.threads:
+            env = dict(os.environ, OMP_NUM_THREADS=str(th), MKL_NUM_THREADS=str(th))
+            cmd = [sys.executable, __file__, *base, "--worker", size, str(th)]
+            r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+            if r.returncode or not line:
+                print(f"error: {size}/{th} threads failed:\n{r.stderr[-2000:]}", file=sys.stderr)
+                return 1
+            res = json.loads(line[-1][7:])
+            results.append(res)
+            print(f"  {size} {th}t: {res['s_per_update']:.2f} s/update, MFU {100 * res['mfu']:.1f}%", flush=True)
+    meta = {"torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "device": args.device, "loadavg_1min": os.getloadavg()[0],
+            "frames_per_batch": args.frames, "utt_frames": args.utt_frames, "langs": args.langs,
+            "vocab": args.vocab, "waitk": args.waitk, "data": args.data, "runtime_s": time.perf_counter() - t_start}
+    print(f"bench_train: {args.arch}, {args.langs} langs, vocab {args.vocab}, ~{args.frames} frames/batch, "
+          f"device {args.device}, torch {torch.__version__}")
+    print("| size | params | threads | s/update | frames/s | tokens/s | GFLOP/update | GFLOP/s | peak GFLOP/s | MFU | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['size']} | {r['params'] / 1e6:.1f}M | {r['threads']} | {r['s_per_update']:.2f} | "
+              f"{r['frames_per_s']:.0f} | {r['tokens_per_s']:.0f} | {r['model_gflop_per_update']:.1f} | "
+              f"{r['achieved_gflops']:.1f} | {r['peak_gflops']:.1f} | {100 * r['mfu']:.1f}% | {r['peak_rss_mb']:.0f} |")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

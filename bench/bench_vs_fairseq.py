@@ -1,0 +1,330 @@
+#!/usr/bin/env python
+"""mmst vs fairseq ``s2t_transformer_s``: training throughput and dev loss, same data, same run (issue 9).
+
+Needs the optional extra ``[fairseq]`` (``fairseq-fixed==0.12.3.1``); without it the benchmark prints
+a message and exits 0 (``"skipped"`` in the JSON).
+
+Method:
+
+1. DATA: ``--data DATA`` (our data-pipeline output), or a synthetic feature-space corpus
+   (``tests/fixtures_data.build_feature_corpus``, 3 languages; English "speech" of word templates)
+   written under ``--work``.
+2. fairseq inputs are derived from DATA: every utterance's fbank is written as ``.npy`` (raw; CMVN
+   via fairseq's ``global_cmvn`` transform with our ``gcmvn.npz``), speech_to_text manifests
+   ``train_st.tsv`` / ``dev_st.tsv`` (id, audio, n_frames, tgt_text, speaker) for ONE target
+   language (``--lang``), the vocab txt of our joint SentencePiece model (same ids: bos 0, pad 1,
+   eos 2, unk 3, then pieces) and a ``config.yaml``.
+3. Models: fairseq ``s2t_transformer_s`` (d 256, 12/6 layers, 4 heads, FFN 2048, conv 1024,
+   tied decoder embeddings) and our ``s`` model (``separate`` arch, one language, same vocab, offline
+   encoder and ``waitk=None`` so that both train the same task); parameter counts are compared
+   (goal within 2%).
+4. Training: same ``--max-tokens`` (padded frames per batch), ``--updates`` updates, Adam(W) lr
+   ``--lr`` with inverse-sqrt warm-up, label smoothing 0.1, clip 10, no CTC, no dropout differences
+   (0.1 both), ``--threads`` CPU threads, one process each, in alternating order for ``--pairs``
+   pairs. Throughput = valid fbank frames / wall seconds over updates 2..U (update 1 excluded: lazy
+   init); fairseq's wall times come from its per-update JSON log (``--log-interval 1``), ours from
+   the same loop boundaries.
+5. Dev loss (label-smoothed CE per target token, nats; fairseq logs base 2 and is converted) after
+   the U updates of each run, and "at equal wall time": in the last pair ours is also run for
+   fairseq's training wall time (``--max-seconds``) and its dev loss reported.
+
+Results: ``bench/results/vs_fairseq.json`` and a table (ratio ours / fairseq: min, median, max).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fairseq_available() -> bool:
+    """True when ``fairseq`` imports (the optional extra is installed)."""
+    r = subprocess.run([sys.executable, "-c", "import fairseq, fairseq_cli.train"], capture_output=True,
+                       text=True, env=dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1"))
+    return r.returncode == 0
+
+
+def make_data(work: Path, n_train: int) -> Path:
+    """A synthetic DATA dir (feature-space corpus of the test fixtures) under ``work/data``."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from fixtures_data import build_feature_corpus
+
+    d = work / "data"
+    if not (d / "config.yaml").exists():
+        build_feature_corpus(d, langs=("de", "es", "fr"), n_train=n_train, n_dev=max(16, n_train // 10),
+                             frames_per_word=25)
+    return d
+
+
+def write_fairseq_inputs(data: Path, out: Path, lang: str) -> dict[str, Any]:
+    """fairseq speech_to_text inputs from our DATA dir (see module docstring); returns a summary."""
+    import numpy as np
+    import sentencepiece as spm
+    import yaml
+
+    from mmst.data.corpus import load_data_config
+    from mmst.data.manifest import read_manifest
+    from mmst.data.store import read_feature
+
+    cfg = load_data_config(data)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "npy").mkdir(exist_ok=True)
+    joint = data / cfg["vocab"]["joint"]
+    sp = spm.SentencePieceProcessor(model_file=str(joint))
+    with open(out / "spm_joint.txt", "w", encoding="utf-8") as fh:
+        for i in range(4, sp.get_piece_size()):
+            fh.write(f"{sp.id_to_piece(i)} 1\n")
+    counts = {}
+    for split in ("train", "dev"):
+        rows = read_manifest(data / f"{split}.tsv")
+        lines = ["id\taudio\tn_frames\ttgt_text\tspeaker"]
+        for r in rows:
+            text = r.get(f"tgt_text_{lang}", "").strip()
+            if not text:
+                continue
+            p = out / "npy" / f"{r['id']}.npy"
+            if not p.exists():
+                np.save(p, read_feature(data, r["audio"]))
+            lines.append(f"{r['id']}\t{p}\t{r['n_frames']}\t{text}\t{r.get('speaker', 'spk')}")
+        (out / f"{split}_st.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        counts[split] = len(lines) - 1
+    fcfg = {"input_feat_per_channel": 80, "vocab_filename": "spm_joint.txt",
+            "bpe_tokenizer": {"bpe": "sentencepiece", "sentencepiece_model": str(joint.resolve())},
+            "global_cmvn": {"stats_npz_path": str((data / cfg["gcmvn"]).resolve())},
+            "transforms": {"*": ["global_cmvn"]}}
+    with open(out / "config.yaml", "w", encoding="utf-8") as fh:
+        yaml.safe_dump(fcfg, fh)
+    return {"vocab": sp.get_piece_size(), "utterances": counts}
+
+
+def run_fairseq(fs_dir: Path, save: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Train fairseq s2t_transformer_s for ``args.updates`` updates; parse its JSON log."""
+    save.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "fairseq_cli.train", str(fs_dir), "--task", "speech_to_text",
+           "--config-yaml", "config.yaml", "--train-subset", "train_st", "--valid-subset", "dev_st",
+           "--arch", "s2t_transformer_s", "--share-decoder-input-output-embed",
+           "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+           "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(args.lr),
+           "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(args.warmup_updates), "--clip-norm", "10.0",
+           "--max-tokens", str(args.max_tokens), "--max-update", str(args.updates),
+           "--required-batch-size-multiple", "1", "--num-workers", "0", "--cpu", "--seed", "1",
+           "--log-format", "json", "--log-interval", "1", "--save-dir", str(save), "--no-save",
+           "--no-epoch-checkpoints", "--disable-validation" if args.no_valid else "--validate-interval", "1000",
+           "--max-tokens-valid", str(args.max_tokens), "--skip-invalid-size-inputs-valid-test"]
+    env = dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1", OMP_NUM_THREADS=str(args.threads),
+               MKL_NUM_THREADS=str(args.threads))
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    total = time.perf_counter() - t0
+    log = r.stdout + r.stderr
+    if r.returncode:
+        raise RuntimeError(f"fairseq-train failed:\n{log[-3000:]}")
+    walls, frames, valid_loss = [], [], None
+    for line in log.splitlines():
+        m = re.search(r"\| (\{.*\})\s*$", line)
+        if not m:
+            continue
+        try:
+            d = json.loads(m.group(1))
+        except json.JSONDecodeError:
+            continue
+        if "train_inner_wall" in d or ("wall" in d and "wps" in d and "num_updates" in d):
+            walls.append(float(d.get("wall", d.get("train_inner_wall"))))
+            frames.append(float(d.get("bsz", 0)))
+        if "valid_loss" in d:
+            valid_loss = float(d["valid_loss"]) * math.log(2)
+    nparams = re.search(r"num\. (?:shared )?model params: ([\d,]+)", log)
+    return {"walls": walls, "wall_total_s": total, "dev_loss": valid_loss,
+            "params": int(nparams.group(1).replace(",", "")) if nparams else None, "log_tail": log[-800:]}
+
+
+def run_ours(data: Path, args: argparse.Namespace, max_seconds: float | None = None) -> dict[str, Any]:
+    """Train our ``s`` model (one language, offline) in a subprocess; returns its JSON result."""
+    cmd = [sys.executable, __file__, "--worker-ours", str(data), "--lang", args.lang, "--max-tokens",
+           str(args.max_tokens), "--updates", str(args.updates), "--lr", str(args.lr), "--warmup-updates",
+           str(args.warmup_updates), "--threads", str(args.threads)]
+    if max_seconds is not None:
+        cmd += ["--max-seconds", str(max_seconds)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    if r.returncode or not line:
+        raise RuntimeError(f"our training failed:\n{r.stderr[-3000:]}")
+    return json.loads(line[-1][7:])
+
+
+def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
+    """Our training loop (same pieces as mmst-train: MultiwayDataset, length-bucketed batches by padded
+    frames, SingleProcessStrategy update, AdamW + inverse-sqrt); dev loss per token at the end."""
+    import torch
+
+    from mmst.data.batching import make_batches
+    from mmst.data.dataset import MultiwayDataset
+    from mmst.losses import MultilingualCriterion
+    from mmst.models import build_model, model_config_for_size
+    from mmst.training.optim import InverseSqrtSchedule, build_optimizer
+    from mmst.training.step import compute_loss
+    from mmst.training.strategy import SingleProcessStrategy
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(1)
+    data = Path(args.worker_ours)
+    t_start = time.perf_counter()
+    tr = MultiwayDataset(data, "train", tgt_langs=[args.lang], with_src=False, cache_features=True)
+    dv = MultiwayDataset(data, "dev", tgt_langs=[args.lang], with_src=False)
+    cfg = model_config_for_size("s", arch="separate", tgt_langs=[args.lang], vocab_size=len(tr.joint_vocab),
+                                encoder_attention="offline")
+    model = build_model(cfg)
+    crit = MultilingualCriterion(label_smoothing=0.1)
+    opt = build_optimizer(model.parameters(), args.lr, [0.9, 0.98])
+    sched = InverseSqrtSchedule(opt, args.lr, args.warmup_updates)
+    strat = SingleProcessStrategy()
+    walls, frames = [], []
+    epoch, n_up = 1, 0
+    t0 = time.perf_counter()
+    while n_up < args.updates or args.max_seconds:
+        for bi in make_batches(tr.n_frames, args.max_tokens, seed=1, epoch=epoch):
+            b = tr.collater([tr[i] for i in bi])
+            strat.run_update(model, crit, opt, sched, [b], [None], 10.0)
+            n_up += 1
+            walls.append(time.perf_counter() - t0)
+            frames.append(b.n_frames)
+            if args.max_seconds and walls[-1] >= args.max_seconds:
+                break
+            if not args.max_seconds and n_up >= args.updates:
+                break
+        if args.max_seconds and walls and walls[-1] >= args.max_seconds:
+            break
+        epoch += 1
+    model.eval()
+    tot, ntok = 0.0, 0
+    with torch.no_grad():
+        for bi in make_batches(dv.n_frames, args.max_tokens, shuffle=False):
+            loss, st = compute_loss(model, dv.collater([dv[i] for i in bi]), crit, None)
+            tot += float(loss)
+            ntok += int(st["ntokens"])
+    return {"walls": walls, "frames": frames, "updates": n_up, "dev_loss": tot / max(ntok, 1),
+            "params": model.num_parameters(), "wall_total_s": time.perf_counter() - t_start}
+
+
+def throughput(walls: list[float], frames: list[float]) -> float | None:
+    """Frames per second over updates 2..U (update 1 excluded)."""
+    if len(walls) < 3:
+        return None
+    return sum(frames[1:]) / (walls[-1] - walls[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default=None, help="our DATA dir (default: a synthetic corpus under --work)")
+    p.add_argument("--work", default="/tmp/mmst_vs_fairseq", help="scratch directory")
+    p.add_argument("--lang", default="de", help="target language (fairseq s2t is bilingual)")
+    p.add_argument("--n-train", type=int, default=600, help="utterances of the synthetic corpus")
+    p.add_argument("--max-tokens", type=int, default=4000, help="padded fbank frames per batch (both)")
+    p.add_argument("--updates", type=int, default=30, help="updates per run")
+    p.add_argument("--pairs", type=int, default=3, help="alternating (ours, fairseq) pairs")
+    p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
+    p.add_argument("--warmup-updates", type=int, default=10, help="LR warm-up updates")
+    p.add_argument("--threads", type=int, default=2, help="CPU threads of each run")
+    p.add_argument("--no-valid", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--quick", action="store_true", help="smoke test: 6 updates x 1 pair, small batches")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "vs_fairseq.json"), help="JSON output")
+    p.add_argument("--worker-ours", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--max-seconds", type=float, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker_ours:
+        print("RESULT " + json.dumps(worker_ours(args)))
+        return 0
+    if args.quick:
+        args.updates, args.pairs, args.max_tokens, args.n_train = 6, 1, 1500, 120
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not fairseq_available():
+        msg = ("bench_vs_fairseq: skipped: fairseq is not importable (install the optional extra: "
+               "pip install -e .[fairseq], see bench/NOTES.md)")
+        print(msg)
+        out.write_text(json.dumps({"skipped": msg}, indent=2) + "\n")
+        return 0
+    work = Path(args.work)
+    data = Path(args.data) if args.data else make_data(work, args.n_train)
+    fs_dir = work / f"fairseq_{args.lang}"
+    info = write_fairseq_inputs(data, fs_dir, args.lang)
+    pairs = []
+    t_start = time.perf_counter()
+    for i in range(args.pairs):
+        order = ("ours", "fairseq") if i % 2 == 0 else ("fairseq", "ours")
+        pr: dict[str, Any] = {"order": list(order)}
+        for who in order:
+            if who == "ours":
+                pr["ours"] = run_ours(data, args)
+            else:
+                pr["fairseq"] = run_fairseq(fs_dir, work / f"ckpt{i}", args)
+        o, f = pr["ours"], pr["fairseq"]
+        f_frames = None
+        if f["walls"]:
+            # fairseq's bsz is sentences; frames per update are taken from our identical batching budget
+            f_frames = [x for x in o["frames"][: len(f["walls"])]]
+        pr["ours_fps"] = throughput(o["walls"], o["frames"])
+        pr["fairseq_ups"] = (len(f["walls"]) - 1) / (f["walls"][-1] - f["walls"][0]) if len(f["walls"]) > 2 else None
+        pr["ours_ups"] = (len(o["walls"]) - 1) / (o["walls"][-1] - o["walls"][0]) if len(o["walls"]) > 2 else None
+        pr["fairseq_fps_est"] = throughput(f["walls"], f_frames) if f_frames else None
+        pr["ratio_updates_per_s"] = (pr["ours_ups"] / pr["fairseq_ups"]) if pr["ours_ups"] and pr["fairseq_ups"] else None
+        f.pop("log_tail", None)
+        pairs.append(pr)
+        print(f"pair {i + 1}: ours {pr['ours_ups']:.3f} upd/s, fairseq {pr['fairseq_ups']:.3f} upd/s, "
+              f"ratio {pr['ratio_updates_per_s']:.2f}; dev loss ours {o['dev_loss']:.3f}, fairseq {f['dev_loss']}",
+              flush=True)
+    # equal wall time: ours trained for fairseq's training wall of the last pair
+    f_last = pairs[-1]["fairseq"]
+    eq = run_ours(data, args, max_seconds=f_last["walls"][-1]) if f_last["walls"] else None
+    ratios = [pr["ratio_updates_per_s"] for pr in pairs if pr["ratio_updates_per_s"]]
+    res = {
+        "config": {k: getattr(args, k) for k in ("lang", "max_tokens", "updates", "pairs", "lr", "threads",
+                                                  "warmup_updates")} | {"data": str(data), **info,
+                                                                        "loadavg_1min": os.getloadavg()[0]},
+        "params": {"ours": pairs[0]["ours"]["params"], "fairseq": pairs[0]["fairseq"]["params"]},
+        "pairs": [{k: v for k, v in pr.items() if k not in ("ours", "fairseq")} | {
+            "ours_dev_loss": pr["ours"]["dev_loss"], "fairseq_dev_loss": pr["fairseq"]["dev_loss"],
+            "ours_train_wall_s": pr["ours"]["walls"][-1], "fairseq_train_wall_s": (pr["fairseq"]["walls"] or [None])[-1],
+        } for pr in pairs],
+        "ratio_min": min(ratios) if ratios else None, "ratio_median": statistics.median(ratios) if ratios else None,
+        "ratio_max": max(ratios) if ratios else None, "goal_ratio": ">= 1.5",
+        "equal_wall": None if eq is None else {
+            "seconds": f_last["walls"][-1], "fairseq_dev_loss": f_last["dev_loss"], "ours_dev_loss": eq["dev_loss"],
+            "ours_updates": eq["updates"], "fairseq_updates": len(f_last["walls"])},
+        "runtime_s": time.perf_counter() - t_start,
+    }
+    pa = res["params"]
+    if pa["ours"] and pa["fairseq"]:
+        res["params"]["rel_diff"] = pa["ours"] / pa["fairseq"] - 1
+    print(f"bench_vs_fairseq: s model, lang {args.lang}, max_tokens {args.max_tokens}, {args.updates} updates, "
+          f"{args.threads} threads, {args.pairs} pairs")
+    print("| measure | value |")
+    print("|---|---|")
+    print(f"| params ours / fairseq | {pa['ours']} / {pa['fairseq']} |")
+    if ratios:
+        print(f"| throughput ratio ours/fairseq (updates/s, same batches) min / median / max | "
+              f"{res['ratio_min']:.2f} / {res['ratio_median']:.2f} / {res['ratio_max']:.2f} (goal >= 1.5) |")
+    if eq:
+        e = res["equal_wall"]
+        print(f"| dev loss at equal wall ({e['seconds']:.0f} s): ours / fairseq | {e['ours_dev_loss']:.3f} "
+              f"({e['ours_updates']} upd) / {e['fairseq_dev_loss']} ({e['fairseq_updates']} upd) |")
+    out.write_text(json.dumps(res, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
