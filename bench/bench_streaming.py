@@ -68,15 +68,16 @@ def speechy(seconds: float, seed: int = 0, sr: int = 16000) -> np.ndarray:
     return (x + 0.02 * rng.standard_normal(n)).astype(np.float32)
 
 
-def build(size: str, arch: str, vocab: int, langs: list[str]):
-    """Untrained model of the named size with ``langs`` (eval mode)."""
+def build(size: str, arch: str, vocab: int, langs: list[str], left_chunks: int = 0):
+    """Untrained model of the named size with ``langs`` (eval mode); ``left_chunks``: encoder left
+    context in chunks (0 = unlimited)."""
     from mmst.models import build_model, model_config_for_size
 
     torch.manual_seed(0)
     kw: dict[str, Any] = {"vocab_size": vocab}
     if arch == "unified":
         kw["lang_tag_ids"] = {lang: 4 + i for i, lang in enumerate(langs)}
-    cfg = model_config_for_size(size, arch=arch, tgt_langs=langs, dropout=0.0, **kw)
+    cfg = model_config_for_size(size, arch=arch, tgt_langs=langs, dropout=0.0, encoder_left_chunks=left_chunks, **kw)
     return build_model(cfg).eval()
 
 
@@ -105,6 +106,23 @@ def run_stream(tr, audios, langs, seg_ms):
             inst[lang].append(make_instance(i, ls.units, ls.delays, ls.elapsed, " ".join(ls.units) or None, [],
                                             r.source_length_ms))
     return comp, aud, segs, inst
+
+
+def segment_costs(tr, audio: np.ndarray, seg_ms: float) -> tuple[list[float], list[float]]:
+    """Stream ``audio`` through ``tr`` in ``seg_ms`` segments; per segment (wall ms, thread-CPU ms).
+
+    Thread CPU time (``time.thread_time``) counts only this thread's work, so with one torch thread
+    it is far less sensitive to other jobs on a shared machine than wall time."""
+    tr.reset()
+    n = max(1, int(np.ceil(seg_ms / 1000 * 16000)))
+    starts = list(range(0, len(audio), n))
+    wall, cpu = [], []
+    for j, st in enumerate(starts):
+        w0, c0 = time.perf_counter(), time.thread_time()
+        tr.accept_audio(audio[st : st + n], finished=j == len(starts) - 1)
+        cpu.append((time.thread_time() - c0) * 1000)
+        wall.append((time.perf_counter() - w0) * 1000)
+    return wall, cpu
 
 
 def buckets(per_seg: list[float], seg_s: float, width_s: float) -> list[dict[str, float]]:
@@ -138,13 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--growth-reps", type=int, default=2, help="repetitions of each growing-stream run (median)")
     p.add_argument("--reencode-growth-seconds", type=float, default=20.0,
                    help="length of the growing-stream run with re-encoding (quadratic cost)")
+    p.add_argument("--left-chunks", type=int, default=36,
+                   help="also time a model with encoder left context limited to this many chunks (36 = 10 s; 0 = skip)")
     p.add_argument("--bucket-s", type=float, default=5.0, help="bucket width (s) of the growth table")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "streaming.json"), help="JSON output")
     p.add_argument("--quick", action="store_true", help="tiny settings (smoke test): xs model, short audio")
     args = p.parse_args(argv)
     if args.quick:
         args.size, args.utt_seconds, args.reencode_seconds, args.growth_seconds = "xs", "2", 4.0, 12.0
-        args.reencode_growth_seconds, args.growth_reps, args.rtf_reps = 6.0, 1, 1
+        args.reencode_growth_seconds, args.growth_reps, args.rtf_reps, args.left_chunks = 6.0, 1, 1, 8
     torch.set_num_threads(args.threads)
     from mmst.evaluation.scorer import score_instances
 
@@ -212,26 +232,36 @@ def main(argv: list[str] | None = None) -> int:
 
     seg_s = args.segment_ms / 1000
     grow_audio = [speechy(args.growth_seconds, 3)]
-    runs: dict[str, list[list[float]]] = {"incremental": [], "incremental_cat": []}
+    runs: dict[str, list[tuple[list[float], list[float]]]] = {"incremental": [], "incremental_cat": []}
+    models = {"incremental": model8, "incremental_cat": model8}
+    if args.left_chunks:
+        runs["incremental_left"] = []
+        models["incremental_left"] = build(args.size, args.arch, args.vocab_size, LANGS8, args.left_chunks)
     for _rep in range(args.growth_reps):
-        for name in ("incremental", "incremental_cat"):
+        for name in runs:
             SeqBuffer.use_cat = name.endswith("_cat")
             try:
-                runs[name].append(run_stream(translator(model8, langs4, args.waitk, a, "incremental"), grow_audio,
-                                             langs4, args.segment_ms)[2])
+                runs[name].append(segment_costs(translator(models[name], langs4, args.waitk, a, "incremental"),
+                                                grow_audio[0], args.segment_ms))
             finally:
                 SeqBuffer.use_cat = False
-    ree_grow = run_stream(translator(model8, langs4, args.waitk, a, "reencode"),
-                          [speechy(args.reencode_growth_seconds, 3)], langs4, args.segment_ms)[2]
-    growth: dict[str, Any] = {"seconds": args.growth_seconds, "bucket_s": args.bucket_s, "reps": args.growth_reps}
-    for name, segs_list in [*runs.items(), ("reencode", [ree_grow])]:
-        # per segment: median over the repetitions (robust to load spikes of the shared machine)
-        per_seg = [statistics.median(v) for v in zip(*segs_list)]
-        bk = buckets(per_seg, seg_s, args.bucket_s)
-        from5 = [b["ms_per_segment"] for b in bk if b["from_s"] >= 5.0]
-        growth[name] = {"buckets": bk,
-                        "max_over_min_from_5s": max(from5) / min(from5) if from5 else None,
-                        "last_over_5_10s": from5[-1] / from5[0] if from5 else None}
+    runs["reencode"] = [segment_costs(translator(model8, langs4, args.waitk, a, "reencode"),
+                                      speechy(args.reencode_growth_seconds, 3), args.segment_ms)]
+    growth: dict[str, Any] = {"seconds": args.growth_seconds, "bucket_s": args.bucket_s, "reps": args.growth_reps,
+                              "note": "ms per segment: per-segment median over reps; 'cpu' = thread CPU time"}
+    for name, reps in runs.items():
+        entry: dict[str, Any] = {}
+        for kind, idx in (("wall", 0), ("cpu", 1)):
+            per_seg = [statistics.median(v) for v in zip(*(r[idx] for r in reps))]
+            bk = buckets(per_seg, seg_s, args.bucket_s)
+            from5 = [b["ms_per_segment"] for b in bk if b["from_s"] >= 5.0]
+            entry[kind] = {"buckets": bk, "max_over_min_from_5s": max(from5) / min(from5) if from5 else None,
+                           "last_over_5_10s": from5[-1] / from5[0] if from5 else None}
+        entry["buckets"] = entry["cpu"]["buckets"]
+        entry["max_over_min_from_5s"] = entry["cpu"]["max_over_min_from_5s"]
+        entry["last_over_5_10s"] = entry["cpu"]["last_over_5_10s"]
+        growth[name] = entry
+    growth["left_chunks"] = args.left_chunks
     growth["goal"] = "incremental max/min over 5 s buckets from 5 s to the end <= 1.2"
     # re-encoding: cost of ONE re-encode of a prefix of L seconds (what a segment costs at L s)
     fe_ms = {}
@@ -266,13 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| re-encode / incremental at {r['seconds']:.0f} s | {r['speedup']:.1f}x ({r['reencode_s']:.2f}s vs "
           f"{r['incremental_s']:.2f}s; goal >= 3x) |")
     print(f"| RTF 8 langs / 1 lang (goal <= 3) | {res['joint8_over_joint1_rtf']:.2f} |")
-    for name in ("incremental", "incremental_cat", "reencode"):
-        gr = growth[name]
-        g = " ".join(f"{b['from_s']:.0f}-{b['to_s']:.0f}s:{b['ms_per_segment']:.1f}" for b in gr["buckets"])
-        print(f"| ms/segment as stream grows ({name}, 4 langs) | {g} |")
-        if gr["max_over_min_from_5s"] is not None:
-            print(f"| {name}: max/min of buckets from 5 s (goal <= 1.2 for incremental) | "
-                  f"{gr['max_over_min_from_5s']:.2f} (last/5-10 s {gr['last_over_5_10s']:.2f}) |")
+    for name in runs:
+        for kind in ("cpu", "wall"):
+            gr = growth[name][kind]
+            g = " ".join(f"{b['from_s']:.0f}-{b['to_s']:.0f}s:{b['ms_per_segment']:.1f}" for b in gr["buckets"])
+            print(f"| {kind} ms/segment as stream grows ({name}, 4 langs) | {g} |")
+            if gr["max_over_min_from_5s"] is not None:
+                print(f"| {name} {kind}: max/min of buckets from 5 s (goal <= 1.2 for incremental) | "
+                      f"{gr['max_over_min_from_5s']:.2f} (last/5-10 s {gr['last_over_5_10s']:.2f}) |")
     pe = " ".join(f"{k}s:{v:.0f}" for k, v in growth["reencode_prefix_encode_ms"].items())
     print(f"| one re-encode of an L s prefix (ms) | {pe} |")
     print(f"| runtime | {res['runtime_s']:.0f} s |")

@@ -190,6 +190,16 @@ def run_one(args: argparse.Namespace, size: str, threads: int) -> dict[str, Any]
         padded += b.fbank.shape[0] * b.fbank.shape[1]
         n_flop += flops[0] * b.n_frames / batches[0].n_frames if args.data else flops[0]
     dt = sum(times)
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+        with profile(activities=acts, record_shapes=False) as prof:
+            strat.run_update(model, crit, opt, sched, [batches[0]], [args.waitk], 10.0)
+            sync()
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+        Path(args.profile).write_text(table + "\n")
+        print(table, file=sys.stderr)
     res = {
         "size": size, "arch": args.arch, "threads": threads, "device": device, "compile": args.compile,
         "params": sum(p.numel() for p in model.parameters()), "langs": len(langs),
@@ -227,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peak-n", type=int, default=2048, help="matrix size of the peak matmul measurement")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--data", default=None, help="DATA dir: use real batches of DATA/train.tsv")
+    p.add_argument("--profile", default=None, help="write a torch.profiler table of one update to this file")
     p.add_argument("--quick", action="store_true", help="smoke test: xs, 1 thread, 2000 frames, 1 update")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "train.json"), help="JSON output")
     p.add_argument("--worker", nargs=2, metavar=("SIZE", "THREADS"), help=argparse.SUPPRESS)

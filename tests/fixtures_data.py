@@ -179,10 +179,11 @@ def prep_multiway(raw: str | Path, out: str | Path, splits: str = "train,dev", t
     return Path(out)
 
 
-def build_grammar_corpus(root: str | Path, n_utts: int = 40, timeout_s: float = 300) -> Path | None:
+def build_grammar_corpus(root: str | Path, langs: str = "de,es,fr,ja", n_train: int = 40, n_dev: int = 10,
+                         n_test: int = 10, seed: int = 1, timeout_s: float = 600) -> Path | None:
     """Real synthetic pipeline: ``synthesize_corpus.py --grammar --difficulty easy`` then
-    ``prep_multiway.py``. Returns None when the scripts are missing or fail (flags may need updating
-    to the synth helper's CLI)."""
+    ``prep_multiway.py`` (splits train, dev, tst-COMMON). Returns the DATA dir, or None when the scripts
+    are missing or fail."""
     synth = REPO / "data_prep" / "synthesize_corpus.py"
     if not (synth.is_file() and (REPO / "data_prep" / "prep_multiway.py").is_file()):
         return None
@@ -190,9 +191,10 @@ def build_grammar_corpus(root: str | Path, n_utts: int = 40, timeout_s: float = 
     raw = root / "raw"
     try:
         subprocess.run([sys.executable, str(synth), "--grammar", "--difficulty", "easy", "--out", str(raw),
-                        "--num-utterances", str(n_utts)], check=True, timeout=timeout_s, capture_output=True,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
-        return prep_multiway(raw, root / "data", timeout_s=timeout_s)
+                        "--tgt-langs", langs, "--num-train", str(n_train), "--num-dev", str(n_dev),
+                        "--num-test", str(n_test), "--seed", str(seed), "--jobs", "1"],
+                       check=True, timeout=timeout_s, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        return prep_multiway(raw, root / "data", splits="train,dev,tst-COMMON", timeout_s=timeout_s)
     except (subprocess.SubprocessError, OSError):
         return None
 
@@ -224,3 +226,20 @@ def tiny_grammar_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if d is None:
         pytest.skip("data_prep/synthesize_corpus.py --grammar not available")
     return d
+
+
+@pytest.fixture(scope="session")
+def tiny_acceptance_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The easy grammar corpus (de, es, fr, ja; 40 train utterances) when the synth pipeline is available,
+    else the espeak lexicon corpus of :func:`build_espeak_raw_corpus` (de, es); skips without espeak-ng."""
+    d = build_grammar_corpus(tmp_path_factory.mktemp("tiny_acceptance_grammar"))
+    if d is not None:
+        return d
+    root = tmp_path_factory.mktemp("tiny_acceptance_espeak")
+    if not (REPO / "data_prep" / "prep_multiway.py").is_file():
+        pytest.skip("data_prep/prep_multiway.py not available")
+    try:
+        raw = build_espeak_raw_corpus(root / "raw")
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    return prep_multiway(raw, root / "data")

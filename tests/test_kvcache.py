@@ -72,8 +72,9 @@ def test_left_context_streaming_equals_full_forward(seg):
     fb = torch.randn(1, t, 80)
     with torch.no_grad():
         full = m.encode(fb, torch.tensor([t])).states[0]
-        unlimited = build_model(model_config_for_size(
-            "xs", **{**cfg.to_dict(), "encoder_left_chunks": 0, "size": "xs"})).eval()
+        from mmst.models import ModelConfig
+
+        unlimited = build_model(ModelConfig.from_dict({**cfg.to_dict(), "encoder_left_chunks": 0})).eval()
         unlimited.load_state_dict(m.state_dict())
         assert not torch.allclose(unlimited.encode(fb, torch.tensor([t])).states[0], full)
         stream = m.encoder.stream()

@@ -180,3 +180,11 @@ def test_text_dir_flores():
         pytest.skip(f"{d} not present")
     rows = read_multiway_text(d, "eng", {"deu": "de", "jpn": "ja"})
     assert len(rows) == 1007 and all(r["en"] and r["ja"] for r in rows)
+
+
+def test_missing_espeak_message(monkeypatch):
+    from mmst.data.synthetic import tts
+
+    monkeypatch.setattr(tts.shutil, "which", lambda name: None)
+    with pytest.raises(tts.EspeakNotFoundError, match="Debian package `espeak-ng`"):
+        tts.synthesize("hello", speaker_pool("train")[0])

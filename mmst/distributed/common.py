@@ -30,7 +30,8 @@ class StepStats:
     Attributes:
         step_time_s: from the start of the step to the end of the gradient all-reduce.
         compute_s: this rank's busy time (forward + injected delay + backward of computed micro-batches,
-            plus the time lost on a dropped one) before it joined the all-reduce.
+            plus the time lost on a dropped one) before it joined the all-reduce. DDP overlaps its
+            all-reduce with the last backward, so there ``compute_s`` = ``step_time_s``.
         comm_s: time spent in (waiting for) the all-reduce on this rank.
         n_micro: nominal micro-batches per rank (M). n_computed: micro-batches whose gradient this rank
             contributed. global_computed / global_total: the same summed over ranks (DropCompute gets

@@ -117,6 +117,7 @@ class ParamServer:
         self.pending: set[int] = set()
         self.lost: list[int] = []
         self.lost_at: dict[int, int] = {}
+        self._byes: set[int] = set()
         self.staleness: list[int] = []
         self.samples = 0.0
         self.loss_sum = 0.0
@@ -261,7 +262,10 @@ class ParamServer:
                         continue
                     typ = int(buf[0])
                     if typ == BYE:
-                        self._declare_dead(src, "worker said goodbye")
+                        if src in self.stopped:
+                            self._byes.add(src)  # normal goodbye after its stop reply
+                        else:
+                            self._declare_dead(src, "worker left early (BYE)")
                         continue
                     if typ == PUSH and self.version < self.total_updates:
                         self._apply(src, buf)
@@ -283,7 +287,7 @@ class ParamServer:
     def _collect_byes(self, timeout_s: float = 5.0) -> None:
         """After the loop: wait (bounded) for the BYE of every stopped live worker, so the receiver thread
         finishes its last receive and exits before the process group is destroyed."""
-        need = self.alive & self.stopped
+        need = (self.alive & self.stopped) - self._byes
         deadline = time.perf_counter() + min(timeout_s, self.worker_timeout_s)
         while need and time.perf_counter() < deadline:
             try:
