@@ -108,21 +108,34 @@ def run_stream(tr, audios, langs, seg_ms):
     return comp, aud, segs, inst
 
 
-def segment_costs(tr, audio: np.ndarray, seg_ms: float) -> tuple[list[float], list[float]]:
-    """Stream ``audio`` through ``tr`` in ``seg_ms`` segments; per segment (wall ms, thread-CPU ms).
+def segment_costs(trs: dict[str, Any], audio: np.ndarray, seg_ms: float,
+                  use_cat: tuple[str, ...] = ()) -> dict[str, tuple[list[float], list[float]]]:
+    """Stream ``audio`` in ``seg_ms`` segments through every translator of ``trs`` INTERLEAVED segment
+    by segment (so load spikes of a shared machine hit all of them alike); per translator and
+    segment (wall ms, thread-CPU ms). Translators named in ``use_cat`` run with the old
+    ``torch.cat`` caches (``SeqBuffer.use_cat``).
 
     Thread CPU time (``time.thread_time``) counts only this thread's work, so with one torch thread
-    it is far less sensitive to other jobs on a shared machine than wall time."""
-    tr.reset()
+    it is less sensitive to other jobs than wall time."""
+    from mmst.models.layers import SeqBuffer
+
     n = max(1, int(np.ceil(seg_ms / 1000 * 16000)))
     starts = list(range(0, len(audio), n))
-    wall, cpu = [], []
+    out: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in trs}
+    for tr in trs.values():
+        tr.reset()
     for j, st in enumerate(starts):
-        w0, c0 = time.perf_counter(), time.thread_time()
-        tr.accept_audio(audio[st : st + n], finished=j == len(starts) - 1)
-        cpu.append((time.thread_time() - c0) * 1000)
-        wall.append((time.perf_counter() - w0) * 1000)
-    return wall, cpu
+        for name, tr in trs.items():
+            SeqBuffer.use_cat = name in use_cat
+            try:
+                w0, c0 = time.perf_counter(), time.thread_time()
+                tr.accept_audio(audio[st : st + n], finished=j == len(starts) - 1)
+                c1, w1 = time.thread_time(), time.perf_counter()
+            finally:
+                SeqBuffer.use_cat = False
+            out[name][0].append((w1 - w0) * 1000)
+            out[name][1].append((c1 - c0) * 1000)
+    return out
 
 
 def buckets(per_seg: list[float], seg_s: float, width_s: float) -> list[dict[str, float]]:
@@ -228,31 +241,26 @@ def main(argv: list[str] | None = None) -> int:
     # 5: per-segment cost as the stream grows (4 languages joint), 5 s buckets:
     #    chunk-causal incremental with the preallocated KV buffers (current code), the same with the
     #    old torch.cat caches (SeqBuffer.use_cat, same run, alternating) and re-encoding.
-    from mmst.models.layers import SeqBuffer
-
     seg_s = args.segment_ms / 1000
     grow_audio = [speechy(args.growth_seconds, 3)]
-    runs: dict[str, list[tuple[list[float], list[float]]]] = {"incremental": [], "incremental_cat": []}
-    models = {"incremental": model8, "incremental_cat": model8}
+    trs = {"incremental": translator(model8, langs4, args.waitk, a, "incremental"),
+           "incremental_cat": translator(model8, langs4, args.waitk, a, "incremental")}
     if args.left_chunks:
-        runs["incremental_left"] = []
-        models["incremental_left"] = build(args.size, args.arch, args.vocab_size, LANGS8, args.left_chunks)
+        model_left = build(args.size, args.arch, args.vocab_size, LANGS8, args.left_chunks)
+        trs["incremental_left"] = translator(model_left, langs4, args.waitk, a, "incremental")
+    runs: dict[str, list[tuple[list[float], list[float]]]] = {name: [] for name in trs}
     for _rep in range(args.growth_reps):
-        for name in runs:
-            SeqBuffer.use_cat = name.endswith("_cat")
-            try:
-                runs[name].append(segment_costs(translator(models[name], langs4, args.waitk, a, "incremental"),
-                                                grow_audio[0], args.segment_ms))
-            finally:
-                SeqBuffer.use_cat = False
-    runs["reencode"] = [segment_costs(translator(model8, langs4, args.waitk, a, "reencode"),
-                                      speechy(args.reencode_growth_seconds, 3), args.segment_ms)]
+        for name, r in segment_costs(trs, grow_audio[0], args.segment_ms, use_cat=("incremental_cat",)).items():
+            runs[name].append(r)
+    runs["reencode"] = [segment_costs({"reencode": translator(model8, langs4, args.waitk, a, "reencode")},
+                                      speechy(args.reencode_growth_seconds, 3), args.segment_ms)["reencode"]]
     growth: dict[str, Any] = {"seconds": args.growth_seconds, "bucket_s": args.bucket_s, "reps": args.growth_reps,
-                              "note": "ms per segment: per-segment median over reps; 'cpu' = thread CPU time"}
+                              "note": "ms per segment: per-segment minimum over reps (runs interleaved segment by segment); "
+                                      "'cpu' = thread CPU time"}
     for name, reps in runs.items():
         entry: dict[str, Any] = {}
         for kind, idx in (("wall", 0), ("cpu", 1)):
-            per_seg = [statistics.median(v) for v in zip(*(r[idx] for r in reps))]
+            per_seg = [min(v) for v in zip(*(r[idx] for r in reps))]
             bk = buckets(per_seg, seg_s, args.bucket_s)
             from5 = [b["ms_per_segment"] for b in bk if b["from_s"] >= 5.0]
             entry[kind] = {"buckets": bk, "max_over_min_from_5s": max(from5) / min(from5) if from5 else None,

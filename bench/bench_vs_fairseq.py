@@ -109,44 +109,70 @@ def write_fairseq_inputs(data: Path, out: Path, lang: str) -> dict[str, Any]:
 
 
 def run_fairseq(fs_dir: Path, save: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Train fairseq s2t_transformer_s for ``args.updates`` updates; parse its JSON log."""
+    """Train fairseq s2t_transformer_s for ``args.updates`` updates in a subprocess
+    (:func:`worker_fairseq` runs ``fairseq_cli.train`` with timing hooks); returns its JSON result."""
     save.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "fairseq_cli.train", str(fs_dir), "--task", "speech_to_text",
-           "--config-yaml", "config.yaml", "--train-subset", "train_st", "--valid-subset", "dev_st",
-           "--arch", "s2t_transformer_s", "--share-decoder-input-output-embed",
-           "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-           "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(args.lr),
-           "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(args.warmup_updates), "--clip-norm", "10.0",
-           "--max-tokens", str(args.max_tokens), "--max-update", str(args.updates),
-           "--required-batch-size-multiple", "1", "--num-workers", "0", "--cpu", "--seed", "1",
-           "--log-format", "json", "--log-interval", "1", "--save-dir", str(save), "--no-save",
-           "--no-epoch-checkpoints", "--disable-validation" if args.no_valid else "--validate-interval", "1000",
-           "--max-tokens-valid", str(args.max_tokens), "--skip-invalid-size-inputs-valid-test"]
+    fs_args = [str(fs_dir), "--task", "speech_to_text",
+               "--config-yaml", "config.yaml", "--train-subset", "train_st", "--valid-subset", "dev_st",
+               "--arch", "s2t_transformer_s", "--share-decoder-input-output-embed",
+               "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+               "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(args.lr),
+               "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(args.warmup_updates), "--clip-norm", "10.0",
+               "--max-tokens", str(args.max_tokens), "--max-update", str(args.updates),
+               "--required-batch-size-multiple", "1", "--num-workers", "0", "--cpu", "--seed", "1",
+               "--log-format", "json", "--log-interval", "1", "--save-dir", str(save), "--no-save",
+               "--max-tokens-valid", str(args.max_tokens)]
+    out_json = save / "timing.json"
+    cmd = [sys.executable, __file__, "--worker-fairseq", str(out_json), "--threads", str(args.threads), "--", *fs_args]
     env = dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1", OMP_NUM_THREADS=str(args.threads),
                MKL_NUM_THREADS=str(args.threads))
-    t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    total = time.perf_counter() - t0
     log = r.stdout + r.stderr
-    if r.returncode:
+    if r.returncode or not out_json.exists():
         raise RuntimeError(f"fairseq-train failed:\n{log[-3000:]}")
-    walls, frames, valid_loss = [], [], None
-    for line in log.splitlines():
-        m = re.search(r"\| (\{.*\})\s*$", line)
-        if not m:
-            continue
-        try:
-            d = json.loads(m.group(1))
-        except json.JSONDecodeError:
-            continue
-        if "train_inner_wall" in d or ("wall" in d and "wps" in d and "num_updates" in d):
-            walls.append(float(d.get("wall", d.get("train_inner_wall"))))
-            frames.append(float(d.get("bsz", 0)))
-        if "valid_loss" in d:
-            valid_loss = float(d["valid_loss"]) * math.log(2)
+    res = json.loads(out_json.read_text())
     nparams = re.search(r"num\. (?:shared )?model params: ([\d,]+)", log)
-    return {"walls": walls, "wall_total_s": total, "dev_loss": valid_loss,
-            "params": int(nparams.group(1).replace(",", "")) if nparams else None, "log_tail": log[-800:]}
+    res["params"] = int(nparams.group(1).replace(",", "")) if nparams else None
+    return res
+
+
+def worker_fairseq(out_json: str, threads: int, fs_args: list[str]) -> None:
+    """Run ``fairseq_cli.train`` in this process, recording the wall time after every
+    ``Trainer.train_step`` (perf_counter, s since the first update started), the source frames and
+    target tokens of each update, and the dev loss of the final validation (converted to nats)."""
+    import torch
+    from fairseq import trainer as fs_trainer
+    from fairseq_cli import train as fs_train
+
+    torch.set_num_threads(threads)
+    rec: dict[str, Any] = {"walls": [], "frames": [], "tokens": [], "dev_loss": None}
+    t0: list[float] = []
+    orig_step = fs_trainer.Trainer.train_step
+
+    def train_step(self, samples, raise_oom=False):
+        if not t0:
+            t0.append(time.perf_counter())
+        for smp in samples:
+            if smp:
+                rec["frames"].append(int(smp["net_input"]["src_lengths"].sum()))
+                rec["tokens"].append(int(smp["ntokens"]))
+        out = orig_step(self, samples, raise_oom)
+        rec["walls"].append(time.perf_counter() - t0[0])
+        return out
+
+    fs_trainer.Trainer.train_step = train_step
+    orig_validate = fs_train.validate
+
+    def validate(*a, **kw):
+        losses = orig_validate(*a, **kw)
+        if losses and losses[0] is not None:
+            rec["dev_loss"] = float(losses[0]) * math.log(2)  # fairseq logs base 2
+        return losses
+
+    fs_train.validate = validate
+    sys.argv = ["fairseq-train", *fs_args]
+    fs_train.cli_main()
+    Path(out_json).write_text(json.dumps(rec))
 
 
 def run_ours(data: Path, args: argparse.Namespace, max_seconds: float | None = None) -> dict[str, Any]:
@@ -190,7 +216,7 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
     opt = build_optimizer(model.parameters(), args.lr, [0.9, 0.98])
     sched = InverseSqrtSchedule(opt, args.lr, args.warmup_updates)
     strat = SingleProcessStrategy()
-    walls, frames = [], []
+    walls, frames, tokens = [], [], []
     epoch, n_up = 1, 0
     t0 = time.perf_counter()
     while n_up < args.updates or args.max_seconds:
@@ -200,6 +226,7 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
             n_up += 1
             walls.append(time.perf_counter() - t0)
             frames.append(b.n_frames)
+            tokens.append(b.total_ntokens)
             if args.max_seconds and walls[-1] >= args.max_seconds:
                 break
             if not args.max_seconds and n_up >= args.updates:
@@ -214,7 +241,7 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
             loss, st = compute_loss(model, dv.collater([dv[i] for i in bi]), crit, None)
             tot += float(loss)
             ntok += int(st["ntokens"])
-    return {"walls": walls, "frames": frames, "updates": n_up, "dev_loss": tot / max(ntok, 1),
+    return {"walls": walls, "frames": frames, "tokens": tokens, "updates": n_up, "dev_loss": tot / max(ntok, 1),
             "params": model.num_parameters(), "wall_total_s": time.perf_counter() - t_start}
 
 
@@ -238,14 +265,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
     p.add_argument("--warmup-updates", type=int, default=10, help="LR warm-up updates")
     p.add_argument("--threads", type=int, default=2, help="CPU threads of each run")
-    p.add_argument("--no-valid", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="smoke test: 6 updates x 1 pair, small batches")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "vs_fairseq.json"), help="JSON output")
     p.add_argument("--worker-ours", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker-fairseq", default=None, help=argparse.SUPPRESS)
+    p.add_argument("fairseq_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.add_argument("--max-seconds", type=float, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker_ours:
         print("RESULT " + json.dumps(worker_ours(args)))
+        return 0
+    if args.worker_fairseq:
+        fa = args.fairseq_args[1:] if args.fairseq_args[:1] == ["--"] else args.fairseq_args
+        worker_fairseq(args.worker_fairseq, args.threads, fa)
         return 0
     if args.quick:
         args.updates, args.pairs, args.max_tokens, args.n_train = 6, 1, 1500, 120
@@ -272,24 +304,20 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 pr["fairseq"] = run_fairseq(fs_dir, work / f"ckpt{i}", args)
         o, f = pr["ours"], pr["fairseq"]
-        f_frames = None
-        if f["walls"]:
-            # fairseq's bsz is sentences; frames per update are taken from our identical batching budget
-            f_frames = [x for x in o["frames"][: len(f["walls"])]]
-        pr["ours_fps"] = throughput(o["walls"], o["frames"])
-        pr["fairseq_ups"] = (len(f["walls"]) - 1) / (f["walls"][-1] - f["walls"][0]) if len(f["walls"]) > 2 else None
-        pr["ours_ups"] = (len(o["walls"]) - 1) / (o["walls"][-1] - o["walls"][0]) if len(o["walls"]) > 2 else None
-        pr["fairseq_fps_est"] = throughput(f["walls"], f_frames) if f_frames else None
-        pr["ratio_updates_per_s"] = (pr["ours_ups"] / pr["fairseq_ups"]) if pr["ours_ups"] and pr["fairseq_ups"] else None
-        f.pop("log_tail", None)
+        pr["ours_frames_per_s"] = throughput(o["walls"], o["frames"])
+        pr["fairseq_frames_per_s"] = throughput(f["walls"], f["frames"])
+        pr["ours_tokens_per_s"] = throughput(o["walls"], o["tokens"])
+        pr["fairseq_tokens_per_s"] = throughput(f["walls"], f["tokens"])
+        ok = pr["ours_frames_per_s"] and pr["fairseq_frames_per_s"]
+        pr["ratio_frames_per_s"] = pr["ours_frames_per_s"] / pr["fairseq_frames_per_s"] if ok else None
         pairs.append(pr)
-        print(f"pair {i + 1}: ours {pr['ours_ups']:.3f} upd/s, fairseq {pr['fairseq_ups']:.3f} upd/s, "
-              f"ratio {pr['ratio_updates_per_s']:.2f}; dev loss ours {o['dev_loss']:.3f}, fairseq {f['dev_loss']}",
-              flush=True)
+        print(f"pair {i + 1} ({'/'.join(order)}): ours {pr['ours_frames_per_s']:.0f} frames/s, fairseq "
+              f"{pr['fairseq_frames_per_s']:.0f} frames/s, ratio {pr['ratio_frames_per_s']:.2f}; dev loss ours "
+              f"{o['dev_loss']:.3f}, fairseq {f['dev_loss']:.3f}", flush=True)
     # equal wall time: ours trained for fairseq's training wall of the last pair
     f_last = pairs[-1]["fairseq"]
     eq = run_ours(data, args, max_seconds=f_last["walls"][-1]) if f_last["walls"] else None
-    ratios = [pr["ratio_updates_per_s"] for pr in pairs if pr["ratio_updates_per_s"]]
+    ratios = [pr["ratio_frames_per_s"] for pr in pairs if pr["ratio_frames_per_s"]]
     res = {
         "config": {k: getattr(args, k) for k in ("lang", "max_tokens", "updates", "pairs", "lr", "threads",
                                                   "warmup_updates")} | {"data": str(data), **info,
@@ -315,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|")
     print(f"| params ours / fairseq | {pa['ours']} / {pa['fairseq']} |")
     if ratios:
-        print(f"| throughput ratio ours/fairseq (updates/s, same batches) min / median / max | "
+        print(f"| throughput ratio ours/fairseq (valid frames/s) min / median / max | "
               f"{res['ratio_min']:.2f} / {res['ratio_median']:.2f} / {res['ratio_max']:.2f} (goal >= 1.5) |")
     if eq:
         e = res["equal_wall"]

@@ -72,7 +72,7 @@ stage5() {
     return 0
   fi
   python data_prep/prep_audio_list.py --tsv "$shared_data/fleurs_flores/fleurs_flores.tsv" \
-    --out "$exp_dir/fleurs" --tgt-langs "$tgt_langs" --vocab-from "$data"
+    --out "$exp_dir/fleurs" --split test --tgt-langs "$tgt_langs" --vocab-from "$data"
   python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$exp_dir/fleurs" \
     --split test --tgt-langs "$tgt_langs" --waitk-lagging 3 \
     --source-segment-size "$source_segment_size" --out "$exp_dir/eval_fleurs"

@@ -1,0 +1,56 @@
+"""Smoke runs of the benchmarks' fastest modes (issue 9); marked slow (about 30 s in total)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+
+def _run(args: list[str]) -> str:
+    r = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+@pytest.mark.slow
+def test_bench_train_quick(tmp_path):
+    out = tmp_path / "train.json"
+    _run(["bench/bench_train.py", "--quick", "--out", str(out)])
+    res = json.loads(out.read_text())["results"][0]
+    assert res["frames_per_s"] > 0 and 0 < res["mfu"] < 1.5 and res["model_gflop_per_update"] > 0
+
+
+@pytest.mark.slow
+def test_bench_streaming_quick(tmp_path):
+    out = tmp_path / "streaming.json"
+    _run(["bench/bench_streaming.py", "--quick", "--out", str(out)])
+    res = json.loads(out.read_text())
+    assert set(res["rtf_by_num_langs"]) == {"1", "4", "8"}
+    for name in ("incremental", "incremental_cat", "incremental_left", "reencode"):
+        assert res["growth"][name]["cpu"]["buckets"]
+
+
+@pytest.mark.slow
+def test_vs_fairseq_inputs_and_summary(tmp_path):
+    import bench_vs_fairseq as vs
+    import summarize
+
+    data = vs.make_data(tmp_path, 20)
+    info = vs.write_fairseq_inputs(data, tmp_path / "fs", "de")
+    assert info["utterances"]["train"] == 20
+    head = (tmp_path / "fs" / "train_st.tsv").read_text().splitlines()
+    assert head[0].split("\t") == ["id", "audio", "n_frames", "tgt_text", "speaker"]
+    assert Path(head[1].split("\t")[1]).suffix == ".npy"
+    n_dict = len((tmp_path / "fs" / "spm_joint.txt").read_text().splitlines())
+    assert n_dict + 4 == info["vocab"]
+    assert isinstance(vs.fairseq_available(), bool)
+    (tmp_path / "res").mkdir()
+    (tmp_path / "res" / "vs_fairseq.json").write_text(json.dumps({"skipped": "x"}))
+    assert summarize.rows(tmp_path / "res")[0][0] == "vs_fairseq"

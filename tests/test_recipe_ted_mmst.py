@@ -1,0 +1,157 @@
+"""recipes/ted_mmst/run.sh and recipes/synthetic/run_compare.sh end to end at toy scale (CI smoke tests).
+
+The ted recipe synthesizes a MuST-C-layout corpus with MuST-C-like pair disagreements (3 languages,
+30 train segments), aligns and preps it, pretrains a tiny English ASR encoder on the ASR view, trains
+separate / unified-sync / unified-async from it, averages, evaluates k = 1, 3 and writes the comparison
+table. A tiny model (d = 64) and 60 updates are used so that the models emit words (an xs model after
+10 updates writes only "▁" pieces, i.e. empty hypotheses, and there would be nothing to score).
+The comparison recipe then runs every issue-8 system on the same prepared DATA (1 seed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TINY = ("num_threads=1 optim.lr=0.005 optim.warmup_updates=10 valid.interval_updates=60 "
+        "checkpoint.save_interval_updates=15 valid.bleu_subset=2 data.max_tokens=3000 "
+        "logging.progress_bar=false logging.tensorboard=false model.overrides.d_model=64 "
+        "model.overrides.ffn_dim=256 model.overrides.encoder_layers=2 model.overrides.decoder_layers=1 "
+        "model.overrides.attention_heads=2 model.overrides.conv_channels=64")
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    return env
+
+
+def _run(script: str, args: list[str], timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", script, *args], cwd=ROOT, env=_env(), text=True, capture_output=True,
+                          timeout=timeout)
+
+
+def _table_rows(md: str) -> dict[str, list[str]]:
+    rows: dict[str, list[str]] = {}
+    for line in md.splitlines():
+        if line.startswith("| ") and not line.startswith("| system"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows.setdefault(cells[0], cells)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def ted_run(tmp_path_factory):
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (Debian package espeak-ng)")
+    exp = tmp_path_factory.mktemp("ted") / "exp"
+    args = ["--exp-dir", str(exp), "--size", "xs", "--synth-num-train", "30", "--synth-num-dev", "8",
+            "--synth-num-test", "8", "--synth-segments-per-talk", "3,5", "--jobs", "2", "--max-update", "60",
+            "--avg-last", "2", "--eval-k", "1,3", "--eval-threads", "1", "--eval-max-utterances", "4",
+            "--eval-extra", "--max-len-b 12", "--train-overrides", TINY]
+    t0 = time.time()
+    p = _run("recipes/ted_mmst/run.sh", args)
+    return exp, args, p, time.time() - t0
+
+
+@pytest.mark.slow
+def test_ted_mmst_recipe_all_stages_tiny(ted_run):
+    exp, args, p, wall = ted_run
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    for n in range(7):
+        assert f"== Stage {n}:" in p.stdout
+    print(f"ted_mmst smoke run: {wall:.0f} s")
+    # data: the MuST-C-like perturbation was aligned; ASR view shares the features
+    rep = json.loads((exp / "data" / "prep_report.json").read_text())
+    assert rep["splits"]["tst-COMMON"]["kept"] == 8
+    assert (exp / "data_asr" / "fbank80.zip").is_symlink()
+    asr_log = (exp / "asr" / "train_log.jsonl").read_text()
+    assert '"ctc_loss"' in asr_log
+    for system in ("separate", "unified_sync", "unified_async"):
+        d = exp / "models" / system / "seed1"
+        assert (d / "checkpoint_avg.pt").is_file()
+        log = (d / "train_log.jsonl").read_text()
+        assert '"pretrained_encoder"' in log  # initialised from the ASR encoder
+        sweep = json.loads((exp / "eval" / system / "seed1" / "scores.json").read_text())
+        assert sweep["ks"] == [1, 3] and sweep["langs"] == ["de", "es", "fr"]
+    md = (exp / "compare" / "comparison.md").read_text()
+    rows = _table_rows(md)
+    for system in ("separate", "unified_sync", "unified_async"):
+        assert system in rows
+    assert "BLEU k=1" in md and "AL k=3" in md
+    cmp = json.loads((exp / "compare" / "comparison.json").read_text())
+    assert cmp["systems"] == ["separate", "unified_sync", "unified_async"]
+    assert all(cmp["params"][s] and cmp["params"][s] > 0 for s in cmp["systems"])
+    assert cmp["params"]["separate"] > cmp["params"]["unified_sync"]
+    assert any(cmp["results"][s]["avg"] for s in cmp["systems"])  # something was scored
+    assert (exp / "compare" / "bleu_al_avg.png").stat().st_size > 1000
+    assert "comparison.md" in p.stdout
+
+
+@pytest.mark.slow
+def test_ted_mmst_rerun_skips_finished_stages(ted_run):
+    exp, args, p, _ = ted_run
+    assert p.returncode == 0
+    p2 = _run("recipes/ted_mmst/run.sh", args, timeout=300)
+    assert p2.returncode == 0, p2.stderr[-2000:]
+    assert p2.stdout.count("already done") == 7
+
+
+@pytest.mark.slow
+def test_synthetic_compare_recipe_tiny(ted_run):
+    """run_compare.sh: every issue-8 system (bilingual x3, separate, unified_sync, async d1/d2 x 2 orders),
+    1 seed, on the ted run's prepared DATA."""
+    exp, _, p, _ = ted_run
+    assert p.returncode == 0
+    out = exp.parent / "cmp"
+    t0 = time.time()
+    q = _run("recipes/synthetic/run_compare.sh",
+             ["--data", str(exp / "data"), "--exp-dir", str(out), "--seeds", "1", "--max-update", "40",
+              "--avg-last", "2", "--eval-k", "1,3", "--eval-threads", "1", "--eval-max-utterances", "3",
+              "--eval-extra", "--max-len-b 10", "--train-overrides", TINY.replace("interval_updates=60",
+                                                                                   "interval_updates=40")])
+    assert q.returncode == 0, q.stdout[-4000:] + q.stderr[-4000:]
+    print(f"run_compare smoke run: {time.time() - t0:.0f} s")
+    cmp = json.loads((out / "compare" / "comparison.json").read_text())
+    expected = ["bilingual", "separate", "unified_sync", "async_d1", "async_d2", "async_d1_fr-es-de",
+                "async_d2_fr-es-de"]
+    assert cmp["systems"] == expected
+    assert cmp["sources"]["bilingual"] == [[str(out / "eval" / f"bilingual_{lg}" / "seed1")] for lg in ("de", "es", "fr")]
+    rows = _table_rows((out / "compare" / "comparison.md").read_text())
+    for s in expected:
+        assert s in rows
+    # bilingual = three models, each bigger than nothing; separate shares one encoder
+    assert cmp["params"]["bilingual"] > cmp["params"]["unified_sync"]
+
+
+def test_ted_recipe_help_and_bad_options():
+    p = subprocess.run(["bash", "recipes/ted_mmst/run.sh", "--help"], cwd=ROOT, text=True, capture_output=True,
+                       timeout=60)
+    assert p.returncode == 0
+    for opt in ("--stage", "--stop-stage", "--force", "--nproc", "--size", "--mustc-root", "--tgt-langs",
+                "--max-update", "--systems", "--seeds", "--eval-k"):
+        assert opt in p.stdout
+    p = subprocess.run(["bash", "recipes/ted_mmst/run.sh", "--size", "xl"], cwd=ROOT, text=True,
+                       capture_output=True, timeout=60)
+    assert p.returncode == 2 and "--size" in p.stderr
+    p = subprocess.run(["bash", "recipes/ted_mmst/run.sh", "--systems", "nonsense"], cwd=ROOT, text=True,
+                       capture_output=True, timeout=60)
+    assert p.returncode == 2 and "unknown system 'nonsense'" in p.stderr
+
+
+def test_compare_recipe_needs_prepared_data(tmp_path):
+    p = subprocess.run(["bash", "recipes/synthetic/run_compare.sh", "--data", str(tmp_path / "none")], cwd=ROOT,
+                       text=True, capture_output=True, timeout=60)
+    assert p.returncode == 2 and "prepare the corpus first" in p.stderr
+    p = subprocess.run(["bash", "recipes/synthetic/run_compare.sh", "--help"], cwd=ROOT, text=True,
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0 and "--seeds" in p.stdout and "--max-update" in p.stdout
