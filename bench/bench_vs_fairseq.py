@@ -145,19 +145,22 @@ def worker_fairseq(out_json: str, threads: int, fs_args: list[str]) -> None:
     from fairseq_cli import train as fs_train
 
     torch.set_num_threads(threads)
-    rec: dict[str, Any] = {"walls": [], "frames": [], "tokens": [], "dev_loss": None}
+    rec: dict[str, Any] = {"walls": [], "cpus": [], "frames": [], "tokens": [], "dev_loss": None}
     t0: list[float] = []
+    c0: list[float] = []
     orig_step = fs_trainer.Trainer.train_step
 
     def train_step(self, samples, raise_oom=False):
         if not t0:
             t0.append(time.perf_counter())
+            c0.append(time.process_time())
         for smp in samples:
             if smp:
                 rec["frames"].append(int(smp["net_input"]["src_lengths"].sum()))
                 rec["tokens"].append(int(smp["ntokens"]))
         out = orig_step(self, samples, raise_oom)
         rec["walls"].append(time.perf_counter() - t0[0])
+        rec["cpus"].append(time.process_time() - c0[0])
         return out
 
     fs_trainer.Trainer.train_step = train_step
@@ -216,15 +219,16 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
     opt = build_optimizer(model.parameters(), args.lr, [0.9, 0.98])
     sched = InverseSqrtSchedule(opt, args.lr, args.warmup_updates)
     strat = SingleProcessStrategy()
-    walls, frames, tokens = [], [], []
+    walls, cpus, frames, tokens = [], [], [], []
     epoch, n_up = 1, 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     while n_up < args.updates or args.max_seconds:
         for bi in make_batches(tr.n_frames, args.max_tokens, seed=1, epoch=epoch):
             b = tr.collater([tr[i] for i in bi])
             strat.run_update(model, crit, opt, sched, [b], [None], 10.0)
             n_up += 1
             walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
             frames.append(b.n_frames)
             tokens.append(b.total_ntokens)
             if args.max_seconds and walls[-1] >= args.max_seconds:
@@ -241,7 +245,7 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
             loss, st = compute_loss(model, dv.collater([dv[i] for i in bi]), crit, None)
             tot += float(loss)
             ntok += int(st["ntokens"])
-    return {"walls": walls, "frames": frames, "tokens": tokens, "updates": n_up, "dev_loss": tot / max(ntok, 1),
+    return {"walls": walls, "cpus": cpus, "frames": frames, "tokens": tokens, "updates": n_up, "dev_loss": tot / max(ntok, 1),
             "params": model.num_parameters(), "wall_total_s": time.perf_counter() - t_start}
 
 
@@ -310,14 +314,21 @@ def main(argv: list[str] | None = None) -> int:
         pr["fairseq_tokens_per_s"] = throughput(f["walls"], f["tokens"])
         ok = pr["ours_frames_per_s"] and pr["fairseq_frames_per_s"]
         pr["ratio_frames_per_s"] = pr["ours_frames_per_s"] / pr["fairseq_frames_per_s"] if ok else None
+        # per CPU second of the process (less sensitive to other jobs on a shared machine)
+        pr["ours_frames_per_cpu_s"] = throughput(o["cpus"], o["frames"])
+        pr["fairseq_frames_per_cpu_s"] = throughput(f["cpus"], f["frames"])
+        ok = pr["ours_frames_per_cpu_s"] and pr["fairseq_frames_per_cpu_s"]
+        pr["ratio_frames_per_cpu_s"] = pr["ours_frames_per_cpu_s"] / pr["fairseq_frames_per_cpu_s"] if ok else None
         pairs.append(pr)
         print(f"pair {i + 1} ({'/'.join(order)}): ours {pr['ours_frames_per_s']:.0f} frames/s, fairseq "
-              f"{pr['fairseq_frames_per_s']:.0f} frames/s, ratio {pr['ratio_frames_per_s']:.2f}; dev loss ours "
+              f"{pr['fairseq_frames_per_s']:.0f} frames/s, ratio {pr['ratio_frames_per_s']:.2f} (per CPU s "
+              f"{pr['ratio_frames_per_cpu_s']:.2f}); dev loss ours "
               f"{o['dev_loss']:.3f}, fairseq {f['dev_loss']:.3f}", flush=True)
     # equal wall time: ours trained for fairseq's training wall of the last pair
     f_last = pairs[-1]["fairseq"]
     eq = run_ours(data, args, max_seconds=f_last["walls"][-1]) if f_last["walls"] else None
     ratios = [pr["ratio_frames_per_s"] for pr in pairs if pr["ratio_frames_per_s"]]
+    cratios = [pr["ratio_frames_per_cpu_s"] for pr in pairs if pr["ratio_frames_per_cpu_s"]]
     res = {
         "config": {k: getattr(args, k) for k in ("lang", "max_tokens", "updates", "pairs", "lr", "threads",
                                                   "warmup_updates")} | {"data": str(data), **info,
@@ -329,6 +340,9 @@ def main(argv: list[str] | None = None) -> int:
         } for pr in pairs],
         "ratio_min": min(ratios) if ratios else None, "ratio_median": statistics.median(ratios) if ratios else None,
         "ratio_max": max(ratios) if ratios else None, "goal_ratio": ">= 1.5",
+        "cpu_ratio_min": min(cratios) if cratios else None,
+        "cpu_ratio_median": statistics.median(cratios) if cratios else None,
+        "cpu_ratio_max": max(cratios) if cratios else None,
         "equal_wall": None if eq is None else {
             "seconds": f_last["walls"][-1], "fairseq_dev_loss": f_last["dev_loss"], "ours_dev_loss": eq["dev_loss"],
             "ours_updates": eq["updates"], "fairseq_updates": len(f_last["walls"])},
@@ -345,10 +359,13 @@ def main(argv: list[str] | None = None) -> int:
     if ratios:
         print(f"| throughput ratio ours/fairseq (valid frames/s) min / median / max | "
               f"{res['ratio_min']:.2f} / {res['ratio_median']:.2f} / {res['ratio_max']:.2f} (goal >= 1.5) |")
+    if cratios:
+        print(f"| same, per CPU second of each process, min / median / max | {res['cpu_ratio_min']:.2f} / "
+              f"{res['cpu_ratio_median']:.2f} / {res['cpu_ratio_max']:.2f} |")
     if eq:
         e = res["equal_wall"]
         print(f"| dev loss at equal wall ({e['seconds']:.0f} s): ours / fairseq | {e['ours_dev_loss']:.3f} "
-              f"({e['ours_updates']} upd) / {e['fairseq_dev_loss']} ({e['fairseq_updates']} upd) |")
+              f"({e['ours_updates']} upd) / {e['fairseq_dev_loss']:.3f} ({e['fairseq_updates']} upd) |")
     out.write_text(json.dumps(res, indent=2) + "\n")
     print(f"wrote {out}")
     return 0

@@ -139,6 +139,26 @@ def test_compare_means_stds_params(evals):
     assert cmp2["params"]["unified"] == 42
 
 
+def test_unscored_language_blocks_avg(tmp_path):
+    """A language whose hypotheses were all empty is listed, shows '-', and has no 'avg'."""
+    d = write_sweep(tmp_path / "a", {1: {"de": (4.0, 400.0), "es": (6.0, 500.0)}})
+    obj = json.loads((d / "scores.json").read_text())
+    obj["sweep"]["k1"]["per_lang"]["es"] = {}  # what simultaneous_eval writes for an unscorable language
+    (d / "scores.json").write_text(json.dumps(obj))
+    empty = tmp_path / "b"
+    empty.mkdir()
+    (empty / "scores.json").write_text(json.dumps({"per_lang": {"de": {"info": {"error": "all empty"}}},
+                                                   "config": {"waitk": 1}}))
+    cmp = compare_systems(parse_systems([f"a={d}", f"b={empty}"]), count_from_eval=False)
+    assert cmp["results"]["a"]["de"]["k1"]["BLEU"]["mean"] == 4.0
+    assert cmp["results"]["a"]["es"] == {} and cmp["results"]["a"]["avg"] == {}
+    assert cmp["results"]["b"]["de"] == {} and cmp["params"] == {"a": None, "b": None}
+    md = write_comparison(cmp, tmp_path / "o") and (tmp_path / "o" / "comparison.md").read_text()
+    assert "| a | - | 1 | de, es (no score) |" in md and "| b | - | 1 | de (no score) |" in md
+    with pytest.raises(CompareError, match="no system has any score"):
+        compare_systems(parse_systems([f"b={empty}"]))
+
+
 def test_compare_errors(evals, tmp_path):
     uni, sep, bde, bes = evals
     with pytest.raises(CompareError, match="different numbers of seed"):
@@ -157,7 +177,7 @@ def test_write_comparison_table_and_plots(evals, tmp_path):
                           metrics=("BLEU", "AL"))
     write_comparison(cmp, tmp_path / "out")
     md = (tmp_path / "out" / "comparison.md").read_text()
-    assert "| unified | 1.0k | 3 | de,es | one decoder |" in md
+    assert "| unified | 1.0k | 3 | de, es | one decoder |" in md
     assert "| system | params | BLEU k=1 | AL k=1 | BLEU k=3 | AL k=3 |" in md
     assert "| unified | 1.0k | 12.00 ± 2.00 | 1100 ± 100 | 32.00 ± 2.00 | 2000 ± 0 |" in md
     assert "| separate | 2.5k | 10.00 ± 5.00 | 1500 ± 0 |" in md

@@ -112,3 +112,26 @@ def test_cli_flag_aliases(capsys):
     assert cfg.model.overrides == {"pre_decision_ratio": 7} and cfg.optim.lr == pytest.approx(1e-3)
     assert main(["--data", "D", "--save-dir", "S", "--update-freq", "0"]) == 2
     assert "optim.update_freq" in capsys.readouterr().err
+
+
+def test_distributed_options_reach_the_strategy_and_are_checked():
+    from mmst.training.config import load_config
+    from mmst.training.strategy import build_strategy
+
+    cfg = load_config(None, ["distributed.options.compute_threshold=auto", "distributed.options.dist_timeout=30"])
+    assert cfg.distributed.options == {"compute_threshold": "auto", "dist_timeout": 30}
+    s = build_strategy("dropcompute", **cfg.distributed.options)
+    assert type(s).__name__ == "TrainerDropCompute"
+    with pytest.raises(ValueError, match="compute_thresholdd"):
+        build_strategy("dropcompute", compute_thresholdd=1)
+    with pytest.raises(ValueError, match="need --distributed"):
+        build_strategy("none", **cfg.distributed.options)
+
+
+def test_cli_flag_aliases_map_to_distributed_options():
+    from mmst.training.cli import alias_overrides, build_parser
+
+    args = build_parser().parse_args(["--data", "D", "--save-dir", "S", "--distributed", "dropcompute",
+                                      "--compute-threshold", "0.25", "--max-staleness", "3"])
+    assert "distributed.options.compute_threshold=0.25" in alias_overrides(args)
+    assert "distributed.options.max_staleness=3" in alias_overrides(args)

@@ -97,8 +97,7 @@ def _clean(per_lang: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     for lang, d in per_lang.items():
         vals = {m: float(v) for m, v in (d or {}).items()
                 if m != "info" and isinstance(v, (int, float)) and not isinstance(v, bool)}
-        if vals:
-            out[lang] = vals
+        out[lang] = vals  # {} = evaluated but nothing to score (e.g. every hypothesis empty)
     return out
 
 
@@ -255,14 +254,13 @@ def compare_systems(systems: Sequence[SystemRuns], *, metrics: Sequence[str] = D
                 lang_owner[lang] = gi
             group_info.append(first_info)
         langs = sorted(lang_owner, key=lambda x: (lang_owner[x], x))
-        if not langs:
+        if not any(vals for seed in per_seed for pl in seed.values() for vals in pl.values()):
             logger.warning("system %s: no language has scores in %s (every hypothesis empty?)", s.name,
                            [str(d) for g in s.groups for d in g])
         for lang in langs:
             if lang not in all_langs:
                 all_langs.append(lang)
         ks = sorted({k for seed in per_seed for k in seed}, key=k_sort_key)
-        all_ks.update(ks)
         res: dict[str, Any] = {}
         for lang in [*langs, "avg"]:
             res[lang] = {}
@@ -281,6 +279,7 @@ def compare_systems(systems: Sequence[SystemRuns], *, metrics: Sequence[str] = D
                         cell[m] = mean_std(vals)
                 if cell:
                     res[lang][k] = cell
+                    all_ks.add(k)
         results[s.name] = res
         # parameters
         if s.name in params:
@@ -351,15 +350,17 @@ def comparison_markdown(cmp: Mapping[str, Any], title: str = "System comparison"
     lines = [f"# {title}", ""]
     lines.append("BLEU: sacrebleu corpus BLEU; latencies (AL, ...) in ms of source audio (SimulEval 1.1 "
                  "definitions). Cells: mean ± sample standard deviation over seeds "
-                 f"(seeds per system: {', '.join(map(str, seeds))}); `-` = not evaluated. "
+                 f"(seeds per system: {', '.join(map(str, seeds))}); `-` = not evaluated, or nothing to score "
+                 "(every hypothesis empty; an `avg` needs every language). "
                  "Parameters: trainable, tied embeddings counted once; a system of several models "
                  "(e.g. bilingual) counts all of them.")
     lines.append("")
     lines += ["| system | parameters | seeds | languages | description |", "|---|---|---|---|---|"]
     for s in systems:
-        langs = [x for x in cmp["results"][s] if x != "avg"]
+        res = cmp["results"][s]
+        langs = [x if res[x] else f"{x} (no score)" for x in res if x != "avg"]
         lines.append(f"| {s} | {format_params(cmp['params'].get(s))} | {cmp['n_seeds'][s]} | "
-                     f"{','.join(langs) or 'none scored'} | "
+                     f"{', '.join(langs) or 'none'} | "
                      f"{cmp.get('descriptions', {}).get(s, '')} |")
     lines.append("")
     for lang in [*cmp["langs"], "avg"]:

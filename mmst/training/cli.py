@@ -60,6 +60,13 @@ FLAG_ALIASES = [
     ("--load-pretrained-encoder-from", "checkpoint.load_pretrained_encoder_from",
      "fairseq s2t_transformer or mmst checkpoint"),
     ("--seed", "seed", "random seed"),
+    ("--compute-threshold", "distributed.options.compute_threshold",
+     "DropCompute threshold tau: seconds, auto or inf"),
+    ("--max-staleness", "distributed.options.max_staleness", "param-server SSP staleness bound s"),
+    ("--straggler-delay", "distributed.options.straggler_delay",
+     "injected delay: none|lognormal:cv=0.5|exp:c=1|pareto:alpha=2.5"),
+    ("--slow-rank", "distributed.options.slow_rank", "persistent straggler R:factor"),
+    ("--dist-timeout", "distributed.options.dist_timeout", "collective timeout in seconds"),
 ]
 
 
@@ -89,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mmst.training.trainer import TrainingDivergedError, build_trainer
 
     try:
-        strategy = build_strategy(args.distributed)
+        strategy = build_strategy(args.distributed, **cfg.distributed.options)
         trainer = build_trainer(cfg, args.data, args.save_dir, strategy=strategy)
         state = trainer.train()
     except (ConfigError, LanguageMismatchError, CheckpointError, TrainingDivergedError, FileNotFoundError,

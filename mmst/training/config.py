@@ -160,6 +160,18 @@ class LoggingSection:
 
 
 @dataclass
+class DistributedSection:
+    """Options of the ``--distributed`` update strategy (see ``mmst.distributed``)."""
+
+    options: dict[str, Any] = _f(default_factory=dict, doc="options of the --distributed strategy "
+                                 "(see mmst.distributed.integration): dist_timeout (s), backend, "
+                                 "compute_threshold (TAU s|auto|inf), auto_steps, max_drop_rate, "
+                                 "max_staleness, staleness_lr, worker_timeout, straggler_delay, "
+                                 "straggler_fraction, straggler_base_ms, slow_rank (R:factor), seed, "
+                                 "find_unused_parameters; unknown keys are an error naming the known ones")
+
+
+@dataclass
 class TrainConfig:
     """Root of the ``mmst-train`` configuration (all sections; see ``mmst-train --help``)."""
 
@@ -177,6 +189,7 @@ class TrainConfig:
     valid: ValidSection = field(default_factory=ValidSection)
     checkpoint: CheckpointSection = field(default_factory=CheckpointSection)
     logging: LoggingSection = field(default_factory=LoggingSection)
+    distributed: DistributedSection = field(default_factory=DistributedSection)
 
     def __post_init__(self) -> None:
         """Cross-field checks (raise :class:`ConfigError`)."""

@@ -94,7 +94,14 @@ class SingleProcessStrategy:
         return UpdateResult(stats=stats, grad_norm=gnorm, skipped=not math.isfinite(gnorm), batch_ids=ids)
 
 
-_REGISTRY: dict[str, Callable[..., Any]] = {"none": lambda **kw: SingleProcessStrategy()}
+def _single_process(**options: Any) -> SingleProcessStrategy:
+    if options:
+        raise ValueError(f"distributed options {sorted(options)} need --distributed ddp|dropcompute|param-server "
+                         "(the single-process strategy 'none' takes none)")
+    return SingleProcessStrategy()
+
+
+_REGISTRY: dict[str, Callable[..., Any]] = {"none": _single_process}
 
 
 def register_strategy(name: str, factory: Callable[..., Any]) -> None:

@@ -10,6 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."   # repository root
 source recipes/lib/stages.sh
+source recipes/lib/real_speech.sh
 
 # ---- options (each can be overridden: --name value) --------------------------------------------
 stage=0
@@ -67,21 +68,7 @@ stage3() {
   cat "$eval_dir/scores.md"
 }
 stage4() {
-  if [ ! -d "$shared_data/fleurs_flores" ]; then
-    echo "SKIP: $shared_data/fleurs_flores not found; the real-speech stage needs the shared FLEURS data."
-    return 0
-  fi
-  python data_prep/prep_audio_list.py --tsv "$shared_data/fleurs_flores/fleurs_flores.tsv" \
-    --out "$exp_dir/fleurs" --split test --tgt-langs "$tgt_langs" --vocab-from "$data"
-  python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$exp_dir/fleurs" \
-    --split test --tgt-langs "$tgt_langs" --waitk-lagging 3 \
-    --source-segment-size "$source_segment_size" --out "$exp_dir/eval_fleurs_$size"
-  cat "$exp_dir/eval_fleurs_$size/scores.md"
-  if [ -d "$shared_data/en_asr_only" ]; then
-    python eval/transcribe_stream.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
-      --tsv "$shared_data/en_asr_only/en_asr_only.tsv" --tgt-langs "$tgt_langs" --waitk-lagging 3 \
-      --out "$exp_dir/eval_en_asr_only_$size"
-  fi
+  eval_real_speech "$model_dir/checkpoint_best.pt" "$data" "$exp_dir/${size}_"
 }
 
 run_stage 0 "synthesize English speech for $text_dir" stage0

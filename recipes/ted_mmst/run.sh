@@ -85,6 +85,8 @@ stage0() {
   if [ "$synthetic" != "true" ]; then
     echo "--mustc-root $mustc_root given: nothing to synthesize"; return 0
   fi
+  # the perturbation refuses to run twice on one corpus: a forced rerun starts from scratch
+  [ -f "$mustc_root/mustc_perturb.json" ] && rm -rf "$mustc_root"
   python data_prep/synthesize_corpus.py --grammar --difficulty easy --out "$mustc_root" \
     --tgt-langs "$tgt_langs" --num-train "$synth_num_train" --num-dev "$synth_num_dev" \
     --num-test "$synth_num_test" --segments-per-talk "$synth_segments_per_talk" --heldout-voices \
