@@ -237,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peak-n", type=int, default=2048, help="matrix size of the peak matmul measurement")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--data", default=None, help="DATA dir: use real batches of DATA/train.tsv")
+    p.add_argument("--omp-wait-policy", default="PASSIVE",
+                   help="OMP_WAIT_POLICY of the measuring processes ('' = inherit). PASSIVE avoids the 10-40x "
+                        "slowdown of spinning OpenMP threads on a shared/oversubscribed machine (bench/NOTES.md)")
     p.add_argument("--profile", default=None, help="write a torch.profiler table of one update to this file")
     p.add_argument("--quick", action="store_true", help="smoke test: xs, 1 thread, 2000 frames, 1 update")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "train.json"), help="JSON output")
@@ -261,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     for size in args.sizes:
         for th in args.threads:
             env = dict(os.environ, OMP_NUM_THREADS=str(th), MKL_NUM_THREADS=str(th))
+            if args.omp_wait_policy:
+                env["OMP_WAIT_POLICY"] = args.omp_wait_policy
             cmd = [sys.executable, __file__, *base, "--worker", size, str(th)]
             r = subprocess.run(cmd, capture_output=True, text=True, env=env)
             line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -273,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "device": args.device, "loadavg_1min": os.getloadavg()[0],
             "frames_per_batch": args.frames, "utt_frames": args.utt_frames, "langs": args.langs,
-            "vocab": args.vocab, "waitk": args.waitk, "data": args.data, "runtime_s": time.perf_counter() - t_start}
+            "vocab": args.vocab, "waitk": args.waitk, "omp_wait_policy": args.omp_wait_policy, "data": args.data, "runtime_s": time.perf_counter() - t_start}
     print(f"bench_train: {args.arch}, {args.langs} langs, vocab {args.vocab}, ~{args.frames} frames/batch, "
           f"device {args.device}, torch {torch.__version__}")
     print("| size | params | threads | s/update | frames/s | tokens/s | GFLOP/update | GFLOP/s | peak GFLOP/s | MFU | peak RSS MiB |")

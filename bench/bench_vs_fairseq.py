@@ -23,10 +23,12 @@ Method:
    (0.1 both), ``--threads`` CPU threads, one process each, in alternating order for ``--pairs``
    pairs. Throughput = valid fbank frames / wall seconds over updates 2..U (update 1 excluded: lazy
    init); fairseq's wall times come from its per-update JSON log (``--log-interval 1``), ours from
-   the same loop boundaries.
+   the same loop boundaries; process CPU seconds are recorded alike (``*_per_cpu_s``), which are far
+   less sensitive to other jobs on a shared machine.
 5. Dev loss (label-smoothed CE per target token, nats; fairseq logs base 2 and is converted) after
-   the U updates of each run, and "at equal wall time": in the last pair ours is also run for
-   fairseq's training wall time (``--max-seconds``) and its dev loss reported.
+   the U updates of each run, and "at equal training time": after the last pair ours is trained
+   for as many process CPU seconds as fairseq's last run used (equal to wall time with one thread
+   on an idle machine) and its dev loss reported.
 
 Results: ``bench/results/vs_fairseq.json`` and a table (ratio ours / fairseq: min, median, max).
 """
@@ -126,6 +128,8 @@ def run_fairseq(fs_dir: Path, save: Path, args: argparse.Namespace) -> dict[str,
     cmd = [sys.executable, __file__, "--worker-fairseq", str(out_json), "--threads", str(args.threads), "--", *fs_args]
     env = dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1", OMP_NUM_THREADS=str(args.threads),
                MKL_NUM_THREADS=str(args.threads))
+    if args.omp_wait_policy:
+        env["OMP_WAIT_POLICY"] = args.omp_wait_policy
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     log = r.stdout + r.stderr
     if r.returncode or not out_json.exists():
@@ -178,14 +182,19 @@ def worker_fairseq(out_json: str, threads: int, fs_args: list[str]) -> None:
     Path(out_json).write_text(json.dumps(rec))
 
 
-def run_ours(data: Path, args: argparse.Namespace, max_seconds: float | None = None) -> dict[str, Any]:
+def run_ours(data: Path, args: argparse.Namespace, max_seconds: float | None = None,
+             max_cpu_seconds: float | None = None) -> dict[str, Any]:
     """Train our ``s`` model (one language, offline) in a subprocess; returns its JSON result."""
     cmd = [sys.executable, __file__, "--worker-ours", str(data), "--lang", args.lang, "--max-tokens",
            str(args.max_tokens), "--updates", str(args.updates), "--lr", str(args.lr), "--warmup-updates",
            str(args.warmup_updates), "--threads", str(args.threads)]
     if max_seconds is not None:
         cmd += ["--max-seconds", str(max_seconds)]
+    if max_cpu_seconds is not None:
+        cmd += ["--max-cpu-seconds", str(max_cpu_seconds)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    if args.omp_wait_policy:
+        env["OMP_WAIT_POLICY"] = args.omp_wait_policy
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
     if r.returncode or not line:
@@ -222,7 +231,14 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
     walls, cpus, frames, tokens = [], [], [], []
     epoch, n_up = 1, 0
     t0, c0 = time.perf_counter(), time.process_time()
-    while n_up < args.updates or args.max_seconds:
+    budget = args.max_seconds or args.max_cpu_seconds
+
+    def over() -> bool:
+        if args.max_seconds:
+            return walls[-1] >= args.max_seconds
+        return cpus[-1] >= args.max_cpu_seconds
+
+    while n_up < args.updates or budget:
         for bi in make_batches(tr.n_frames, args.max_tokens, seed=1, epoch=epoch):
             b = tr.collater([tr[i] for i in bi])
             strat.run_update(model, crit, opt, sched, [b], [None], 10.0)
@@ -231,11 +247,11 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
             cpus.append(time.process_time() - c0)
             frames.append(b.n_frames)
             tokens.append(b.total_ntokens)
-            if args.max_seconds and walls[-1] >= args.max_seconds:
+            if budget and over():
                 break
-            if not args.max_seconds and n_up >= args.updates:
+            if not budget and n_up >= args.updates:
                 break
-        if args.max_seconds and walls and walls[-1] >= args.max_seconds:
+        if budget and walls and over():
             break
         epoch += 1
     model.eval()
@@ -268,13 +284,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=3, help="alternating (ours, fairseq) pairs")
     p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
     p.add_argument("--warmup-updates", type=int, default=10, help="LR warm-up updates")
-    p.add_argument("--threads", type=int, default=2, help="CPU threads of each run")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads of each run (1: see bench/NOTES.md on 2-thread oversubscription)")
+    p.add_argument("--omp-wait-policy", default="PASSIVE",
+                   help="OMP_WAIT_POLICY of both training processes ('' = inherit; see bench/NOTES.md)")
     p.add_argument("--quick", action="store_true", help="smoke test: 6 updates x 1 pair, small batches")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "vs_fairseq.json"), help="JSON output")
     p.add_argument("--worker-ours", default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-fairseq", default=None, help=argparse.SUPPRESS)
     p.add_argument("fairseq_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.add_argument("--max-seconds", type=float, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--max-cpu-seconds", type=float, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker_ours:
         print("RESULT " + json.dumps(worker_ours(args)))
@@ -324,14 +343,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{pr['fairseq_frames_per_s']:.0f} frames/s, ratio {pr['ratio_frames_per_s']:.2f} (per CPU s "
               f"{pr['ratio_frames_per_cpu_s']:.2f}); dev loss ours "
               f"{o['dev_loss']:.3f}, fairseq {f['dev_loss']:.3f}", flush=True)
-    # equal wall time: ours trained for fairseq's training wall of the last pair
+    # equal time: ours trained for fairseq's training time of the last pair, measured as process CPU
+    # seconds (robust to load changes on a shared machine; = wall time on an idle one with 1 thread)
     f_last = pairs[-1]["fairseq"]
-    eq = run_ours(data, args, max_seconds=f_last["walls"][-1]) if f_last["walls"] else None
+    eq = run_ours(data, args, max_cpu_seconds=f_last["cpus"][-1]) if f_last["walls"] else None
     ratios = [pr["ratio_frames_per_s"] for pr in pairs if pr["ratio_frames_per_s"]]
     cratios = [pr["ratio_frames_per_cpu_s"] for pr in pairs if pr["ratio_frames_per_cpu_s"]]
     res = {
         "config": {k: getattr(args, k) for k in ("lang", "max_tokens", "updates", "pairs", "lr", "threads",
-                                                  "warmup_updates")} | {"data": str(data), **info,
+                                                  "warmup_updates", "omp_wait_policy")} | {"data": str(data), **info,
                                                                         "loadavg_1min": os.getloadavg()[0]},
         "params": {"ours": pairs[0]["ours"]["params"], "fairseq": pairs[0]["fairseq"]["params"]},
         "pairs": [{k: v for k, v in pr.items() if k not in ("ours", "fairseq")} | {
@@ -344,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_ratio_median": statistics.median(cratios) if cratios else None,
         "cpu_ratio_max": max(cratios) if cratios else None,
         "equal_wall": None if eq is None else {
-            "seconds": f_last["walls"][-1], "fairseq_dev_loss": f_last["dev_loss"], "ours_dev_loss": eq["dev_loss"],
+            "seconds": f_last["walls"][-1], "cpu_seconds": f_last["cpus"][-1], "ours_cpu_seconds": eq["cpus"][-1],
+            "ours_wall_seconds": eq["walls"][-1], "fairseq_dev_loss": f_last["dev_loss"], "ours_dev_loss": eq["dev_loss"],
             "ours_updates": eq["updates"], "fairseq_updates": len(f_last["walls"])},
         "runtime_s": time.perf_counter() - t_start,
     }
@@ -364,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{res['cpu_ratio_median']:.2f} / {res['cpu_ratio_max']:.2f} |")
     if eq:
         e = res["equal_wall"]
-        print(f"| dev loss at equal wall ({e['seconds']:.0f} s): ours / fairseq | {e['ours_dev_loss']:.3f} "
+        print(f"| dev loss at equal training time ({e['cpu_seconds']:.0f} CPU s): ours / fairseq | {e['ours_dev_loss']:.3f} "
               f"({e['ours_updates']} upd) / {e['fairseq_dev_loss']:.3f} ({e['fairseq_updates']} upd) |")
     out.write_text(json.dumps(res, indent=2) + "\n")
     print(f"wrote {out}")
