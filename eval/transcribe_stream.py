@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         for lang in system.tgt_langs:
             ls = res.per_lang[lang]
             records.append({"id": r["id"], "lang": lang, "en": r.get("en", ""),
-                            "prediction": " ".join(ls.units), "delays": ls.delays,
+                            "prediction": ("" if lang in ("ja", "zh") else " ").join(ls.units), "delays": ls.delays,
                             "source_length_ms": res.source_length_ms, "rtf": rtf})
     tmp = out / "hypotheses.jsonl.tmp"
     tmp.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in records), encoding="utf-8")
