@@ -45,10 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-dev", type=int, default=None, help="dev segments (grammar default 200; text: --dev-ratio)")
     p.add_argument("--num-test", type=int, default=None,
                    help="tst-COMMON segments (grammar default 200; text: --test-ratio)")
+    p.add_argument("--num-test-unseen", type=int, default=0,
+                   help="grammar: segments of an extra tst-unseen split spoken by held-out voices (default 0 = no "
+                        "such split); when > 0, train/dev/tst-COMMON use train voices only")
     p.add_argument("--dev-ratio", type=float, default=0.1, help="text mode: dev fraction when --num-dev is absent")
     p.add_argument("--test-ratio", type=float, default=0.1, help="text mode: test fraction when --num-test is absent")
     p.add_argument("--heldout-voices", action="store_true",
-                   help="dev/test use espeak accents and variants never used in train")
+                   help="dev/tst-COMMON use espeak accents and variants never used in train (ignored with "
+                        "--num-test-unseen, whose split is the held-out one)")
     p.add_argument("--segments-per-talk", type=_pair, default=(6, 12), help="min,max segments per talk (6,12)")
     p.add_argument("--pause-s", type=_pair, default=(0.3, 1.0), help="min,max pause between segments in s (0.3,1.0)")
     p.add_argument("--dither", type=float, default=2e-4, help="Gaussian dither std, full scale = 1.0 (2e-4)")
@@ -67,11 +71,13 @@ def main(argv: list[str] | None = None) -> int:
         summary = synthesize_grammar_corpus(
             a.out, langs, num_train=2000 if a.num_train is None else a.num_train,
             num_dev=200 if a.num_dev is None else a.num_dev, num_test=200 if a.num_test is None else a.num_test,
-            difficulty=a.difficulty, vocab_size=a.vocab_size, max_words=a.max_words,
+            num_test_unseen=a.num_test_unseen, difficulty=a.difficulty, vocab_size=a.vocab_size, max_words=a.max_words,
             reorder_distance=a.reorder_distance, **common)
     else:
         if not a.tgt:
             p.error("--text-dir needs --tgt code:lang,...")
+        if a.num_test_unseen:
+            p.error("--num-test-unseen is for --grammar corpora only")
         tgt = dict(x.split(":") for x in a.tgt.split(","))
         if a.tgt_langs:
             keep = set(a.tgt_langs.split(","))

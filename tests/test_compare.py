@@ -101,6 +101,12 @@ def test_read_eval_dir_layouts(tmp_path, evals):
     write_sweep(konly, {2: {"de": (4.0, 400.0)}})
     (konly / "scores.json").unlink()
     assert read_eval_dir(konly)[0] == {"k2": {"de": {"BLEU": 4.0, "AL": 400.0, "LAAL": 401.0}}}
+    # a sweep plus an offline/ subdirectory (an --offline evaluation written next to the sweep)
+    (konly / "offline").mkdir()
+    (konly / "offline" / "scores.json").write_text(json.dumps({"per_lang": {"de": {"BLEU": 7.5, "AL": 2000.0}},
+                                                               "config": {"waitk": None}}))
+    both = read_eval_dir(konly)[0]
+    assert sorted(both) == ["k2", "offline"] and both["offline"]["de"]["BLEU"] == 7.5
     with pytest.raises(CompareError, match="not found"):
         read_eval_dir(tmp_path / "nope")
     (tmp_path / "empty").mkdir()

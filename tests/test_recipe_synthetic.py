@@ -29,7 +29,7 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     exp = tmp_path / "exp"
     args = ["--exp-dir", str(exp), "--tgt-langs", "de,ja", "--num-train", "24", "--num-dev", "6",
-            "--num-test", "6", "--eval-k", "1,3", "--jobs", "1",
+            "--num-test", "6", "--num-test-unseen", "4", "--eval-k", "1,3", "--jobs", "1",
             "--train-overrides", "optim.max_update=6 optim.warmup_updates=2 valid.interval_updates=3 "
             "checkpoint.save_interval_updates=3 valid.bleu_subset=4 data.max_tokens=3000 "
             "logging.progress_bar=false"]
@@ -41,6 +41,9 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
     scores = json.loads((exp / "eval" / "scores.json").read_text())
     assert "de" in json.dumps(scores) and "ja" in json.dumps(scores)
     assert "latency_quality.png" in p.stdout
+    unseen = json.loads((exp / "eval_unseen" / "scores.json").read_text())
+    assert unseen["config"]["split"] == "tst-unseen" and unseen["timing"]["n_utterances"] == 4
+    assert "tst-unseen, wait-3" in p.stdout
     if SHARED.is_dir():
         fleurs = (exp / "eval_fleurs" / "scores.md").read_text()
         assert "de" in fleurs and "ja" in fleurs

@@ -13,7 +13,14 @@ import yaml
 
 from mmst.data.synthetic import LANGS, Grammar, realize, speaker_pool
 from mmst.data.synthetic.grammar import ADJECTIVES, NOUNS, NP, VERBS, Clause, Sentence
-from mmst.data.synthetic.writer import CorpusConfigError, read_multiway_text, synthesize_grammar_corpus
+from mmst.data.synthetic.writer import (
+    CorpusConfigError,
+    grammar_segments,
+    plan_talks,
+    read_multiway_text,
+    split_voice_pool,
+    synthesize_grammar_corpus,
+)
 
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -115,6 +122,29 @@ def test_heldout_voices_disjoint():
     assert {s.voice for s in tr}.isdisjoint({s.voice for s in ho})
     assert {s.variant for s in tr}.isdisjoint({s.variant for s in ho})
     assert {s.speaker_id for s in tr}.isdisjoint({s.speaker_id for s in ho})
+
+
+def test_unseen_split_voices():
+    """tst-unseen is spoken by held-out voices only, and then no other split may use them."""
+    assert split_voice_pool("tst-unseen", False, True) == "heldout"
+    assert split_voice_pool("tst-COMMON", True, True) == "train"  # the unseen split wins over --heldout-voices
+    assert split_voice_pool("dev", True, False) == "heldout" and split_voice_pool("train", True, False) == "train"
+    assert split_voice_pool("dev", False, False) == "all"
+    num = {"train": 60, "dev": 10, "tst-COMMON": 10, "tst-unseen": 12}
+    segs = grammar_segments(num, seed=3, difficulty="easy")
+    assert {k: len(v) for k, v in segs.items()} == num
+    en = {k: {s["en"] for s in v} for k, v in segs.items()}
+    assert en["tst-unseen"].isdisjoint(en["train"] | en["dev"] | en["tst-COMMON"])
+    talks = plan_talks(segs, seed=3, heldout_voices=False, segments_per_talk=(1, 2))
+    spk = {}
+    for t in talks:
+        spk.setdefault(t["split"], set()).add((t["speaker"]["voice"], t["speaker"]["variant"]))
+    ho = {(s.voice, s.variant) for s in speaker_pool("heldout")}
+    assert spk["tst-unseen"] <= ho
+    assert all(spk[k].isdisjoint(ho) for k in ("train", "dev", "tst-COMMON"))
+    # without the unseen split nothing changes: no tst-unseen talks, old behaviour for the rest
+    segs.pop("tst-unseen")
+    assert not [t for t in plan_talks(segs, seed=3, heldout_voices=False) if t["split"] == "tst-unseen"]
 
 
 def _digest(root: Path) -> str:

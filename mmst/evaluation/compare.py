@@ -7,7 +7,9 @@ Input: for every system, one or more evaluation directories written by ``eval/si
   (whose ``config.checkpoint`` names the evaluated checkpoint);
 * a single setting: ``DIR/scores.json`` = ``{"per_lang": .., "average": .., "config": {"waitk": k|null, ..}}``
   (``waitk: null`` = offline, column ``offline``);
-* or only ``DIR/k<k>/scores.json`` files.
+* or only ``DIR/k<k>/scores.json`` files;
+* plus, in any layout, ``DIR/offline/scores.json`` (an ``--offline`` evaluation next to a sweep; column
+  ``offline``).
 
 Seeds: a system given as ``NAME=DIR1,DIR2,DIR3`` has one directory per seed; every number is reported as
 the mean and the SAMPLE standard deviation over seeds (``ddof=1``; ``std`` is ``None`` for one seed).
@@ -147,7 +149,7 @@ def read_eval_dir(path: str | os.PathLike[str]) -> tuple[dict[str, dict[str, dic
         else:
             raise CompareError(f"{top}: neither a sweep ('sweep') nor a single evaluation ('per_lang')")
     for sub in sorted(d.iterdir()):
-        m = _KDIR.match(sub.name)
+        m = _KDIR.match(sub.name) or sub.name == "offline"
         if not (m and sub.is_dir() and (sub / "scores.json").is_file()):
             continue
         obj = _load_json(sub / "scores.json")

@@ -53,6 +53,7 @@ FLAG_ALIASES = [
     ("--clip-norm", "optim.clip_norm", "gradient-norm clipping"),
     ("--lr", "optim.lr", "peak learning rate"),
     ("--max-update", "optim.max_update", "number of updates"),
+    ("--stop-time-hours", "optim.stop_time_hours", "stop after this much training wall time (hours)"),
     ("--waitk-lagging", "waitk_lagging", "wait-k: int, offline, or a list like [1,3,offline]"),
     ("--fixed-pre-decision-ratio", "model.overrides.pre_decision_ratio", "encoder states per chunk (7 = 280 ms)"),
     ("--ctc-weight", "criterion.ctc_weight", "auxiliary CTC loss weight"),

@@ -97,6 +97,9 @@ class OptimSection:
     update_freq: int = _f(1, doc="gradient accumulation: micro-batches per update", min=1)
     max_update: int = _f(10000, doc="stop after this many updates", min=1)
     max_epoch: int = _f(0, doc="stop after this many epochs (0 = no limit)", min=0)
+    stop_time_hours: float = _f(0.0, doc="stop after this much cumulative training wall time in hours, "
+                                "validation excluded, counted across resumes (fairseq --stop-time-hours; "
+                                "0 = no limit); a time-limited run is not bit-reproducible", min=0.0)
     max_consecutive_nan: int = _f(5, doc="NaN/inf loss: the update is skipped and counted; this many "
                                   "skipped updates in a row stop training with an error naming "
                                   "the batch ids", min=1)

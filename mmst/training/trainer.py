@@ -243,18 +243,20 @@ class TrainState:
     consecutive_nan: int = 0
     nan_batch_ids: list[list[str]] = field(default_factory=list)
     last_valid: dict[str, float] = field(default_factory=dict)
+    train_time_s: float = 0.0  # cumulative wall time of training updates (validation excluded), all runs
 
     def to_dict(self) -> dict[str, Any]:
         """Primitive dict."""
         return {"num_updates": self.num_updates, "best": self.best, "nan_skipped": self.nan_skipped,
                 "consecutive_nan": self.consecutive_nan, "nan_batch_ids": self.nan_batch_ids,
-                "last_valid": dict(self.last_valid)}
+                "last_valid": dict(self.last_valid), "train_time_s": self.train_time_s}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainState:
         """Inverse of :meth:`to_dict`."""
         return cls(num_updates=int(d["num_updates"]), best=d.get("best"), nan_skipped=int(d.get("nan_skipped", 0)),
                    consecutive_nan=int(d.get("consecutive_nan", 0)),
+                   train_time_s=float(d.get("train_time_s", 0.0)),
                    nan_batch_ids=[list(x) for x in d.get("nan_batch_ids", [])],
                    last_valid=dict(d.get("last_valid", {})))
 
@@ -385,6 +387,11 @@ class Trainer:
     def _done(self) -> bool:
         if self.state.num_updates >= self.cfg.optim.max_update:
             return True
+        sth = self.cfg.optim.stop_time_hours
+        if sth and self.state.train_time_s >= sth * 3600.0:
+            logger.info("stop_time_hours=%g reached after %.1f s of training (update %d)", sth,
+                        self.state.train_time_s, self.state.num_updates)
+            return True
         me = self.cfg.optim.max_epoch
         return bool(me and (self.train_iter.epoch > me or (self.train_iter.epoch == me and self.train_iter.end_of_epoch)))
 
@@ -417,7 +424,9 @@ class Trainer:
         n_in_window = 0
         try:
             while not self._done():
+                t_step = time.time()
                 res = self.train_step()
+                self.state.train_time_s += time.time() - t_step
                 if res.skipped:
                     continue
                 u = self.state.num_updates
@@ -462,7 +471,8 @@ class Trainer:
         out: dict[str, Any] = {"loss": acc.get("loss", 0.0) / nt, "nll_loss": acc.get("nll_loss", 0.0) / nt,
                                "lr": self.scheduler.get_last_lr(), "gnorm": acc.get("gnorm", 0.0) / max(n, 1),
                                "frames_per_s": acc.get("n_frames", 0.0) / dt, "updates_per_s": n / dt,
-                               "epoch": self.train_iter.epoch, "nan_skipped": self.state.nan_skipped}
+                               "epoch": self.train_iter.epoch, "nan_skipped": self.state.nan_skipped,
+                               "train_time_s": round(self.state.train_time_s, 2)}
         for k, v in acc.items():
             if k.startswith("loss_") or k.startswith("nll_"):
                 lang = k.split("_", 1)[1]

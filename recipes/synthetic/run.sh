@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Quickstart recipe: synthetic grammar corpus (English espeak speech -> de, es, fr, ja),
 # multi-way prep, a multi-k wait-k `xs` unified model, joint-decoding evaluation at k = 1, 3, 5,
-# then the same model on real FLEURS speech. `make demo` runs it. Stages:
+# then the same model on real FLEURS speech. `make demo` runs it. Two test sets: tst-COMMON (voices
+# heard in training) and tst-unseen (espeak accents and variants never heard in training). Stages:
 #   0  generate the grammar corpus (data_prep/synthesize_corpus.py)
 #   1  prep the multi-way corpus (data_prep/prep_multiway.py)
 #   2  train the xs unified model with multi-k wait-k (mmst-train, conf/train_xs.yaml)
-#   3  evaluate at k = 1,3,5 with joint decoding (eval/simultaneous_eval.py)
-#   4  print the results table and the path of latency_quality.png
+#   3  evaluate on tst-COMMON at k = 1,3,5 with joint decoding (eval/simultaneous_eval.py)
+#   4  evaluate on tst-unseen at k = 3, print the results tables and the path of latency_quality.png
 #   5  real speech: FLEURS clips (prep_audio_list.py + simultaneous_eval.py) and the English-only clips
 set -euo pipefail
 cd "$(dirname "$0")/../.."   # repository root
@@ -22,8 +23,8 @@ tgt_langs=de,es,fr,ja
 difficulty=easy              # grammar preset (easy | hard)
 num_train=4000               # synthetic utterances per split
 num_dev=200
-num_test=200
-heldout_voices=true          # dev/test voices never heard in training
+num_test=200                 # tst-COMMON: voices heard in training
+num_test_unseen=200          # tst-unseen: voices never heard in training (0 = no such split)
 seed=1
 jobs=2                       # processes for synthesis and feature extraction
 config=recipes/synthetic/conf/train_xs.yaml
@@ -33,7 +34,7 @@ eval_k=1,3,5
 source_segment_size=320      # ms
 shared_data=../shared/data   # real FLEURS / English clips (skipped when absent)
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs difficulty num_train num_dev num_test
-  heldout_voices seed jobs config train_overrides nproc eval_k source_segment_size shared_data)
+  num_test_unseen seed jobs config train_overrides nproc eval_k source_segment_size shared_data)
 parse_options "$@"
 
 raw=$exp_dir/raw
@@ -42,15 +43,17 @@ model_dir=$exp_dir/model
 eval_dir=$exp_dir/eval
 mkdir -p "$exp_dir"
 
+splits=train,dev,tst-COMMON
+[ "$num_test_unseen" -gt 0 ] && splits=$splits,tst-unseen
+
 stage0() {
-  local heldout=()
-  [ "$heldout_voices" = "true" ] && heldout=(--heldout-voices)
   python data_prep/synthesize_corpus.py --grammar --difficulty "$difficulty" --out "$raw" \
     --tgt-langs "$tgt_langs" --num-train "$num_train" --num-dev "$num_dev" --num-test "$num_test" \
-    --seed "$seed" --jobs "$jobs" "${heldout[@]}"
+    --num-test-unseen "$num_test_unseen" --seed "$seed" --jobs "$jobs"
 }
 stage1() {
-  python data_prep/prep_multiway.py --root "$raw" --tgt-langs "$tgt_langs" --out "$data" --jobs "$jobs"
+  python data_prep/prep_multiway.py --root "$raw" --tgt-langs "$tgt_langs" --out "$data" --jobs "$jobs" \
+    --splits "$splits"
 }
 stage2() {
   # shellcheck disable=SC2086
@@ -62,9 +65,19 @@ stage3() {
     --source-segment-size "$source_segment_size" --out "$eval_dir"
 }
 stage4() {
-  echo "Results (tst-COMMON, synthetic voices unseen in training):"
+  if [ "$num_test_unseen" -gt 0 ]; then
+    python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
+      --split tst-unseen --tgt-langs "$tgt_langs" --waitk-lagging 3 \
+      --source-segment-size "$source_segment_size" --no-progress --out "${eval_dir}_unseen"
+  fi
+  echo "Results (tst-COMMON, synthetic voices heard in training):"
   cat "$eval_dir/scores.md"
   echo
+  if [ "$num_test_unseen" -gt 0 ]; then
+    echo "Results (tst-unseen, wait-3, voices never heard in training):"
+    cat "${eval_dir}_unseen/scores.md"
+    echo
+  fi
   echo "BLEU-vs-AL plot: $eval_dir/latency_quality.png"
 }
 stage5() {
@@ -74,6 +87,6 @@ stage5() {
 run_stage 0 "generate the grammar corpus ($difficulty; en -> $tgt_langs)" stage0
 run_stage 1 "prep the multi-way corpus" stage1
 run_stage 2 "train the xs unified model (multi-k wait-k)" stage2
-run_stage 3 "evaluate at k = $eval_k with joint decoding" stage3
-run_stage 4 "results" stage4
+run_stage 3 "evaluate on tst-COMMON at k = $eval_k with joint decoding" stage3
+run_stage 4 "tst-unseen at k = 3, results" stage4
 run_stage 5 "real speech: FLEURS + English-only clips" stage5

@@ -2,7 +2,7 @@
 
 Layout for every target language XX::
 
-    OUT/en-XX/data/{train,dev,tst-COMMON}/wav/<talk>.wav    16 kHz mono PCM16, whole talks
+    OUT/en-XX/data/{train,dev,tst-COMMON[,tst-unseen]}/wav/<talk>.wav    16 kHz mono PCM16, whole talks
     OUT/en-XX/data/<split>/txt/<split>.yaml                 - {duration: s, offset: s, speaker_id: .., wav: ..}
     OUT/en-XX/data/<split>/txt/<split>.en / <split>.XX      line-aligned with the yaml
 
@@ -14,6 +14,11 @@ A talk = lead pause + segment + pause + ... + tail pause; pauses are uniform in 
 talk gets deterministic Gaussian dither (``dither`` = std in full-scale units, default 2e-4 ~ 6.5 LSB of
 PCM16, about -74 dBFS) so pauses are never exact digital zeros (espeak emits exact silence, which would
 pile up at the fbank log floor and skew CMVN). All files are written atomically (tmp + rename).
+
+Voices (see ``split_voice_pool``): ``tst-unseen`` (written only when asked for) always uses the
+held-out speaker pool, and then train/dev/tst-COMMON use the train pool only, so one corpus measures
+both seen-voice and unseen-voice quality of one model. Without it, ``heldout_voices`` moves dev and
+tst-COMMON to the held-out pool; otherwise every split draws from all voices.
 """
 
 from __future__ import annotations
@@ -40,8 +45,9 @@ from mmst.data.synthetic.tts import (
     synthesize,
 )
 
-SPLITS = ("train", "dev", "tst-COMMON")
-_SPLIT_CODE = {"train": "tr", "dev": "dv", "tst-COMMON": "ts"}
+SPLITS = ("train", "dev", "tst-COMMON", "tst-unseen")
+_SPLIT_CODE = {"train": "tr", "dev": "dv", "tst-COMMON": "ts", "tst-unseen": "tu"}
+UNSEEN_SPLIT = "tst-unseen"
 
 
 class CorpusConfigError(ValueError):
@@ -87,7 +93,9 @@ def grammar_segments(num: dict[str, int], seed: int, difficulty: str = "easy", *
     """
     seen: set[str] = set()
     out = {}
-    for split in ("tst-COMMON", "dev", "train"):
+    for split in (UNSEEN_SPLIT, "tst-COMMON", "dev", "train"):
+        if split == UNSEEN_SPLIT and not num.get(split, 0):
+            continue
         g = Grammar(difficulty, seed=f"{seed}:{split}", **knobs)
         items, tries = [], 0
         unique = split != "train"
@@ -158,15 +166,32 @@ def split_text_rows(rows: list[dict], num_train: int | None, num_dev: int | None
 
 
 # ----------------------------------------------------------------------------- talks
+def split_voice_pool(split: str, heldout_voices: bool, has_unseen_split: bool) -> str:
+    """Speaker pool name (``train``, ``heldout`` or ``all``, see ``speaker_pool``) for one split.
+
+    ``tst-unseen`` -> ``heldout``; with a ``tst-unseen`` split every other split -> ``train`` (so
+    those voices stay unseen); else ``heldout_voices`` puts dev/tst-COMMON on ``heldout`` and train
+    on ``train``; else ``all``.
+    """
+    if split == UNSEEN_SPLIT:
+        return "heldout"
+    if has_unseen_split:
+        return "train"
+    if heldout_voices:
+        return "train" if split == "train" else "heldout"
+    return "all"
+
+
 def plan_talks(segments: dict[str, list[dict]], seed: int, heldout_voices: bool,
                segments_per_talk: tuple[int, int] = (6, 12), pause_s: tuple[float, float] = (0.3, 1.0)) -> list[dict]:
     """Group segments into talks: list of ``{split, talk, speaker, texts: [en...], pauses_s: [...]}``
     (``len(pauses_s) == len(texts) + 1``: lead, between, tail). One speaker per talk, deterministic."""
     talks = []
+    has_unseen = bool(segments.get(UNSEEN_SPLIT))
     for split in SPLITS:
         segs = segments.get(split, [])
         rng = random.Random(f"{seed}:talks:{split}")
-        pool = speaker_pool("train" if split == "train" else "heldout") if heldout_voices else speaker_pool("all")
+        pool = speaker_pool(split_voice_pool(split, heldout_voices, has_unseen))
         i, k = 0, 0
         while i < len(segs):
             n = rng.randint(*segments_per_talk)
@@ -276,6 +301,8 @@ def synthesize_corpus(out_dir: str | Path, tgt_langs: Sequence[str], segments: d
     for split in SPLITS:
         st = [t for t in talks if t["split"] == split]
         segs = segments.get(split, [])
+        if split == UNSEEN_SPLIT and not segs:
+            continue
         yaml_lines, idx = [], []
         for t in st:
             meta = json.loads((meta_dir / f"{t['talk']}.json").read_text())["segments"]
@@ -304,18 +331,21 @@ def synthesize_corpus(out_dir: str | Path, tgt_langs: Sequence[str], segments: d
 
 
 def synthesize_grammar_corpus(out_dir: str | Path, tgt_langs: Sequence[str], num_train: int = 2000,
-                              num_dev: int = 200, num_test: int = 200, difficulty: str = "easy",
+                              num_dev: int = 200, num_test: int = 200, num_test_unseen: int = 0,
+                              difficulty: str = "easy",
                               vocab_size: int | None = None, max_words: int | None = None,
                               reorder_distance: int | None = None, seed: int = 0, **kw) -> dict:
     """Grammar source: sample sentences (see ``grammar_segments``) and write them with
-    ``synthesize_corpus`` (extra keyword arguments are passed on). Raises ValueError on a language the
-    grammar does not produce."""
+    ``synthesize_corpus`` (extra keyword arguments are passed on). ``num_test_unseen`` > 0 adds a
+    ``tst-unseen`` split spoken by held-out voices (all other splits then use train voices only).
+    Raises ValueError on a language the grammar does not produce."""
     bad = [lang for lang in tgt_langs if lang not in LANGS or lang == "en"]
     if bad:
         raise ValueError(f"grammar languages are {LANGS[1:]}, not {bad}")
     knobs = {k: v for k, v in dict(vocab_size=vocab_size, max_words=max_words,
                                    reorder_distance=reorder_distance).items() if v is not None}
-    segs = grammar_segments({"train": num_train, "dev": num_dev, "tst-COMMON": num_test}, seed, difficulty, **knobs)
+    segs = grammar_segments({"train": num_train, "dev": num_dev, "tst-COMMON": num_test,
+                             UNSEEN_SPLIT: num_test_unseen}, seed, difficulty, **knobs)
     info = {"type": "grammar", "difficulty": difficulty, **knobs}
     return synthesize_corpus(out_dir, tgt_langs, segs, seed=seed, source_info=info, **kw)
 
