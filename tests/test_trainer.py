@@ -86,6 +86,22 @@ def test_multi_k_and_separate_arch(tiny_feature_data, tmp_path):  # noqa: F811
     assert (tmp_path / "checkpoint_best.pt").is_file()
 
 
+def test_stop_time_hours_is_cumulative_across_resume(tiny_feature_data, tmp_path):  # noqa: F811
+    # 1e-9 h = 3.6 us: the first update always takes longer, so the run stops right after it
+    tr = build_trainer(_cfg("optim.max_update=50", "optim.stop_time_hours=1e-9", "valid.interval_updates=0"),
+                       tiny_feature_data, tmp_path)
+    state = tr.train()
+    assert state.num_updates == 1 and state.train_time_s > 0
+    first = load_checkpoint(tmp_path / "checkpoint_last.pt")["train_state"]["train_time_s"]
+    assert first == state.train_time_s
+    tr2 = build_trainer(_cfg("optim.max_update=3", "valid.interval_updates=0"), tiny_feature_data, tmp_path)
+    assert tr2.state.train_time_s == first  # restored, not reset
+    state2 = tr2.train()
+    assert state2.num_updates == 3 and state2.train_time_s > first
+    logs = [json.loads(x) for x in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    assert any("train_time_s" in r for r in logs if r["kind"] == "train")
+
+
 def test_resume_checks_languages_and_vocab(tiny_feature_data, tmp_path):  # noqa: F811
     tr = build_trainer(_cfg("optim.max_update=2", "valid.interval_updates=0"), tiny_feature_data, tmp_path)
     tr.train()
