@@ -54,6 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "default: automatic (min(10000, word types / 2)), logged")
     p.add_argument("--src-vocab-size", type=int, default=None,
                    help="English SentencePiece size (CTC target); default automatic (cap 5000)")
+    p.add_argument("--pretokenize", choices=("auto", "none"), default="auto",
+                   help="auto: ja/zh target text gets word boundaries (MeCab for ja, Han characters for zh) for "
+                        "SentencePiece training only, so no piece spans several words; none: raw text")
     p.add_argument("--per-lang-vocab", action="store_true",
                    help="also train one SentencePiece model per target language (separate decoders)")
     p.add_argument("--vocab-from", default=None,
@@ -100,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = {s: rows.get(s, []) for s in splits}
         report = build_from_rows(
             rows, args.out, langs, jobs=args.jobs, extra_report={"join": join_rep, "root": args.root},
-            vocab_size=args.vocab_size, src_vocab_size=args.src_vocab_size, per_lang_vocab=args.per_lang_vocab,
+            vocab_size=args.vocab_size, src_vocab_size=args.src_vocab_size, per_lang_vocab=args.per_lang_vocab, pretokenize=args.pretokenize,
             vocab_from=args.vocab_from, max_frames=args.max_frames, min_frames=args.min_frames,
             end_tolerance_ms=args.tolerance_ms, dither=args.dither, src_lang=args.src_lang,
             progress=progress, tool="prep_multiway",

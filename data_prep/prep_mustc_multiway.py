@@ -73,6 +73,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="joint (and per-language) SentencePiece vocabulary size (default: automatic)")
     ap.add_argument("--src-vocab-size", type=int, default=None,
                     help="English SentencePiece vocabulary size, for CTC (default: automatic)")
+    ap.add_argument("--pretokenize", choices=("auto", "none"), default="auto",
+                   help="auto: ja/zh target text gets word boundaries (MeCab for ja, Han characters for zh) for "
+                        "SentencePiece training only, so no piece spans several words; none: raw text")
     ap.add_argument("--per-lang-vocab", action="store_true",
                     help="also train one SentencePiece model per target language (separate decoders)")
     ap.add_argument("--max-frames", type=int, default=3000,
@@ -211,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("--align-only: aligned TSVs in %s", os.path.join(args.out, "aligned"))
         return 0
     options = dict(
-        vocab_size=args.vocab_size, src_vocab_size=args.src_vocab_size, per_lang_vocab=args.per_lang_vocab,
+        vocab_size=args.vocab_size, src_vocab_size=args.src_vocab_size, per_lang_vocab=args.per_lang_vocab, pretokenize=args.pretokenize,
         max_frames=args.max_frames, min_frames=args.min_frames, dither=args.dither, vocab_from=args.vocab_from, progress=progress, tool="prep_mustc_multiway",
     )
     options.update(_extra_builder_kwargs(args.builder_args))

@@ -59,3 +59,33 @@ def test_rejects_model_with_other_special_ids(tmp_path) -> None:
                                    vocab_size=40, minloglevel=2)  # default ids: unk=0, bos=1, eos=2
     with pytest.raises(ValueError, match="expected '<s>'"):
         Vocab.load(tmp_path / "plain.model")
+
+
+JA = ["黒い子供は小さい本を見つけます。", "学生はドアを見つけます。", "黒い犬は本を見ます。", "学生は小さい犬を見ます。",
+      "子供は黒いドアを買います。", "犬は学生を見つけます。"] * 20
+
+
+def test_pretokenize_marks_word_boundaries() -> None:
+    from mmst.data.vocab import PRETOKENIZE_DELIMITER as D
+    from mmst.data.vocab import pretokenize
+
+    assert pretokenize("the small cat", "de") == "the small cat"  # spaced languages: unchanged
+    ja = pretokenize("黒い子供は本を見ます。", "ja")
+    assert ja.replace(D, "") == "黒い子供は本を見ます。"  # nothing but boundaries added
+    words = ja.split(D)
+    assert "黒い" in words and "本" in words and len(words) >= 6  # MeCab words (or characters without MeCab)
+    assert pretokenize("我爱abc 你", "zh") == f"我{D}爱{D}abc 你"
+
+
+def test_pretokenized_ja_pieces_never_span_words(tmp_path) -> None:
+    from mmst.data.vocab import pretokenize
+
+    raw = train_sentencepiece(JA, tmp_path / "raw.model", 60)
+    pre = train_sentencepiece([pretokenize(s, "ja") for s in JA], tmp_path / "pre.model", 60, pretokenized=True)
+    v_raw, v_pre = Vocab.load(tmp_path / "raw.model"), Vocab.load(tmp_path / "pre.model")
+    pieces = lambda v: {v.id_to_piece(i).lstrip("▁") for i in range(4, len(v))}  # noqa: E731
+    # unspaced text: SentencePiece learns pieces across word boundaries (e.g. noun + particle "子供は")
+    assert any(p.endswith(("は", "を")) and len(p) > 1 for p in pieces(v_raw))
+    # pretokenized: a particle is never glued to its noun, and the raw text still round-trips
+    assert not any(p.endswith(("は", "を")) and len(p) > 1 for p in pieces(v_pre))
+    assert raw["actual"] > 0 and v_pre.decode(v_pre.encode(JA[0])) == JA[0]

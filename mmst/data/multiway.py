@@ -76,7 +76,7 @@ from mmst.data.atomic import atomic_save_npy, atomic_write_bytes, atomic_write_j
 from mmst.data.manifest import FAIRSEQ_ST_COLUMNS, TGT_PREFIX, clean_text, manifest_columns, write_manifest
 from mmst.data.rawcorpus import PairSegment, RawCorpusError, read_pair_split
 from mmst.data.store import pack_npy_files, zip_member_offsets
-from mmst.data.vocab import lang_tag, train_sentencepiece
+from mmst.data.vocab import NO_SPACE_LANGS, PRETOKENIZE_DELIMITER, lang_tag, pretokenize, train_sentencepiece
 from mmst.features import (
     FRAME_LENGTH_MS,
     FRAME_SHIFT_MS,
@@ -335,9 +335,10 @@ def auto_vocab_size(sentences: Sequence[str], cap: int) -> int:
     """A sane SentencePiece size for a corpus: ``min(cap, max(64, distinct_words // 2))``.
 
     Large corpora get ``cap``; tiny ones (synthetic grammars, a few hundred words) get roughly half
-    their word types, i.e. real subwords rather than a word-level or character-level model.
+    their word types, i.e. real subwords rather than a word-level or character-level model. Words are
+    split on whitespace and on :data:`mmst.data.vocab.PRETOKENIZE_DELIMITER` (pretokenized ja/zh).
     """
-    words = {w for s in sentences for w in s.split()}
+    words = {w for s in sentences for w in s.replace(PRETOKENIZE_DELIMITER, " ").split()}
     return int(min(cap, max(64, len(words) // 2)))
 
 
@@ -354,6 +355,8 @@ class BuildOptions:
         vocab_size: joint (and per-language) SentencePiece size; ``None`` = automatic.
         src_vocab_size: English SentencePiece size (CTC); ``None`` = automatic.
         per_lang_vocab: also train one model per target language.
+        pretokenize: ``"auto"``: ja/zh training text gets word boundaries for SentencePiece
+            (:func:`mmst.data.vocab.pretokenize`); ``"none"``: raw text.
         max_frames: drop train utterances longer than this many 10 ms frames.
         min_frames: drop (non-test) utterances shorter than this.
         end_tolerance_ms: a segment may end this far past its audio file (shortened), in ms.
@@ -369,6 +372,7 @@ class BuildOptions:
     vocab_size: int | None = None
     src_vocab_size: int | None = None
     per_lang_vocab: bool = False
+    pretokenize: str = "auto"
     max_frames: int = 3000
     min_frames: int = 5
     end_tolerance_ms: float = 10.0
@@ -659,7 +663,15 @@ def _train_vocabs(fit: list[dict[str, Any]], out: Path, tgt_langs: list[str], op
     vocab_cfg: dict[str, Any] = {"joint": "spm_joint.model", "src": "spm_src.model"}
     rep: dict[str, Any] = {}
     specs: list[tuple[str, str, list[str], int, list[str]]] = []
-    joint_text = [r[TGT_PREFIX + lang] for r in fit for lang in tgt_langs if r[TGT_PREFIX + lang]]
+    if opts.pretokenize not in ("auto", "none"):
+        raise BuildError(f"pretokenize must be 'auto' or 'none', not {opts.pretokenize!r}")
+    pre = opts.pretokenize == "auto" and any(lang.split("-")[0] in NO_SPACE_LANGS for lang in tgt_langs)
+
+    def tgt(r: dict[str, Any], lang: str) -> str:
+        t = r[TGT_PREFIX + lang]
+        return pretokenize(t, lang) if pre else t
+
+    joint_text = [tgt(r, lang) for r in fit for lang in tgt_langs if r[TGT_PREFIX + lang]]
     specs.append(("joint", "spm_joint.model", joint_text,
                   opts.vocab_size or auto_vocab_size(joint_text, DEFAULT_VOCAB_CAPS["joint"]),
                   [lang_tag(lang) for lang in tgt_langs]))
@@ -669,21 +681,24 @@ def _train_vocabs(fit: list[dict[str, Any]], out: Path, tgt_langs: list[str], op
     if opts.per_lang_vocab:
         vocab_cfg["per_lang"] = {}
         for lang in tgt_langs:
-            t = [r[TGT_PREFIX + lang] for r in fit if r[TGT_PREFIX + lang]]
+            t = [tgt(r, lang) for r in fit if r[TGT_PREFIX + lang]]
             if not t:
                 raise BuildError(f"--per-lang-vocab: no {lang} text in split {opts.fit_split!r}")
             specs.append((f"per_lang:{lang}", f"spm_{lang}.model", t,
                           opts.vocab_size or auto_vocab_size(t, DEFAULT_VOCAB_CAPS["per_lang"]), []))
             vocab_cfg["per_lang"][lang] = f"spm_{lang}.model"
     for name, fname, text, size, uds in specs:
-        h = _hash([text, size, uds, "unigram"])
+        is_tgt = name != "src" and pre
+        h = _hash([text, size, uds, "unigram"] + (["pretokenized"] if is_tgt else []))
         info_path = out / ".cache" / f"{fname}.json"
         if state.done(f"spm:{fname}", h, out / fname, info_path):
             info = json.loads(info_path.read_text())
             info["skipped"] = True
         else:
             auto = (opts.vocab_size if name != "src" else opts.src_vocab_size) is None
-            info = train_sentencepiece(text, out / fname, size, uds, num_threads=max(1, jobs), auto=auto)
+            info = train_sentencepiece(text, out / fname, size, uds, num_threads=max(1, jobs), auto=auto,
+                                       pretokenized=is_tgt)
+            info["pretokenized"] = is_tgt
             info["model"] = fname
             info["auto"] = auto
             atomic_write_json(info_path, info)

@@ -19,6 +19,14 @@ Sizing on tiny corpora: SentencePiece refuses a vocabulary larger than the corpu
 ("Vocabulary size is too large") and a vocabulary smaller than the character set. We train with
 ``hard_vocab_limit=False`` (the requested size becomes an upper bound), raise the request to the
 minimum the character set needs, and return/log the requested, minimum and actual sizes.
+
+Languages written without spaces (ja, zh): SentencePiece treats a whole unspaced sentence as one
+"word", so on a small corpus it learns pieces that cross word boundaries (a Japanese piece such as
+``▁黒い子供は`` = adjective + noun + particle). Those pieces are combinatorial, rare and force a
+simultaneous decoder to commit to several source words in one token. :func:`pretokenize` marks word
+boundaries for training only (SentencePiece's ``pretokenization_delimiter``; MeCab + IPA dictionary for
+ja, one word per Han character for zh), so no learned piece crosses a word; encoding still takes the
+raw text.
 """
 
 from __future__ import annotations
@@ -34,6 +42,11 @@ import sentencepiece as spm
 from mmst.data.atomic import atomic_write_bytes, atomic_write_text
 
 log = logging.getLogger(__name__)
+
+#: Word-boundary mark of pretokenized training text (removed by SentencePiece; never in real text).
+PRETOKENIZE_DELIMITER = "\u241f"
+#: Languages written without spaces between words (pretokenized for vocabulary training).
+NO_SPACE_LANGS = ("ja", "zh")
 
 BOS_ID, PAD_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 BOS, PAD, EOS, UNK = "<s>", "<pad>", "</s>", "<unk>"
@@ -124,6 +137,60 @@ class Vocab:
         return int(self._sp.piece_to_id(piece))
 
 
+_MECAB: Any = None
+
+
+def _mecab_words(text: str) -> list[str] | None:
+    """Japanese words of ``text`` with MeCab + IPA dictionary (the tokenizer of sacrebleu's ja-mecab),
+    or ``None`` when ``MeCab``/``ipadic`` are not importable."""
+    global _MECAB
+    if _MECAB is None:
+        try:
+            import ipadic
+            import MeCab
+
+            _MECAB = MeCab.Tagger(ipadic.MECAB_ARGS + " -Owakati")
+        except (ImportError, RuntimeError):
+            _MECAB = False
+    if _MECAB is False:
+        return None
+    return _MECAB.parse(text).split()
+
+
+def _is_han(ch: str) -> bool:
+    return "\u4e00" <= ch <= "\u9fff" or "\u3400" <= ch <= "\u4dbf"
+
+
+def pretokenize(text: str, lang: str) -> str:
+    """Mark word boundaries of ``text`` with :data:`PRETOKENIZE_DELIMITER` for SentencePiece training.
+
+    ja: MeCab words (IPA dictionary) when importable (sacrebleu[ja] installs it), else one boundary
+    between every two characters; zh: a boundary around every Han character. Spaces are kept (they
+    are boundaries anyway). Other languages: ``text`` unchanged.
+    """
+    base = lang.split("-")[0].split("_")[0].lower()
+    if base not in NO_SPACE_LANGS or not text:
+        return text
+    out = []
+    for chunk in text.split():
+        if base == "ja":
+            words = _mecab_words(chunk) or list(chunk)
+        else:
+            words, cur = [], ""
+            for ch in chunk:
+                if _is_han(ch):
+                    if cur:
+                        words.append(cur)
+                        cur = ""
+                    words.append(ch)
+                else:
+                    cur += ch
+            if cur:
+                words.append(cur)
+        out.append(PRETOKENIZE_DELIMITER.join(words))
+    return " ".join(out)
+
+
 def _character_coverage(chars: set[str]) -> float:
     """1.0 (every character gets a piece) unless the script is CJK-sized (>= 2000 distinct chars)."""
     return 0.9995 if len(chars) >= 2000 else 1.0
@@ -139,6 +206,7 @@ def train_sentencepiece(
     input_sentence_size: int = 2_000_000,
     write_fairseq_dict: bool = True,
     auto: bool = False,
+    pretokenized: bool = False,
 ) -> dict[str, Any]:
     """Train a SentencePiece model with mmst's special ids; write it (and its fairseq dict) atomically.
 
@@ -155,6 +223,8 @@ def train_sentencepiece(
         write_fairseq_dict: also write the ``.txt`` dictionary.
         auto: ``vocab_size`` was chosen automatically (raising it to the minimum is then logged at
             INFO instead of WARNING).
+        pretokenized: ``sentences`` carry :data:`PRETOKENIZE_DELIMITER` word boundaries
+            (:func:`pretokenize`); no piece will cross one.
 
     Returns:
         ``{"model": path, "requested": int, "minimum": int, "actual": int, "character_coverage": float,
@@ -167,7 +237,7 @@ def train_sentencepiece(
     sents = [s for s in sentences if s.strip()]
     if not sents:
         raise ValueError(f"{model_path}: no non-empty training sentence for SentencePiece")
-    chars = {c for s in sents for c in s if not c.isspace()}
+    chars = {c for s in sents for c in s if not c.isspace() and c != PRETOKENIZE_DELIMITER}
     coverage = _character_coverage(chars)
     n_chars_needed = len(chars) if coverage == 1.0 else min(len(chars), 2000)
     minimum = NUM_SPECIAL + len(user_defined_symbols) + n_chars_needed + 2  # +2: "▁" and slack
@@ -191,6 +261,7 @@ def train_sentencepiece(
             shuffle_input_sentence=True,
             num_threads=max(1, int(num_threads)),
             minloglevel=2,
+            **({"pretokenization_delimiter": PRETOKENIZE_DELIMITER} if pretokenized else {}),
         )
     except RuntimeError as e:
         raise RuntimeError(f"{model_path}: SentencePiece training failed: {e}") from e
