@@ -99,7 +99,10 @@ def test_stop_time_hours_is_cumulative_across_resume(tiny_feature_data, tmp_path
     state2 = tr2.train()
     assert state2.num_updates == 3 and state2.train_time_s > first
     logs = [json.loads(x) for x in (tmp_path / "train_log.jsonl").read_text().splitlines()]
-    assert any("train_time_s" in r for r in logs if r["kind"] == "train")
+    train = [r for r in logs if r["kind"] == "train"]
+    assert train and all("train_time_s" in r for r in train)
+    # padding share of the padded (B x T) frames, and the share of wall time spent waiting for batches
+    assert all(0.0 <= r["padding_pct"] < 100.0 and 0.0 <= r["loader_wait_pct"] <= 100.0 for r in train)
 
 
 def test_resume_checks_languages_and_vocab(tiny_feature_data, tmp_path):  # noqa: F811

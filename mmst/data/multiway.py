@@ -332,14 +332,15 @@ def _extract_group(args: tuple[list[_Item], float, float, float | None]) -> tupl
 
 
 def auto_vocab_size(sentences: Sequence[str], cap: int) -> int:
-    """A sane SentencePiece size for a corpus: ``min(cap, max(64, distinct_words // 2))``.
+    """A sane SentencePiece size for a corpus: ``min(cap, max(64, distinct_words))``.
 
-    Large corpora get ``cap``; tiny ones (synthetic grammars, a few hundred words) get roughly half
-    their word types, i.e. real subwords rather than a word-level or character-level model. Words are
+    Large corpora get ``cap``; tiny ones (synthetic grammars, a few hundred words) get about one piece
+    per word type (an upper bound: SentencePiece keeps fewer when the corpus supports fewer), so
+    frequent words stay whole instead of being cut into characters. Words are
     split on whitespace and on :data:`mmst.data.vocab.PRETOKENIZE_DELIMITER` (pretokenized ja/zh).
     """
     words = {w for s in sentences for w in s.replace(PRETOKENIZE_DELIMITER, " ").split()}
-    return int(min(cap, max(64, len(words) // 2)))
+    return int(min(cap, max(64, len(words))))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -291,6 +291,7 @@ class Trainer:
         self.strategy = strategy or SingleProcessStrategy()
         self.extra_state = dict(extra_state or {})
         self.state = TrainState()
+        self._loader_s, self._padded_frames = 0.0, 0  # per log window: batch wait (s), padded frames
         self.waitk = WaitkSampler(cfg.waitk_lagging, cfg.seed)
         self.ckpt = CheckpointManager(self.save_dir, cfg.checkpoint.keep_last)
         main = bool(getattr(self.strategy, "is_main_process", True))
@@ -398,7 +399,10 @@ class Trainer:
     def train_step(self) -> UpdateResult:
         """Draw ``update_freq`` micro-batches, run one update via the strategy, handle NaN."""
         u = self.state.num_updates
+        t0 = time.perf_counter()
         micro = [self.train_iter.next_batch().to(self.device) for _ in range(self.cfg.optim.update_freq)]
+        self._loader_s += time.perf_counter() - t0
+        self._padded_frames += sum(int(b.fbank.shape[0] * b.fbank.shape[1]) for b in micro)
         waitks = [self.waitk.sample(u, j) for j in range(len(micro))]
         result = self.strategy.run_update(self.model, self.criterion, self.optimizer, self.scheduler, micro,
                                           waitks, self.cfg.optim.clip_norm)
@@ -421,6 +425,7 @@ class Trainer:
                        dynamic_ncols=True)
         acc: dict[str, float] = {}
         t_last = time.time()
+        self._loader_s, self._padded_frames = 0.0, 0
         n_in_window = 0
         try:
             while not self._done():
@@ -443,6 +448,7 @@ class Trainer:
                     dt = max(time.time() - t_last, 1e-9)
                     self.log.log("train", u, self._summarise(acc, n_in_window, dt))
                     acc, n_in_window, t_last = {}, 0, time.time()
+                    self._loader_s, self._padded_frames = 0.0, 0
                 vi, si = cfg.valid.interval_updates, cfg.checkpoint.save_interval_updates
                 improved = False
                 if vi and u % vi == 0:
@@ -472,7 +478,12 @@ class Trainer:
                                "lr": self.scheduler.get_last_lr(), "gnorm": acc.get("gnorm", 0.0) / max(n, 1),
                                "frames_per_s": acc.get("n_frames", 0.0) / dt, "updates_per_s": n / dt,
                                "epoch": self.train_iter.epoch, "nan_skipped": self.state.nan_skipped,
-                               "train_time_s": round(self.state.train_time_s, 2)}
+                               "train_time_s": round(self.state.train_time_s, 2),
+                               # share of the window spent waiting for batches, and of padded frames
+                               "loader_wait_pct": 100.0 * self._loader_s / dt}
+        padded = self._padded_frames
+        if padded:
+            out["padding_pct"] = 100.0 * max(0.0, 1.0 - acc.get("n_frames", 0.0) / padded)
         for k, v in acc.items():
             if k.startswith("loss_") or k.startswith("nll_"):
                 lang = k.split("_", 1)[1]
