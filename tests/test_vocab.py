@@ -88,4 +88,4 @@ def test_pretokenized_ja_pieces_never_span_words(tmp_path) -> None:
     assert any(p.endswith(("は", "を")) and len(p) > 1 for p in pieces(v_raw))
     # pretokenized: a particle is never glued to its noun, and the raw text still round-trips
     assert not any(p.endswith(("は", "を")) and len(p) > 1 for p in pieces(v_pre))
-    assert raw["actual"] > 0 and v_pre.decode(v_pre.encode(JA[0])) == JA[0]
+    assert raw["actual"] > 0 and pre["actual"] == len(v_pre) and v_pre.decode(v_pre.encode(JA[0])) == JA[0]
