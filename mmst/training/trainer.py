@@ -390,8 +390,6 @@ class Trainer:
             return True
         sth = self.cfg.optim.stop_time_hours
         if sth and self.state.train_time_s >= sth * 3600.0:
-            logger.info("stop_time_hours=%g reached after %.1f s of training (update %d)", sth,
-                        self.state.train_time_s, self.state.num_updates)
             return True
         me = self.cfg.optim.max_epoch
         return bool(me and (self.train_iter.epoch > me or (self.train_iter.epoch == me and self.train_iter.end_of_epoch)))
@@ -444,7 +442,7 @@ class Trainer:
                     nt = max(res.stats.get("ntokens", 1.0), 1.0)
                     bar.set_postfix(loss=f"{res.stats.get('loss', float('nan')) / nt:.3f}",
                                     lr=f"{self.scheduler.get_last_lr():.2e}", refresh=False)
-                if u % cfg.logging.log_interval == 0 or u == cfg.optim.max_update:
+                if u % cfg.logging.log_interval == 0 or self._done():
                     dt = max(time.time() - t_last, 1e-9)
                     self.log.log("train", u, self._summarise(acc, n_in_window, dt))
                     acc, n_in_window, t_last = {}, 0, time.time()
@@ -459,6 +457,9 @@ class Trainer:
                     self.save_best_only()
             # end of training: final validation/save unless just done
             u = self.state.num_updates
+            if cfg.optim.stop_time_hours and u < cfg.optim.max_update:
+                logger.info("stop_time_hours=%g: stopped after %.1f s of training at update %d",
+                            cfg.optim.stop_time_hours, self.state.train_time_s, u)
             improved = False
             if not (cfg.valid.interval_updates and u % cfg.valid.interval_updates == 0) and u > 0:
                 improved = self.validate()

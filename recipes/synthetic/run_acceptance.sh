@@ -28,8 +28,9 @@ num_test_unseen=200
 seed=1
 jobs=2
 offline_minutes=10           # training wall time of each model (validation excluded)
+train_overrides=""           # extra key=value overrides for mmst-train, space separated
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs num_train num_dev num_test num_test_unseen seed jobs
-  offline_minutes)
+  offline_minutes train_overrides)
 parse_options "$@"
 
 raw=$exp_dir/raw
@@ -48,13 +49,15 @@ stage1() {
   python data_prep/prep_multiway.py --root "$raw" --tgt-langs "$tgt_langs" --out "$data" --jobs "$jobs" \
     --splits train,dev,tst-COMMON,tst-unseen
 }
+# shellcheck disable=SC2086
 stage2() {
   mmst-train --config recipes/synthetic/conf/train_xs_offline.yaml --data "$data" --save-dir "$models/unified_offline" \
-    model.arch=unified optim.stop_time_hours="$(hours "$offline_minutes")"
+    model.arch=unified optim.stop_time_hours="$(hours "$offline_minutes")" $train_overrides
 }
+# shellcheck disable=SC2086
 stage3() {
   mmst-train --config recipes/synthetic/conf/train_xs_offline.yaml --data "$data" --save-dir "$models/separate_offline" \
-    model.arch=separate optim.stop_time_hours="$(hours "$offline_minutes")"
+    model.arch=separate optim.stop_time_hours="$(hours "$offline_minutes")" $train_overrides
 }
 stage4() {
   local split name
