@@ -71,7 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="latency unit: auto = char for zh/ja, word otherwise",
     )
     p.add_argument("--max-utterances", type=int, default=None, help="evaluate only the first N utterances")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: streaming decoding is a chain of small matrix products; "
+                        "more threads add synchronisation and, on a busy machine, can be 100x slower; 0 = torch's "
+                        "choice)")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--no-progress", action="store_true", help="disable the tqdm progress bar")
     return p
