@@ -31,15 +31,16 @@ train_jobs=2                 # 2: train both models at once with 1 thread each (
 eval_k=1,3,5
 eval_max_utterances=0        # 0 = the whole test split
 source_segment_size=320      # ms
+train_overrides=""           # extra key=value overrides for both mmst-train runs, space separated
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs num_train num_dev num_test seed jobs max_update
-  train_jobs eval_k eval_max_utterances source_segment_size)
+  train_jobs eval_k eval_max_utterances source_segment_size train_overrides)
 parse_options "$@"
 
 raw=$exp_dir/raw
 data=$exp_dir/data
 mkdir -p "$exp_dir"
 common="optim.max_update=$max_update optim.stop_time_hours=0 valid.interval_updates=500 \
-checkpoint.save_interval_updates=500 valid.max_len_a=1.0"
+checkpoint.save_interval_updates=500 valid.max_len_a=1.0 $train_overrides"
 
 train_one() {  # train_one NAME CONFIG THREADS
   # shellcheck disable=SC2086
