@@ -60,9 +60,9 @@ def stream_tokens(model, wav, langs, k, max_len_b, seg_ms=320.0, mode="auto"):
 
 
 @pytest.mark.parametrize("arch", ["unified", "separate"])
-@pytest.mark.parametrize("k,seg_ms", [(1, 320.0), (3, 100.0), (2, 37.0)])
-def test_streaming_equals_masked_greedy(arch, k, seg_ms):
-    m = make(arch, seed=k)
+@pytest.mark.parametrize("k,seg_ms,seed", [(1, 320.0, 1), (3, 100.0, 3), (2, 37.0, 10)])
+def test_streaming_equals_masked_greedy(arch, k, seg_ms, seed):
+    m = make(arch, seed=seed)
     wav = audio(1.9, seed=k)
     ref = full_greedy(m, wav, LANGS, k, max_len_b=30)
     tr = stream_tokens(m, wav, LANGS, k, 30, seg_ms)
@@ -171,7 +171,7 @@ class FakeVocab:
     """Pieces: 0-3 specials, 4-6 tags, then words."""
 
     pieces = ["<s>", "<pad>", "</s>", "<unk>", "<lang:de>", "<lang:es>", "<lang:ja>",
-              "▁hel", "lo", "▁wor", "ld", "▁", "日本", "語", "▁a"]
+              "▁hel", "lo", "▁wor", "ld", "▁", "日本", "語", "▁a"] + [f"▁w{i}" if i % 2 else f"x{i}" for i in range(15, V)]
 
     def id_to_piece(self, i):
         return self.pieces[i]
@@ -206,3 +206,23 @@ def test_translator_words_with_fake_vocab():
         toks = tr.tokens[lang]
         assert text == FakeVocab().decode(toks).replace(" ", "")
         assert all(w.delay_ms <= 1000.0 for w in words[lang])
+
+
+@pytest.mark.parametrize("strategy", ["sync", "async"])
+def test_special_tokens_are_never_generated(strategy):
+    """An undertrained model whose argmax is a <lang:xx> tag, pad or bos must still write real tokens:
+    every decoding path (streaming joint, masked greedy, beam) bans model.never_generate_ids()."""
+    m = make("unified", strategy=strategy)
+    banned = m.never_generate_ids()
+    assert banned == sorted({0, 1, *TAGS.values()})  # bos, pad and the three tags; EOS (2) is allowed
+    boost = torch.zeros(V)
+    boost[banned] = 100.0  # the raw argmax is a banned id at every step
+    m.decoder.output_projection.register_forward_hook(lambda mod, inp, out: out + boost)
+    wav = audio(1.5)
+    tr = stream_tokens(m, wav, LANGS, 2, max_len_b=6)
+    f = torch.from_numpy(CMVN(fbank(wav)))[None]
+    greedy = greedy_waitk_decode(m, f, torch.tensor([f.size(1)]), LANGS, 2, 0.0, 6)
+    enc = m.encode(f, torch.tensor([f.size(1)]))
+    for lang in LANGS:
+        for toks in (tr.tokens[lang], greedy[lang][0], beam_search(m, enc, lang, beam=2, max_len_b=6)[0]):
+            assert toks and not set(toks) & set(banned), (lang, toks)

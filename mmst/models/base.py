@@ -94,6 +94,17 @@ class MMSTModel(nn.Module):
         self.check_langs([lang])
         return int(self.cfg.bos_id)
 
+    def never_generate_ids(self) -> list[int]:
+        """Token ids a decoder must never output: pad, bos (when distinct from EOS) and every
+        ``<lang:xx>`` tag (decoder inputs only, never targets). Decoding sets their logits to -inf,
+        as fairseq's SequenceGenerator does for pad; an undertrained model would otherwise emit them
+        and produce hypotheses that detokenize to nothing."""
+        ids = {int(self.cfg.pad_id)}
+        if int(self.cfg.bos_id) != int(self.cfg.eos_id):
+            ids.add(int(self.cfg.bos_id))
+        ids.update(int(i) for i in (self.cfg.lang_tag_ids or {}).values())
+        return sorted(ids)
+
     def check_langs(self, langs) -> None:
         """Raise ``ValueError`` naming any language not in the model."""
         bad = [lang for lang in langs if lang not in self.cfg.tgt_langs]

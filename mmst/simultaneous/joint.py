@@ -92,6 +92,7 @@ class StreamingTranslator:
         self.vocabs = vocabs
         self.max_len_a, self.max_len_b = float(max_len_a), int(max_len_b)
         self.beam, self.lenpen, self.min_len = int(beam), float(lenpen), int(min_len)
+        self._banned = model.never_generate_ids()  # pad, bos, <lang:xx>: never output
         self.char_langs = tuple(char_langs)
         self.frontend = StreamingFrontEnd(model, cmvn, encoder_mode)
         self.reset()
@@ -213,9 +214,9 @@ class StreamingTranslator:
             delay = fe.source_ms
             comp = (self._compute_s + time.perf_counter() - t0) * 1000.0
             for lang in active:
-                lg = logits[lang][0, -1]
+                lg = logits[lang][0, -1].clone()
+                lg[self._banned] = float("-inf")
                 if self._step < self.min_len:
-                    lg = lg.clone()
                     lg[eos] = float("-inf")
                 tok = int(lg.argmax())
                 self._last[lang] = tok
@@ -259,9 +260,9 @@ class StreamingTranslator:
             n_vis = min((lag + p) * ratio, s)
             mask = (torch.arange(s, device=dev) < n_vis)[None, None, :]
             tok_in = torch.tensor([[self._last[lang]]], device=dev)
-            lg = m.async_step(self.state, lang, tok_in, states, mask)[0, -1]
+            lg = m.async_step(self.state, lang, tok_in, states, mask)[0, -1].clone()
+            lg[self._banned] = float("-inf")
             if p < self.min_len:
-                lg = lg.clone()
                 lg[eos] = float("-inf")
             tok = eos if p >= cap else int(lg.argmax())
             self._last[lang] = tok

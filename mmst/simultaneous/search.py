@@ -61,6 +61,7 @@ def greedy_waitk_decode(
     caps = max_lengths(enc.lengths, max_len_a, max_len_b)
     n_steps = int(caps.max()) + 1 if b else 0
     eos = int(model.cfg.eos_id)
+    banned = model.never_generate_ids()
     state = model.init_decoder_state(list(langs), b)
     toks = {lang: torch.full((b, 1), model.start_token_id(lang), dtype=torch.long, device=dev) for lang in langs}
     out = {lang: torch.full((b, n_steps), eos, dtype=torch.long, device=dev) for lang in langs}
@@ -69,9 +70,9 @@ def greedy_waitk_decode(
         mask = waitk_cross_mask(1, enc.lengths, s, waitk, model.pre_decision_ratio, start=t + 1)
         logits = model.decoder_step(state, toks, enc.states, enc.padding_mask, mask)
         for lang in langs:
-            lg = logits[lang][:, -1]
+            lg = logits[lang][:, -1].clone()
+            lg[:, banned] = float("-inf")
             if t < min_len:
-                lg = lg.clone()
                 lg[:, eos] = float("-inf")
             nxt = lg.argmax(-1)
             nxt = torch.where(caps <= t, torch.full_like(nxt, eos), nxt)
@@ -96,6 +97,7 @@ def _greedy_async(model, enc: EncoderOut, langs, waitk, max_len_a, max_len_b, mi
     dev = enc.states.device
     caps = max_lengths(enc.lengths, max_len_a, max_len_b)
     eos = int(model.cfg.eos_id)
+    banned = model.never_generate_ids()
     delta = int(model.cfg.async_delta)
     order = sorted(langs, key=model.async_index)
     state = model.init_decoder_state(order, b)
@@ -111,9 +113,9 @@ def _greedy_async(model, enc: EncoderOut, langs, waitk, max_len_a, max_len_b, mi
             lag = model.async_lag(lang, waitk)
             mask = waitk_cross_mask(1, enc.lengths, s, lag, model.pre_decision_ratio, start=p + 1)
             mask = mask & ~enc.padding_mask[:, None, :]
-            lg = model.async_step(state, lang, last[lang], enc.states, mask, valid=~done[lang])[:, -1]
+            lg = model.async_step(state, lang, last[lang], enc.states, mask, valid=~done[lang])[:, -1].clone()
+            lg[:, banned] = float("-inf")
             if p < min_len:
-                lg = lg.clone()
                 lg[:, eos] = float("-inf")
             nxt = lg.argmax(-1)
             nxt = torch.where(caps <= p, torch.full_like(nxt, eos), nxt)
@@ -143,7 +145,8 @@ def beam_search(
 
     Hypotheses end with EOS (forced at the length cap ``floor(a * S_b + b)``); finished hypotheses are
     ranked by ``sum log p / (len + 1) ** lenpen``; search stops for an utterance once ``beam``
-    hypotheses have finished (fairseq's default). pad and bos are never generated. For an async
+    hypotheses have finished (fairseq's default). pad, bos and ``<lang:xx>`` tags are never generated
+    (``model.never_generate_ids()``). For an async
     unified model each language is searched on its own (with its language embedding, no
     cross-language context).
 
@@ -156,7 +159,8 @@ def beam_search(
     extra = model.decoder_extra_embed(lang) if hasattr(model, "decoder_extra_embed") else None
     b = encoder_out.states.size(0)
     dev = encoder_out.states.device
-    eos, pad, bos = int(model.cfg.eos_id), int(model.cfg.pad_id), int(model.cfg.bos_id)
+    eos = int(model.cfg.eos_id)
+    banned = model.never_generate_ids()
     states = encoder_out.states.repeat_interleave(beam, 0)
     padm = encoder_out.padding_mask.repeat_interleave(beam, 0)
     caps = max_lengths(encoder_out.lengths, max_len_a, max_len_b)
@@ -170,9 +174,7 @@ def beam_search(
     done = [False] * b
     for t in range(int(caps.max()) + 1):
         lp = F.log_softmax(dec.step(tok, state, states, padm, extra_embed=extra)[:, -1].float(), dim=-1)
-        lp[:, pad] = float("-inf")
-        if bos != eos:
-            lp[:, bos] = float("-inf")
+        lp[:, banned] = float("-inf")
         at_cap = force <= t
         if bool(at_cap.any()):
             keep = lp[at_cap, eos].clone()

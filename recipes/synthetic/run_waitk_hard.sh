@@ -32,8 +32,9 @@ eval_k=1,3,5
 eval_max_utterances=0        # 0 = the whole test split
 source_segment_size=320      # ms
 train_overrides=""           # extra key=value overrides for both mmst-train runs, space separated
+eval_args=""                 # extra options for every eval/simultaneous_eval.py call, e.g. "--min-len 2"
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs num_train num_dev num_test seed jobs max_update
-  train_jobs eval_k eval_max_utterances source_segment_size train_overrides)
+  train_jobs eval_k eval_max_utterances source_segment_size train_overrides eval_args)
 parse_options "$@"
 
 raw=$exp_dir/raw
@@ -67,16 +68,17 @@ stage2() {
   fi
 }
 stage3() {
-  local name limit=()
+  local name limit=() extra=()
   [ "$eval_max_utterances" -gt 0 ] && limit=(--max-utterances "$eval_max_utterances")
+  read -r -a extra <<< "$eval_args"
   for name in offline multik; do
     python eval/simultaneous_eval.py --checkpoint "$exp_dir/models/$name/checkpoint_last.pt" --data "$data" \
       --split tst-COMMON --tgt-langs "$tgt_langs" --waitk-lagging "$eval_k" --max-len-a 1.0 \
-      --source-segment-size "$source_segment_size" "${limit[@]}" \
+      --source-segment-size "$source_segment_size" "${limit[@]}" "${extra[@]}" \
       --out "$exp_dir/eval/$name"
     python eval/simultaneous_eval.py --checkpoint "$exp_dir/models/$name/checkpoint_last.pt" --data "$data" \
       --split tst-COMMON --tgt-langs "$tgt_langs" --offline --beam 1 --max-len-a 1.0 \
-      "${limit[@]}" --out "$exp_dir/eval/$name/offline"
+      "${limit[@]}" "${extra[@]}" --out "$exp_dir/eval/$name/offline"
   done
 }
 stage4() {
