@@ -33,7 +33,7 @@ from mmst.models.encoder import EncoderOut
 from .detok import CHAR_LANGS, Detokenizer, Word
 from .incremental import StreamingFrontEnd
 from .policies import WaitKPolicy
-from .search import beam_search
+from .search import banned_ids, beam_search, constrain_logits
 
 
 class StreamingTranslator:
@@ -92,7 +92,7 @@ class StreamingTranslator:
         self.vocabs = vocabs
         self.max_len_a, self.max_len_b = float(max_len_a), int(max_len_b)
         self.beam, self.lenpen, self.min_len = int(beam), float(lenpen), int(min_len)
-        self._banned = model.never_generate_ids()  # pad, bos, <lang:xx>: never output
+        self._banned = banned_ids(model, next(model.parameters()).device)  # pad, bos, <lang:xx>
         self.char_langs = tuple(char_langs)
         self.frontend = StreamingFrontEnd(model, cmvn, encoder_mode)
         self.reset()
@@ -214,10 +214,7 @@ class StreamingTranslator:
             delay = fe.source_ms
             comp = (self._compute_s + time.perf_counter() - t0) * 1000.0
             for lang in active:
-                lg = logits[lang][0, -1].clone()
-                lg[self._banned] = float("-inf")
-                if self._step < self.min_len:
-                    lg[eos] = float("-inf")
+                lg = constrain_logits(logits[lang][0, -1], self._banned.to(dev), eos, self._step < self.min_len)
                 tok = int(lg.argmax())
                 self._last[lang] = tok
                 if tok == eos:
@@ -260,10 +257,8 @@ class StreamingTranslator:
             n_vis = min((lag + p) * ratio, s)
             mask = (torch.arange(s, device=dev) < n_vis)[None, None, :]
             tok_in = torch.tensor([[self._last[lang]]], device=dev)
-            lg = m.async_step(self.state, lang, tok_in, states, mask)[0, -1].clone()
-            lg[self._banned] = float("-inf")
-            if p < self.min_len:
-                lg[eos] = float("-inf")
+            lg = m.async_step(self.state, lang, tok_in, states, mask)[0, -1]
+            lg = constrain_logits(lg, self._banned.to(dev), eos, p < self.min_len)
             tok = eos if p >= cap else int(lg.argmax())
             self._last[lang] = tok
             self._pos[lang] = p + 1

@@ -23,6 +23,21 @@ def max_lengths(enc_lengths: torch.Tensor, max_len_a: float, max_len_b: int) -> 
     return (enc_lengths.double() * float(max_len_a) + int(max_len_b)).floor().long().clamp(min=0)
 
 
+def banned_ids(model, device) -> torch.Tensor:
+    """``model.never_generate_ids()`` (pad, bos, ``<lang:xx>``) as a long tensor on ``device``, built
+    once per decode so the per-step masking allocates no index tensor."""
+    return torch.tensor(model.never_generate_ids(), dtype=torch.long, device=device)
+
+
+def constrain_logits(logits: torch.Tensor, banned: torch.Tensor, eos: int, block_eos: bool) -> torch.Tensor:
+    """Greedy-step logits with the never-generated ids at -inf, and EOS too while ``block_eos``
+    (``--min-len``). ``logits``: ``(..., V)``; returns a new tensor (the model's output is untouched)."""
+    lg = logits.index_fill(-1, banned, float("-inf"))
+    if block_eos:
+        lg[..., eos] = float("-inf")
+    return lg
+
+
 @torch.no_grad()
 def greedy_waitk_decode(
     model,
@@ -61,7 +76,7 @@ def greedy_waitk_decode(
     caps = max_lengths(enc.lengths, max_len_a, max_len_b)
     n_steps = int(caps.max()) + 1 if b else 0
     eos = int(model.cfg.eos_id)
-    banned = model.never_generate_ids()
+    banned = banned_ids(model, dev)
     state = model.init_decoder_state(list(langs), b)
     toks = {lang: torch.full((b, 1), model.start_token_id(lang), dtype=torch.long, device=dev) for lang in langs}
     out = {lang: torch.full((b, n_steps), eos, dtype=torch.long, device=dev) for lang in langs}
@@ -70,10 +85,7 @@ def greedy_waitk_decode(
         mask = waitk_cross_mask(1, enc.lengths, s, waitk, model.pre_decision_ratio, start=t + 1)
         logits = model.decoder_step(state, toks, enc.states, enc.padding_mask, mask)
         for lang in langs:
-            lg = logits[lang][:, -1].clone()
-            lg[:, banned] = float("-inf")
-            if t < min_len:
-                lg[:, eos] = float("-inf")
+            lg = constrain_logits(logits[lang][:, -1], banned, eos, t < min_len)
             nxt = lg.argmax(-1)
             nxt = torch.where(caps <= t, torch.full_like(nxt, eos), nxt)
             nxt = torch.where(done[lang], torch.full_like(nxt, eos), nxt)
@@ -97,7 +109,7 @@ def _greedy_async(model, enc: EncoderOut, langs, waitk, max_len_a, max_len_b, mi
     dev = enc.states.device
     caps = max_lengths(enc.lengths, max_len_a, max_len_b)
     eos = int(model.cfg.eos_id)
-    banned = model.never_generate_ids()
+    banned = banned_ids(model, dev)
     delta = int(model.cfg.async_delta)
     order = sorted(langs, key=model.async_index)
     state = model.init_decoder_state(order, b)
@@ -113,10 +125,8 @@ def _greedy_async(model, enc: EncoderOut, langs, waitk, max_len_a, max_len_b, mi
             lag = model.async_lag(lang, waitk)
             mask = waitk_cross_mask(1, enc.lengths, s, lag, model.pre_decision_ratio, start=p + 1)
             mask = mask & ~enc.padding_mask[:, None, :]
-            lg = model.async_step(state, lang, last[lang], enc.states, mask, valid=~done[lang])[:, -1].clone()
-            lg[:, banned] = float("-inf")
-            if p < min_len:
-                lg[:, eos] = float("-inf")
+            lg = model.async_step(state, lang, last[lang], enc.states, mask, valid=~done[lang])[:, -1]
+            lg = constrain_logits(lg, banned, eos, p < min_len)
             nxt = lg.argmax(-1)
             nxt = torch.where(caps <= p, torch.full_like(nxt, eos), nxt)
             nxt = torch.where(done[lang], torch.full_like(nxt, eos), nxt)
@@ -160,7 +170,7 @@ def beam_search(
     b = encoder_out.states.size(0)
     dev = encoder_out.states.device
     eos = int(model.cfg.eos_id)
-    banned = model.never_generate_ids()
+    banned = banned_ids(model, dev)
     states = encoder_out.states.repeat_interleave(beam, 0)
     padm = encoder_out.padding_mask.repeat_interleave(beam, 0)
     caps = max_lengths(encoder_out.lengths, max_len_a, max_len_b)
@@ -174,7 +184,7 @@ def beam_search(
     done = [False] * b
     for t in range(int(caps.max()) + 1):
         lp = F.log_softmax(dec.step(tok, state, states, padm, extra_embed=extra)[:, -1].float(), dim=-1)
-        lp[:, banned] = float("-inf")
+        lp.index_fill_(-1, banned, float("-inf"))
         at_cap = force <= t
         if bool(at_cap.any()):
             keep = lp[at_cap, eos].clone()
