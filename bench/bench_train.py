@@ -50,13 +50,16 @@ import torch
 LANGS8 = ["de", "es", "fr", "it", "nl", "pt", "ro", "ru"]
 
 
-def peak_matmul_gflops(threads: int, device: str, n: int = 2048, min_s: float = 0.5) -> float:
+def peak_matmul_gflops(threads: int, device: str, n: int = 2048, min_s: float = 0.5,
+                       dtype: torch.dtype | None = None) -> float:
     """Measured peak matmul rate (GFLOP/s): best of 3 timings of repeated ``n x n @ n x n`` products.
 
-    fp32 on CPU, bf16 on CUDA (the dtype of the training step's matmuls). 1 product = ``2 n^3`` FLOPs.
+    ``dtype``: that of the training step's matmuls (default fp32 on CPU, bf16 on CUDA). 1 product =
+    ``2 n^3`` FLOPs.
     """
     torch.set_num_threads(threads)
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    if dtype is None:
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     c = torch.empty(n, n, device=device, dtype=dtype)
@@ -128,7 +131,7 @@ def build(size: str, arch: str, langs: list[str], vocab: int, src_vocab: int, at
     return build_model(model_config_for_size(size, arch=arch, tgt_langs=langs, **kw))
 
 
-def count_update_flops(model, criterion, batch, waitk: int | None) -> float:
+def count_update_flops(model, criterion, batch, waitk: int | None, precision: str = "auto") -> float:
     """Forward + backward FLOPs of one micro-batch (FlopCounterMode), in FLOPs."""
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -136,16 +139,17 @@ def count_update_flops(model, criterion, batch, waitk: int | None) -> float:
 
     model.train()
     with FlopCounterMode(display=False) as fc:
-        loss, _ = compute_loss(model, batch, criterion, waitk)
+        loss, _ = compute_loss(model, batch, criterion, waitk, precision=precision)
         (loss / 1000).backward()
     model.zero_grad(set_to_none=True)
     return float(fc.get_total_flops())
 
 
-def run_one(args: argparse.Namespace, size: str, threads: int) -> dict[str, Any]:
+def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = "auto") -> dict[str, Any]:
     """Measure one configuration in this process; returns a result dict."""
     from mmst.losses import MultilingualCriterion
     from mmst.training.optim import InverseSqrtSchedule, build_optimizer
+    from mmst.training.step import autocast_dtype
     from mmst.training.strategy import SingleProcessStrategy
 
     torch.set_num_threads(threads)
@@ -161,17 +165,18 @@ def run_one(args: argparse.Namespace, size: str, threads: int) -> dict[str, Any]
     if args.compile:
         model = torch.compile(model)
     crit = MultilingualCriterion(ctc_weight=0.3)
-    opt = build_optimizer(model.parameters(), 1e-4, [0.9, 0.98])
+    opt = build_optimizer(model.parameters(), 1e-4, [0.9, 0.98], implementation=args.optimizer)
     sched = InverseSqrtSchedule(opt, 1e-4, 1000)
-    strat = SingleProcessStrategy()
+    strat = SingleProcessStrategy(precision)
+    mm_dtype = autocast_dtype(device, precision) or torch.float32
     batches = [b.to(device) for b in batches]
 
     def sync() -> None:
         if device == "cuda":
             torch.cuda.synchronize()
 
-    gpu_peak_gflops = peak_matmul_gflops(threads, device, args.peak_n)
-    flops = [count_update_flops(model, crit, b, args.waitk) for b in batches[:1]]
+    gpu_peak_gflops = peak_matmul_gflops(threads, device, args.peak_n, dtype=mm_dtype)
+    flops = [count_update_flops(model, crit, b, args.waitk, precision) for b in batches[:1]]
     for i in range(args.warmup):
         strat.run_update(model, crit, opt, sched, [batches[i % len(batches)]], [args.waitk], 10.0)
     sync()
@@ -202,6 +207,7 @@ def run_one(args: argparse.Namespace, size: str, threads: int) -> dict[str, Any]
         print(table, file=sys.stderr)
     res = {
         "size": size, "arch": args.arch, "threads": threads, "device": device, "compile": args.compile,
+        "precision": precision, "matmul_dtype": str(mm_dtype).replace("torch.", ""), "optimizer": args.optimizer,
         "params": sum(p.numel() for p in model.parameters()), "langs": len(langs),
         "batch_utts": batches[0].size, "batch_frames": batches[0].n_frames,
         "batch_tokens": batches[0].total_ntokens, "updates": args.updates,
@@ -235,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--updates", type=int, default=3, help="timed updates per configuration")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up updates")
     p.add_argument("--peak-n", type=int, default=2048, help="matrix size of the peak matmul measurement")
+    p.add_argument("--precision", nargs="+", default=None, choices=["auto", "fp32", "bf16"],
+                   help="forward precision(s) (mmst-train's --precision): fp32, bf16 autocast, or auto (bf16 on "
+                        "CUDA, fp32 on CPU). MFU is relative to the matmul peak at the same dtype. Default: "
+                        "fp32 and bf16 on CPU, auto on CUDA")
+    p.add_argument("--optimizer", default="fused", choices=["fused", "foreach", "for-loop"],
+                   help="AdamW implementation (mmst-train's optim.implementation)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--data", default=None, help="DATA dir: use real batches of DATA/train.tsv")
     p.add_argument("--omp-wait-policy", default="PASSIVE",
@@ -243,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default=None, help="write a torch.profiler table of one update to this file")
     p.add_argument("--quick", action="store_true", help="smoke test: xs, 1 thread, 2000 frames, 1 update")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "train.json"), help="JSON output")
-    p.add_argument("--worker", nargs=2, metavar=("SIZE", "THREADS"), help=argparse.SUPPRESS)
+    p.add_argument("--worker", nargs=3, metavar=("SIZE", "THREADS", "PRECISION"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -252,8 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.sizes, args.threads, args.frames, args.utt_frames, args.updates, args.warmup = ["xs"], [1], 2000, 300, 1, 1
         args.peak_n = 1024
+        args.precision = args.precision or ["fp32"]
+    if args.precision is None:
+        args.precision = ["auto"] if args.device == "cuda" else ["fp32", "bf16"]
     if args.worker:
-        print("RESULT " + json.dumps(run_one(args, args.worker[0], int(args.worker[1]))))
+        print("RESULT " + json.dumps(run_one(args, args.worker[0], int(args.worker[1]), args.worker[2])))
         return 0
     base = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--quick"]
     if args.quick:
@@ -263,28 +278,31 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     for size in args.sizes:
         for th in args.threads:
-            env = dict(os.environ, OMP_NUM_THREADS=str(th), MKL_NUM_THREADS=str(th))
-            if args.omp_wait_policy:
-                env["OMP_WAIT_POLICY"] = args.omp_wait_policy
-            cmd = [sys.executable, __file__, *base, "--worker", size, str(th)]
-            r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
-            if r.returncode or not line:
-                print(f"error: {size}/{th} threads failed:\n{r.stderr[-2000:]}", file=sys.stderr)
-                return 1
-            res = json.loads(line[-1][7:])
-            results.append(res)
-            print(f"  {size} {th}t: {res['s_per_update']:.2f} s/update, MFU {100 * res['mfu']:.1f}%", flush=True)
+            for prec in args.precision:
+                env = dict(os.environ, OMP_NUM_THREADS=str(th), MKL_NUM_THREADS=str(th))
+                if args.omp_wait_policy:
+                    env["OMP_WAIT_POLICY"] = args.omp_wait_policy
+                cmd = [sys.executable, __file__, *base, "--worker", size, str(th), prec]
+                r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+                if r.returncode or not line:
+                    print(f"error: {size}/{th} threads/{prec} failed:\n{r.stderr[-2000:]}", file=sys.stderr)
+                    return 1
+                res = json.loads(line[-1][7:])
+                results.append(res)
+                print(f"  {size} {th}t {prec}: {res['s_per_update']:.2f} s/update, MFU {100 * res['mfu']:.1f}%",
+                      flush=True)
     meta = {"torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "device": args.device, "loadavg_1min": os.getloadavg()[0],
             "frames_per_batch": args.frames, "utt_frames": args.utt_frames, "langs": args.langs,
             "vocab": args.vocab, "waitk": args.waitk, "omp_wait_policy": args.omp_wait_policy, "data": args.data, "runtime_s": time.perf_counter() - t_start}
     print(f"bench_train: {args.arch}, {args.langs} langs, vocab {args.vocab}, ~{args.frames} frames/batch, "
           f"device {args.device}, torch {torch.__version__}")
-    print("| size | params | threads | s/update | frames/s | tokens/s | GFLOP/update | GFLOP/s | peak GFLOP/s | MFU | peak RSS MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| size | params | threads | precision | s/update | frames/s | tokens/s | GFLOP/update | GFLOP/s | "
+          "peak GFLOP/s (same dtype) | MFU | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['size']} | {r['params'] / 1e6:.1f}M | {r['threads']} | {r['s_per_update']:.2f} | "
+        print(f"| {r['size']} | {r['params'] / 1e6:.1f}M | {r['threads']} | {r['precision']} | {r['s_per_update']:.2f} | "
               f"{r['frames_per_s']:.0f} | {r['tokens_per_s']:.0f} | {r['model_gflop_per_update']:.1f} | "
               f"{r['achieved_gflops']:.1f} | {r['peak_gflops']:.1f} | {100 * r['mfu']:.1f}% | {r['peak_rss_mb']:.0f} |")
     out = Path(args.out)

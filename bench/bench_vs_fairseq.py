@@ -182,12 +182,13 @@ def worker_fairseq(out_json: str, threads: int, fs_args: list[str]) -> None:
     Path(out_json).write_text(json.dumps(rec))
 
 
-def run_ours(data: Path, args: argparse.Namespace, max_seconds: float | None = None,
+def run_ours(data: Path, args: argparse.Namespace, precision: str = "fp32", max_seconds: float | None = None,
              max_cpu_seconds: float | None = None) -> dict[str, Any]:
-    """Train our ``s`` model (one language, offline) in a subprocess; returns its JSON result."""
+    """Train our ``s`` model (one language, offline) at ``precision`` in a subprocess; returns its JSON result."""
     cmd = [sys.executable, __file__, "--worker-ours", str(data), "--lang", args.lang, "--max-tokens",
            str(args.max_tokens), "--updates", str(args.updates), "--lr", str(args.lr), "--warmup-updates",
-           str(args.warmup_updates), "--threads", str(args.threads)]
+           str(args.warmup_updates), "--threads", str(args.threads), "--precision", precision,
+           "--optimizer", args.optimizer]
     if max_seconds is not None:
         cmd += ["--max-seconds", str(max_seconds)]
     if max_cpu_seconds is not None:
@@ -225,9 +226,10 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
                                 encoder_attention="offline")
     model = build_model(cfg)
     crit = MultilingualCriterion(label_smoothing=0.1)
-    opt = build_optimizer(model.parameters(), args.lr, [0.9, 0.98])
+    opt = build_optimizer(model.parameters(), args.lr, [0.9, 0.98], implementation=args.optimizer)
     sched = InverseSqrtSchedule(opt, args.lr, args.warmup_updates)
-    strat = SingleProcessStrategy()
+    precision = args.precision[0]
+    strat = SingleProcessStrategy(precision)
     walls, cpus, frames, tokens = [], [], [], []
     epoch, n_up = 1, 0
     t0, c0 = time.perf_counter(), time.process_time()
@@ -258,7 +260,7 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
     tot, ntok = 0.0, 0
     with torch.no_grad():
         for bi in make_batches(dv.n_frames, args.max_tokens, shuffle=False):
-            loss, st = compute_loss(model, dv.collater([dv[i] for i in bi]), crit, None)
+            loss, st = compute_loss(model, dv.collater([dv[i] for i in bi]), crit, None, precision="fp32")
             tot += float(loss)
             ntok += int(st["ntokens"])
     return {"walls": walls, "cpus": cpus, "frames": frames, "tokens": tokens, "updates": n_up, "dev_loss": tot / max(ntok, 1),
@@ -287,6 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="CPU threads of each run (1: see bench/NOTES.md on 2-thread oversubscription)")
     p.add_argument("--omp-wait-policy", default="PASSIVE",
                    help="OMP_WAIT_POLICY of both training processes ('' = inherit; see bench/NOTES.md)")
+    p.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"],
+                   help="our forward precision(s) (mmst-train --precision); each is one run per pair. fp32 is the "
+                        "like-for-like comparison; bf16 is our CPU mixed precision (bf16 autocast, fp32 weights "
+                        "and loss), which fairseq does not have on CPU (its --bf16 implies --tpu, --amp is CUDA only)")
+    p.add_argument("--optimizer", default="fused", choices=["fused", "foreach", "for-loop"],
+                   help="our AdamW implementation (mmst-train optim.implementation)")
     p.add_argument("--quick", action="store_true", help="smoke test: 6 updates x 1 pair, small batches")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "vs_fairseq.json"), help="JSON output")
     p.add_argument("--worker-ours", default=None, help=argparse.SUPPRESS)
@@ -318,75 +326,95 @@ def main(argv: list[str] | None = None) -> int:
     info = write_fairseq_inputs(data, fs_dir, args.lang)
     pairs = []
     t_start = time.perf_counter()
+    precs = list(dict.fromkeys(args.precision))
+    runs = [f"ours_{p}" for p in precs] + ["fairseq"]
     for i in range(args.pairs):
-        order = ("ours", "fairseq") if i % 2 == 0 else ("fairseq", "ours")
+        order = runs if i % 2 == 0 else runs[::-1]
         pr: dict[str, Any] = {"order": list(order)}
         for who in order:
-            if who == "ours":
-                pr["ours"] = run_ours(data, args)
-            else:
+            if who == "fairseq":
                 pr["fairseq"] = run_fairseq(fs_dir, work / f"ckpt{i}", args)
-        o, f = pr["ours"], pr["fairseq"]
-        pr["ours_frames_per_s"] = throughput(o["walls"], o["frames"])
+            else:
+                pr[who] = run_ours(data, args, who[5:])
+        f = pr["fairseq"]
         pr["fairseq_frames_per_s"] = throughput(f["walls"], f["frames"])
-        pr["ours_tokens_per_s"] = throughput(o["walls"], o["tokens"])
         pr["fairseq_tokens_per_s"] = throughput(f["walls"], f["tokens"])
-        ok = pr["ours_frames_per_s"] and pr["fairseq_frames_per_s"]
-        pr["ratio_frames_per_s"] = pr["ours_frames_per_s"] / pr["fairseq_frames_per_s"] if ok else None
-        # per CPU second of the process (less sensitive to other jobs on a shared machine)
-        pr["ours_frames_per_cpu_s"] = throughput(o["cpus"], o["frames"])
         pr["fairseq_frames_per_cpu_s"] = throughput(f["cpus"], f["frames"])
-        ok = pr["ours_frames_per_cpu_s"] and pr["fairseq_frames_per_cpu_s"]
-        pr["ratio_frames_per_cpu_s"] = pr["ours_frames_per_cpu_s"] / pr["fairseq_frames_per_cpu_s"] if ok else None
+        msg = []
+        for p in precs:
+            o = pr[f"ours_{p}"]
+            fps, cps = throughput(o["walls"], o["frames"]), throughput(o["cpus"], o["frames"])
+            pr[f"ours_{p}_frames_per_s"] = fps
+            pr[f"ours_{p}_tokens_per_s"] = throughput(o["walls"], o["tokens"])
+            pr[f"ours_{p}_frames_per_cpu_s"] = cps
+            # per CPU second of the process: less sensitive to other jobs on a shared machine
+            pr[f"ratio_{p}_frames_per_s"] = fps / pr["fairseq_frames_per_s"] if fps and pr["fairseq_frames_per_s"] else None
+            pr[f"ratio_{p}_frames_per_cpu_s"] = (cps / pr["fairseq_frames_per_cpu_s"]
+                                                 if cps and pr["fairseq_frames_per_cpu_s"] else None)
+            msg.append(f"ours {p} {fps:.0f} frames/s (ratio {pr[f'ratio_{p}_frames_per_s']:.2f}, dev loss "
+                       f"{o['dev_loss']:.3f})")
         pairs.append(pr)
-        print(f"pair {i + 1} ({'/'.join(order)}): ours {pr['ours_frames_per_s']:.0f} frames/s, fairseq "
-              f"{pr['fairseq_frames_per_s']:.0f} frames/s, ratio {pr['ratio_frames_per_s']:.2f} (per CPU s "
-              f"{pr['ratio_frames_per_cpu_s']:.2f}); dev loss ours "
-              f"{o['dev_loss']:.3f}, fairseq {f['dev_loss']:.3f}", flush=True)
+        print(f"pair {i + 1} ({'/'.join(order)}): fairseq {pr['fairseq_frames_per_s']:.0f} frames/s (dev loss "
+              f"{f['dev_loss']:.3f}); " + "; ".join(msg), flush=True)
     # equal time: ours trained for fairseq's training time of the last pair, measured as process CPU
     # seconds (robust to load changes on a shared machine; = wall time on an idle one with 1 thread)
     f_last = pairs[-1]["fairseq"]
-    eq = run_ours(data, args, max_cpu_seconds=f_last["cpus"][-1]) if f_last["walls"] else None
-    ratios = [pr["ratio_frames_per_s"] for pr in pairs if pr["ratio_frames_per_s"]]
-    cratios = [pr["ratio_frames_per_cpu_s"] for pr in pairs if pr["ratio_frames_per_cpu_s"]]
+    by_prec: dict[str, Any] = {}
+    for p in precs:
+        ratios = [pr[f"ratio_{p}_frames_per_s"] for pr in pairs if pr[f"ratio_{p}_frames_per_s"]]
+        cratios = [pr[f"ratio_{p}_frames_per_cpu_s"] for pr in pairs if pr[f"ratio_{p}_frames_per_cpu_s"]]
+        eq = run_ours(data, args, p, max_cpu_seconds=f_last["cpus"][-1]) if f_last["walls"] else None
+        by_prec[p] = {
+            "ratio_min": min(ratios) if ratios else None,
+            "ratio_median": statistics.median(ratios) if ratios else None,
+            "ratio_max": max(ratios) if ratios else None,
+            "cpu_ratio_min": min(cratios) if cratios else None,
+            "cpu_ratio_median": statistics.median(cratios) if cratios else None,
+            "cpu_ratio_max": max(cratios) if cratios else None,
+            "dev_loss_after_updates": [pr[f"ours_{p}"]["dev_loss"] for pr in pairs],
+            "equal_wall": None if eq is None else {
+                "seconds": f_last["walls"][-1], "cpu_seconds": f_last["cpus"][-1], "ours_cpu_seconds": eq["cpus"][-1],
+                "ours_wall_seconds": eq["walls"][-1], "fairseq_dev_loss": f_last["dev_loss"],
+                "ours_dev_loss": eq["dev_loss"], "ours_updates": eq["updates"], "fairseq_updates": len(f_last["walls"])},
+        }
+    head = by_prec.get("fp32") or by_prec[precs[0]]
     res = {
         "config": {k: getattr(args, k) for k in ("lang", "max_tokens", "updates", "pairs", "lr", "threads",
-                                                  "warmup_updates", "omp_wait_policy")} | {"data": str(data), **info,
-                                                                        "loadavg_1min": os.getloadavg()[0]},
-        "params": {"ours": pairs[0]["ours"]["params"], "fairseq": pairs[0]["fairseq"]["params"]},
-        "pairs": [{k: v for k, v in pr.items() if k not in ("ours", "fairseq")} | {
-            "ours_dev_loss": pr["ours"]["dev_loss"], "fairseq_dev_loss": pr["fairseq"]["dev_loss"],
-            "ours_train_wall_s": pr["ours"]["walls"][-1], "fairseq_train_wall_s": (pr["fairseq"]["walls"] or [None])[-1],
+                                                  "warmup_updates", "omp_wait_policy", "precision", "optimizer")}
+        | {"data": str(data), **info, "loadavg_1min": os.getloadavg()[0]},
+        "params": {"ours": pairs[0][f"ours_{precs[0]}"]["params"], "fairseq": pairs[0]["fairseq"]["params"]},
+        "pairs": [{k: v for k, v in pr.items() if k != "fairseq" and not k.startswith("ours_") or "_per_" in k} | {
+            **{f"ours_{p}_dev_loss": pr[f"ours_{p}"]["dev_loss"] for p in precs},
+            **{f"ours_{p}_train_wall_s": pr[f"ours_{p}"]["walls"][-1] for p in precs},
+            "fairseq_dev_loss": pr["fairseq"]["dev_loss"],
+            "fairseq_train_wall_s": (pr["fairseq"]["walls"] or [None])[-1],
         } for pr in pairs],
-        "ratio_min": min(ratios) if ratios else None, "ratio_median": statistics.median(ratios) if ratios else None,
-        "ratio_max": max(ratios) if ratios else None, "goal_ratio": ">= 1.5",
-        "cpu_ratio_min": min(cratios) if cratios else None,
-        "cpu_ratio_median": statistics.median(cratios) if cratios else None,
-        "cpu_ratio_max": max(cratios) if cratios else None,
-        "equal_wall": None if eq is None else {
-            "seconds": f_last["walls"][-1], "cpu_seconds": f_last["cpus"][-1], "ours_cpu_seconds": eq["cpus"][-1],
-            "ours_wall_seconds": eq["walls"][-1], "fairseq_dev_loss": f_last["dev_loss"], "ours_dev_loss": eq["dev_loss"],
-            "ours_updates": eq["updates"], "fairseq_updates": len(f_last["walls"])},
+        "fairseq_dev_loss_after_updates": [pr["fairseq"]["dev_loss"] for pr in pairs],
+        "by_precision": by_prec, "goal_ratio": ">= 1.5",
+        # headline (fp32 when measured: the like-for-like comparison)
+        "headline_precision": "fp32" if "fp32" in by_prec else precs[0],
+        **{k: head[k] for k in ("ratio_min", "ratio_median", "ratio_max", "cpu_ratio_min", "cpu_ratio_median",
+                                "cpu_ratio_max", "equal_wall")},
         "runtime_s": time.perf_counter() - t_start,
     }
     pa = res["params"]
     if pa["ours"] and pa["fairseq"]:
         res["params"]["rel_diff"] = pa["ours"] / pa["fairseq"] - 1
     print(f"bench_vs_fairseq: s model, lang {args.lang}, max_tokens {args.max_tokens}, {args.updates} updates, "
-          f"{args.threads} threads, {args.pairs} pairs")
-    print("| measure | value |")
-    print("|---|---|")
-    print(f"| params ours / fairseq | {pa['ours']} / {pa['fairseq']} |")
-    if ratios:
-        print(f"| throughput ratio ours/fairseq (valid frames/s) min / median / max | "
-              f"{res['ratio_min']:.2f} / {res['ratio_median']:.2f} / {res['ratio_max']:.2f} (goal >= 1.5) |")
-    if cratios:
-        print(f"| same, per CPU second of each process, min / median / max | {res['cpu_ratio_min']:.2f} / "
-              f"{res['cpu_ratio_median']:.2f} / {res['cpu_ratio_max']:.2f} |")
-    if eq:
-        e = res["equal_wall"]
-        print(f"| dev loss at equal training time ({e['cpu_seconds']:.0f} CPU s): ours / fairseq | {e['ours_dev_loss']:.3f} "
-              f"({e['ours_updates']} upd) / {e['fairseq_dev_loss']:.3f} ({e['fairseq_updates']} upd) |")
+          f"{args.threads} threads, {args.pairs} pairs, optimizer {args.optimizer}")
+    print(f"params ours / fairseq: {pa['ours']} / {pa['fairseq']}")
+    print("| ours precision | throughput ratio ours/fairseq (valid frames/s) min / median / max | per CPU second "
+          "min / median / max | dev loss at equal training time ours / fairseq |")
+    print("|---|---|---|---|")
+    for p, b in by_prec.items():
+        e = b["equal_wall"] or {}
+
+        def f3(*xs):
+            return " / ".join("-" if x is None else f"{x:.2f}" for x in xs)
+        print(f"| {p} | {f3(b['ratio_min'], b['ratio_median'], b['ratio_max'])} (goal >= 1.5) | "
+              f"{f3(b['cpu_ratio_min'], b['cpu_ratio_median'], b['cpu_ratio_max'])} | "
+              + (f"{e['ours_dev_loss']:.3f} ({e['ours_updates']} upd) / {e['fairseq_dev_loss']:.3f} "
+                 f"({e['fairseq_updates']} upd, {e['cpu_seconds']:.0f} CPU s) |" if e else "- |"))
     out.write_text(json.dumps(res, indent=2) + "\n")
     print(f"wrote {out}")
     return 0

@@ -24,11 +24,11 @@ run() {  # name, command...
 run features   "$PY" bench/bench_features.py --seconds 120 --repeats 2 --out "$R/features.json"
 run alignment  "$PY" bench/bench_alignment.py --segments 100000 --out "$R/alignment.json"
 run streaming  "$PY" bench/bench_streaming.py --growth-reps 1 --rtf-reps 1 --out "$R/streaming.json"
-run train      "$PY" bench/bench_train.py --frames 8000 --updates 2 --warmup 1 --out "$R/train.json"
+run train      "$PY" bench/bench_train.py --frames 8000 --updates 2 --warmup 1 --precision fp32 bf16 --out "$R/train.json"
 run stragglers "$PY" bench/bench_stragglers.py --quick --out "$R/stragglers.json"
 if [ "${1:-}" != "--skip-fairseq" ]; then
-  run vs_fairseq "$PY" bench/bench_vs_fairseq.py --updates 10 --pairs 3 --max-tokens 2000 --threads 1 \
-    --out "$R/vs_fairseq.json"
+  run vs_fairseq "$PY" bench/bench_vs_fairseq.py --updates 20 --pairs 3 --max-tokens 3000 --threads 1 \
+    --precision fp32 bf16 --out "$R/vs_fairseq.json"
 fi
 echo "total $(( $(date +%s) - start )) s"
 "$PY" bench/summarize.py "$R"

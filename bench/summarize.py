@@ -59,9 +59,10 @@ def rows(results: Path) -> list[tuple[str, str, str, str]]:
                 out.append(("streaming", f"ms/segment max/min from 5 s ({name})", _f(v), goal))
     t = load("train")
     for r in t.get("results", []):
-        out.append(("train", f"{r['size']} {r['threads']}t {r['device']}: frames/s | tokens/s | MFU",
-                    f"{r['frames_per_s']:.0f} | {r['tokens_per_s']:.0f} | {100 * r['mfu']:.1f}%",
-                    ">= 40% (s, 2t)" if r["size"] == "s" and r["threads"] == 2 else ""))
+        prec = r.get("precision", "fp32")
+        goal = ">= 40% (s, 2t, fp32)" if r["size"] == "s" and r["threads"] == 2 and prec in ("fp32", "auto") else ""
+        out.append(("train", f"{r['size']} {r['threads']}t {r['device']} {prec}: frames/s, tokens/s, MFU (same-dtype peak)",
+                    f"{r['frames_per_s']:.0f}, {r['tokens_per_s']:.0f}, {100 * r['mfu']:.1f}%", goal))
     g = load("stragglers")
     if g:
         out.append(("stragglers", "table in stragglers.json (table_markdown)", f"{len(g.get('rows', []))} rows", ""))
@@ -69,11 +70,14 @@ def rows(results: Path) -> list[tuple[str, str, str, str]]:
     if v.get("skipped"):
         out.append(("vs_fairseq", "skipped", "fairseq not installed", ""))
     elif v:
-        out.append(("vs_fairseq", "throughput ours/fairseq min|median|max",
-                    f"{_f(v.get('ratio_min'))} | {_f(v.get('ratio_median'))} | {_f(v.get('ratio_max'))}", ">= 1.5"))
-        e = v.get("equal_wall") or {}
-        out.append(("vs_fairseq", "dev loss at equal wall: ours | fairseq",
-                    f"{_f(e.get('ours_dev_loss'), '{:.3f}')} | {_f(e.get('fairseq_dev_loss'), '{:.3f}')}", "ours <= fairseq"))
+        by = v.get("by_precision") or {v.get("headline_precision", "fp32"): v}
+        for prec, b in by.items():
+            out.append(("vs_fairseq", f"throughput ours ({prec}) / fairseq (fp32) min / median / max",
+                        f"{_f(b.get('ratio_min'))} / {_f(b.get('ratio_median'))} / {_f(b.get('ratio_max'))}", ">= 1.5"))
+            e = b.get("equal_wall") or {}
+            out.append(("vs_fairseq", f"dev loss at equal training time: ours ({prec}) / fairseq",
+                        f"{_f(e.get('ours_dev_loss'), '{:.3f}')} / {_f(e.get('fairseq_dev_loss'), '{:.3f}')}",
+                        "ours <= fairseq"))
     return out
 
 

@@ -103,7 +103,11 @@ def test_ted_mmst_rerun_skips_finished_stages(ted_run):
     assert p.returncode == 0
     p2 = _run("recipes/ted_mmst/run.sh", args, timeout=300)
     assert p2.returncode == 0, p2.stderr[-2000:]
-    assert p2.stdout.count("already done") == 7
+    assert p2.stdout.count("already done") == 3  # stages 0-2 have done-markers
+    # stages 3-6 skip finished items themselves (so that a new seed or system can be added later)
+    assert "-- training" not in p2.stdout and "-- evaluating" not in p2.stdout
+    assert p2.stdout.count("already trained") == 3 and p2.stdout.count("already evaluated") == 3
+    assert p2.stdout.count("is newer than every checkpoint; skipping") == 3
 
 
 @pytest.mark.slow
@@ -131,6 +135,18 @@ def test_synthetic_compare_recipe_tiny(ted_run):
         assert s in rows
     # bilingual = three models, each bigger than nothing; separate shares one encoder
     assert cmp["params"]["bilingual"] > cmp["params"]["unified_sync"]
+    # adding a seed later trains, averages and evaluates only the new (system, seed)
+    q2 = _run("recipes/synthetic/run_compare.sh",
+              ["--data", str(exp / "data"), "--exp-dir", str(out), "--seeds", "1,2", "--systems", "unified_sync",
+               "--max-update", "40", "--avg-last", "2", "--eval-k", "1,3", "--eval-threads", "1",
+               "--eval-max-utterances", "3", "--eval-extra", "--max-len-b 10",
+               "--train-overrides", TINY.replace("interval_updates=60", "interval_updates=40")])
+    assert q2.returncode == 0, q2.stdout[-4000:] + q2.stderr[-4000:]
+    assert "unified_sync seed 1 already trained" in q2.stdout
+    assert "-- training unified_sync (seed 2" in q2.stdout and q2.stdout.count("-- training") == 1
+    assert q2.stdout.count("-- evaluating") == 1
+    cmp2 = json.loads((out / "compare" / "comparison.json").read_text())
+    assert cmp2["systems"] == ["unified_sync"] and len(cmp2["sources"]["unified_sync"][0]) == 2
 
 
 def test_ted_recipe_help_and_bad_options():

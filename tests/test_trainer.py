@@ -191,3 +191,16 @@ def test_tiny_training_reaches_training_set_bleu(tiny_acceptance_data, tmp_path)
         for k in ("offline", "k3"):
             assert res[f"bleu_{lang}_{k}"] > threshold, res
     assert math.isfinite(res["loss"])
+
+
+def test_every_joint_vocab_model_knows_all_language_tags(tiny_feature_data, tmp_path):  # noqa: F811
+    """A bilingual separate-decoder model on the joint vocab must still never write any <lang:xx>."""
+    from mmst.data.vocab import Vocab
+
+    tr = build_trainer(_cfg("model.arch=separate", "model.vocab=joint", "data.tgt_langs=[de]", "optim.max_update=1"),
+                       tiny_feature_data, tmp_path)
+    joint = Vocab.load(next(tiny_feature_data.glob("spm_joint*.model")))
+    tags = {joint.lang_tag_id(lang) for lang in joint.langs}
+    assert len(tags) == 2  # de and es
+    assert tags <= set(tr.model.never_generate_ids())
+    assert tr.model.start_token_id("de") == 0  # the separate model still starts with bos

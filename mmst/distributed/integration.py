@@ -109,7 +109,8 @@ class _Base:
 
         def fn(model: torch.nn.Module, item: tuple[Any, int | None]) -> tuple[torch.Tensor, dict[str, Any]]:
             batch, k = item
-            loss, st = compute_loss(model, batch, criterion, k)
+            loss, st = compute_loss(model, batch, criterion, k,
+                                    precision=getattr(self.trainer.cfg, "precision", "auto"))
             st = dict(st)
             st["loss"] = float(loss.detach())
             st["n_frames"] = getattr(batch, "n_frames", 0)

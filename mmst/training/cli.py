@@ -61,6 +61,7 @@ FLAG_ALIASES = [
     ("--load-pretrained-encoder-from", "checkpoint.load_pretrained_encoder_from",
      "fairseq s2t_transformer or mmst checkpoint"),
     ("--seed", "seed", "random seed"),
+    ("--precision", "precision", "auto (bf16 autocast on CUDA, fp32 on CPU), fp32 or bf16"),
     ("--compute-threshold", "distributed.options.compute_threshold",
      "DropCompute threshold tau: seconds, auto or inf"),
     ("--max-staleness", "distributed.options.max_staleness", "param-server SSP staleness bound s"),

@@ -15,17 +15,38 @@ from typing import Any
 
 import torch
 
+#: ``precision`` values accepted by :func:`autocast_dtype` (config key ``precision``, flag ``--precision``).
+PRECISIONS = ("auto", "fp32", "bf16")
 
-def autocast_context(device: torch.device | str, enabled: bool | None = None) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA (``enabled=None`` => on for CUDA), a no-op (fp32) on CPU."""
+
+def autocast_dtype(device: torch.device | str, precision: str = "auto") -> torch.dtype | None:
+    """The autocast dtype of a forward pass, or ``None`` for plain fp32.
+
+    ``auto``: bf16 on CUDA, fp32 on CPU; ``fp32``: never autocast; ``bf16``: bf16 autocast on any device
+    (on CPUs with AMX or AVX512-BF16 it runs the matmuls in bf16 with fp32 master weights: mixed
+    precision, Micikevicius et al. 2018; the loss is computed in fp32 by :mod:`mmst.losses`).
+
+    Raises:
+        ValueError: unknown ``precision``.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     dev = torch.device(device)
-    if dev.type == "cuda" and (enabled is None or enabled):
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    if precision == "bf16" or (precision == "auto" and dev.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+def autocast_context(device: torch.device | str, precision: str = "auto") -> contextlib.AbstractContextManager:
+    """``torch.autocast`` for :func:`autocast_dtype` ``(device, precision)``; a no-op for fp32."""
+    dtype = autocast_dtype(device, precision)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=dtype)
 
 
 def compute_loss(model: torch.nn.Module, batch: Any, criterion: Any, waitk: int | None,
-                 autocast: bool | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+                 precision: str = "auto") -> tuple[torch.Tensor, dict[str, Any]]:
     """Forward one micro-batch and compute the (un-normalised) loss.
 
     Args:
@@ -33,14 +54,15 @@ def compute_loss(model: torch.nn.Module, batch: Any, criterion: Any, waitk: int 
         batch: :class:`mmst.data.batching.Batch` already on the model's device.
         criterion: ``mmst.losses.MultilingualCriterion``; ``criterion(output, batch) -> (loss, stats)``.
         waitk: wait-k lagging for the cross-attention mask (``None`` = offline).
-        autocast: bf16 autocast; ``None`` = on for CUDA tensors, off on CPU (fp32).
+        precision: ``auto`` (bf16 autocast on CUDA, fp32 on CPU), ``fp32`` or ``bf16`` (see
+            :func:`autocast_dtype`).
 
     Returns:
         ``(loss, stats)``: ``loss`` a float32 scalar = SUM over target tokens (caller normalises);
         ``stats`` has ``ntokens`` (all languages), ``nsentences``, per-language ``loss_<lang>``,
         ``nll_<lang>``, ``ntokens_<lang>`` (floats/ints, sums over the batch) and ``waitk``.
     """
-    with autocast_context(batch.fbank.device, autocast):
+    with autocast_context(batch.fbank.device, precision):
         out = model(batch.fbank, batch.fbank_lengths, batch.prev_output_tokens, waitk=waitk)
         loss, stats = criterion(out, batch)
     stats = {k: (v.item() if torch.is_tensor(v) else v) for k, v in dict(stats).items()}

@@ -62,12 +62,19 @@ class SingleProcessStrategy:
     micro-batch is back-propagated with ``scale = 1 / total_ntokens`` (total known in advance from the
     batches). A non-finite micro-batch loss or gradient norm skips the update (gradients zeroed, no
     optimiser or LR step) and returns ``skipped=True``.
+
+    ``precision`` (``auto``/``fp32``/``bf16``, see :func:`mmst.training.step.autocast_dtype`) is taken
+    from the trainer's config in :meth:`setup`.
     """
 
     is_main_process = True
 
+    def __init__(self, precision: str = "auto") -> None:
+        self.precision = precision
+
     def setup(self, trainer: Any) -> None:
-        """No-op for the single-process strategy."""
+        """Take the forward precision from ``trainer.cfg.precision``."""
+        self.precision = getattr(trainer.cfg, "precision", self.precision)
 
     def run_update(self, model: torch.nn.Module, criterion: Any, optimizer: torch.optim.Optimizer,
                    scheduler: Any, micro_batches: list[Any], waitks: list[int | None],
@@ -81,7 +88,7 @@ class SingleProcessStrategy:
         ids = [i for b in micro_batches for i in b.ids]
         model.train()
         for batch, k in zip(micro_batches, waitks):
-            loss, st = compute_loss(model, batch, criterion, k)
+            loss, st = compute_loss(model, batch, criterion, k, precision=self.precision)
             if not torch.isfinite(loss):
                 optimizer.zero_grad(set_to_none=True)
                 return UpdateResult(stats=stats, grad_norm=float("nan"), skipped=True, batch_ids=ids)

@@ -45,7 +45,7 @@ from mmst.training.checkpoint import (
     set_rng_state,
 )
 from mmst.training.config import TrainConfig, config_to_dict, normalize_waitk_list
-from mmst.training.optim import InverseSqrtSchedule, build_optimizer
+from mmst.training.optim import InverseSqrtSchedule, build_optimizer, set_optimizer_implementation
 from mmst.training.strategy import SingleProcessStrategy, UpdateResult
 
 logger = logging.getLogger("mmst.train")
@@ -170,7 +170,7 @@ class Validator:
         acc: dict[str, float] = {}
         n = len(self.dataset)
         for batch in self._batches(list(range(n))):
-            _, st = compute_loss(model, batch.to(self.device), self.criterion, vk)
+            _, st = compute_loss(model, batch.to(self.device), self.criterion, vk, precision=self.cfg.precision)
             for k, v in st.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     acc[k] = acc.get(k, 0.0) + float(v)
@@ -209,7 +209,7 @@ class Validator:
             refs: dict[str, list[str]] = {lang: [] for lang in langs}
             for batch in self._batches(indices):
                 b = batch.to(self.device)
-                with autocast_context(self.device):
+                with autocast_context(self.device, self.cfg.precision):
                     dec = greedy_waitk_decode(model, b.fbank, b.fbank_lengths, langs, k,
                                               max_len_a=self.cfg.valid.max_len_a, max_len_b=self.cfg.valid.max_len_b)
                 for lang in langs:
@@ -323,6 +323,7 @@ class Trainer:
         """Restore everything saved by :meth:`state_dict` (vocab/language checks are done by the caller)."""
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
+        set_optimizer_implementation(self.optimizer, self.cfg.optim.implementation)
         self.scheduler.load_state_dict(ckpt["scheduler"])
         self.train_iter.load_state_dict(ckpt["data_iterator"])
         self.state = TrainState.from_dict(ckpt["train_state"])
@@ -556,8 +557,11 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
             kw["vocab_size"] = max(kw["vocab_sizes"].values())
         else:
             kw["vocab_size"] = len(train_ds.joint_vocab)
+            # every <lang:xx> of the joint vocab (also languages this model does not train): the unified
+            # model starts each stream with its tag, and decoding of any model never writes a tag
+            kw["lang_tag_ids"] = {lang: train_ds.joint_vocab.lang_tag_id(lang) for lang in train_ds.joint_vocab.langs}
             if arch == "unified":
-                kw["lang_tag_ids"] = dict(train_ds.start_token_ids)
+                kw["lang_tag_ids"].update(train_ds.start_token_ids)
         kw["src_vocab_size"] = len(train_ds.src_vocab) if (with_src and train_ds.src_vocab is not None) else 0
         try:
             model_cfg = model_config_for_size(cfg.model.size, arch=arch, tgt_langs=train_ds.tgt_langs,
@@ -574,7 +578,7 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
                                       lang_weights=cfg.criterion.lang_weights, ctc_weight=cfg.criterion.ctc_weight,
                                       pad_id=model_cfg.pad_id)
     optimizer = build_optimizer(model.parameters(), cfg.optim.lr, cfg.optim.betas, cfg.optim.eps,
-                                cfg.optim.weight_decay)
+                                cfg.optim.weight_decay, cfg.optim.implementation)
     scheduler = InverseSqrtSchedule(optimizer, cfg.optim.lr, cfg.optim.warmup_updates, cfg.optim.warmup_init_lr)
     train_iter = EpochBatchIterator(train_ds, train_ds.n_frames, train_ds.collater, cfg.data.max_tokens,
                                     cfg.data.max_sentences, seed=cfg.seed, num_workers=cfg.data.num_workers)

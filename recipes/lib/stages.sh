@@ -8,6 +8,7 @@
 #
 # run_stage N "title" command...: runs a numbered stage when stage <= N <= stop_stage, prints a banner,
 #   and skips it when its done-marker exists (unless --force true). Markers live in $exp_dir/.done/.
+# run_item_stage N "title" command...: a stage that skips finished items itself (see below).
 
 parse_options() {
   while [ $# -gt 0 ]; do
@@ -47,6 +48,23 @@ run_stage() {
   "$@"
   mkdir -p "$exp_dir/.done"
   echo "$((SECONDS - t0))" > "$marker"
+  echo "-- stage $n finished in $((SECONDS - t0)) s"
+}
+
+# run_item_stage N "title" command...: like run_stage, but for a stage whose command skips finished
+#   items itself (one model per (system, seed), one evaluation per model): it runs whenever it is in
+#   [stage, stop_stage], so adding a seed or a system later trains/evaluates only what is new. The
+#   marker only records the last duration.
+run_item_stage() {
+  local n="$1" title="$2"; shift 2
+  if [ "$n" -lt "$stage" ] || [ "$n" -gt "$stop_stage" ]; then return 0; fi
+  echo "=================================================================="
+  echo "== Stage $n: $title (finished items are skipped)"
+  echo "=================================================================="
+  local t0=$SECONDS
+  "$@"
+  mkdir -p "$exp_dir/.done"
+  echo "$((SECONDS - t0))" > "$exp_dir/.done/stage$n"
   echo "-- stage $n finished in $((SECONDS - t0)) s"
 }
 

@@ -121,8 +121,15 @@ average_dir() {
   n=$(find "$dir" -maxdepth 1 -name 'checkpoint_[0-9]*.pt' | wc -l)
   if [ "$n" -eq 0 ]; then echo "$dir: no numbered checkpoints to average" >&2; return 1; fi
   [ "$n" -gt "$avg_last" ] && n="$avg_last"
+  local newest
+  newest=$(find "$dir" -maxdepth 1 -name 'checkpoint_[0-9]*.pt' -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2-)
+  if [ -f "$dir/checkpoint_avg.pt" ] && [ "$dir/checkpoint_avg.pt" -nt "$newest" ] && [ "$force" != "true" ] \
+     && [ "$(cat "$dir/.avg_last" 2>/dev/null)" = "$n" ]; then
+    echo "-- $dir/checkpoint_avg.pt (last $n) is newer than every checkpoint; skipping"; return 0
+  fi
   echo "-- averaging the last $n checkpoints of $dir"
   mmst-average-checkpoints --dir "$dir" --last "$n" --output "$dir/checkpoint_avg.pt"
+  echo "$n" > "$dir/.avg_last"
 }
 
 # eval_models DATA: k sweep of every model's checkpoint_avg.pt on $eval_split (joint decoding).

@@ -74,7 +74,7 @@ stage4() {
   echo "Table: $exp_dir/compare/comparison.md; plots: $exp_dir/compare/bleu_al_<lang>.png"
 }
 
-run_stage 1 "train $systems (seeds $seeds, languages $tgt_langs)" stage1
-run_stage 2 "average the last $avg_last checkpoints" stage2
-run_stage 3 "evaluate on $eval_split, k = $eval_k, joint decoding" stage3
-run_stage 4 "comparison table and BLEU-vs-AL plots" stage4
+run_item_stage 1 "train $systems (seeds $seeds, languages $tgt_langs)" stage1
+run_item_stage 2 "average the last $avg_last checkpoints" stage2
+run_item_stage 3 "evaluate on $eval_split, k = $eval_k, joint decoding" stage3
+run_item_stage 4 "comparison table and BLEU-vs-AL plots" stage4

@@ -126,7 +126,7 @@ stage6() {
 run_stage 0 "synthesize a MuST-C-layout corpus (only without --mustc-root)" stage0
 run_stage 1 "multi-way MuST-C prep (en -> $tgt_langs)" stage1
 run_stage 2 "English ASR view + ASR pretraining (CTC + attention, $size)" stage2
-run_stage 3 "ST training ($systems; seeds $seeds) from the pretrained encoder" stage3
-run_stage 4 "average the last $avg_last checkpoints" stage4
-run_stage 5 "evaluate on $eval_split, k = $eval_k, joint decoding" stage5
-run_stage 6 "comparison table and BLEU-vs-AL plots" stage6
+run_item_stage 3 "ST training ($systems; seeds $seeds) from the pretrained encoder" stage3
+run_item_stage 4 "average the last $avg_last checkpoints" stage4
+run_item_stage 5 "evaluate on $eval_split, k = $eval_k, joint decoding" stage5
+run_item_stage 6 "comparison table and BLEU-vs-AL plots" stage6
