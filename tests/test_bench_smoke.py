@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -54,3 +55,30 @@ def test_vs_fairseq_inputs_and_summary(tmp_path):
     (tmp_path / "res").mkdir()
     (tmp_path / "res" / "vs_fairseq.json").write_text(json.dumps({"skipped": "x"}))
     assert summarize.rows(tmp_path / "res")[0][0] == "vs_fairseq"
+
+
+@pytest.mark.slow
+def test_vs_fairseq_our_side_and_precision_summary(tmp_path):
+    """Our side of bench_vs_fairseq runs in both precisions (no fairseq needed); the summary has one
+    ratio row per precision."""
+    import bench_vs_fairseq as vs
+    import summarize
+
+    data = vs.make_data(tmp_path, 20)
+    args = argparse.Namespace(lang="de", max_tokens=1500, updates=2, lr=2e-3,
+                                                     warmup_updates=2, threads=1, omp_wait_policy="PASSIVE",
+                                                     optimizer="fused")
+    res = {p: vs.run_ours(data, args, p) for p in ("fp32", "bf16")}
+    for r in res.values():
+        assert r["updates"] == 2 and len(r["walls"]) == 2 and r["params"] == 26992640  # s2t_transformer_s size, vocab 64
+        assert 0 < r["dev_loss"] < 10
+    assert res["fp32"]["dev_loss"] != res["bf16"]["dev_loss"]  # bf16 really ran
+    (tmp_path / "res").mkdir()
+    by = {p: {"ratio_min": 1.1, "ratio_median": 1.2 + i, "ratio_max": 1.3 + i,
+              "equal_wall": {"ours_dev_loss": 2.5, "fairseq_dev_loss": 2.6}} for i, p in enumerate(("fp32", "bf16"))}
+    (tmp_path / "res" / "vs_fairseq.json").write_text(json.dumps({"by_precision": by}))
+    rows = [r for r in summarize.rows(tmp_path / "res") if r[0] == "vs_fairseq"]
+    assert [r[1] for r in rows if "throughput" in r[1]] == [
+        "throughput ours (fp32) / fairseq (fp32) min / median / max",
+        "throughput ours (bf16) / fairseq (fp32) min / median / max"]
+    assert rows[2][2] == "1.10 / 2.20 / 2.30"
