@@ -15,7 +15,8 @@ and reports:
   scaled-dot-product attention; 1 multiply-add = 2 FLOPs; elementwise ops, layer norms, softmax
   outside SDPA and the optimiser are not counted, as usual for MFU, Chowdhery et al. 2022, app. B);
 * ``peak_gflops``: the machine's measured peak matmul rate at the same dtype and thread count
-  (best of several ``torch.mm`` of ``--peak-n`` x ``--peak-n`` matrices: fp32 on CPU, bf16 on CUDA);
+  (best of several ``torch.mm`` of ``--peak-n`` x ``--peak-n`` matrices in the dtype of the step's
+  matmuls: fp32, or bf16 for ``--precision bf16`` and on CUDA);
 * ``mfu`` = (model FLOPs per update / seconds per update) / peak matmul FLOP/s.
 
 Batches are synthetic with realistic shapes (no corpus needed): about ``--frames`` fbank frames per

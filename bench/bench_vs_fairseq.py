@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-train", type=int, default=600, help="utterances of the synthetic corpus")
     p.add_argument("--max-tokens", type=int, default=4000, help="padded fbank frames per batch (both)")
     p.add_argument("--updates", type=int, default=30, help="updates per run")
-    p.add_argument("--pairs", type=int, default=3, help="alternating (ours, fairseq) pairs")
+    p.add_argument("--pairs", type=int, default=3, help="rounds of (ours at each --precision, fairseq), order alternating between rounds")
     p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
     p.add_argument("--warmup-updates", type=int, default=10, help="LR warm-up updates")
     p.add_argument("--threads", type=int, default=1, help="CPU threads of each run (1: see bench/NOTES.md on 2-thread oversubscription)")
