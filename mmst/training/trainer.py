@@ -558,10 +558,9 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
         else:
             kw["vocab_size"] = len(train_ds.joint_vocab)
             # every <lang:xx> of the joint vocab (also languages this model does not train): the unified
-            # model starts each stream with its tag, and decoding of any model never writes a tag
+            # model starts each stream with its tag (the dataset's start ids are these tags), and
+            # decoding of any model never writes a tag
             kw["lang_tag_ids"] = {lang: train_ds.joint_vocab.lang_tag_id(lang) for lang in train_ds.joint_vocab.langs}
-            if arch == "unified":
-                kw["lang_tag_ids"].update(train_ds.start_token_ids)
         kw["src_vocab_size"] = len(train_ds.src_vocab) if (with_src and train_ds.src_vocab is not None) else 0
         try:
             model_cfg = model_config_for_size(cfg.model.size, arch=arch, tgt_langs=train_ds.tgt_langs,

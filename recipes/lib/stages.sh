@@ -33,14 +33,23 @@ parse_options() {
   done
 }
 
-run_stage() {
-  local n="$1" title="$2"; shift 2
+run_stage() { _stage true "$@"; }
+
+# run_item_stage N "title" command...: like run_stage, but for a stage whose command skips finished
+#   items itself (one model per (system, seed), one evaluation per model): it runs whenever it is in
+#   [stage, stop_stage], so adding a seed or a system later trains/evaluates only what is new. The
+#   marker only records the last duration.
+run_item_stage() { _stage false "$@"; }
+
+# _stage USE_MARKER N "title" command...: the banner, the range check, timing and the marker.
+_stage() {
+  local use_marker="$1" n="$2" title="$3"; shift 3
   if [ "$n" -lt "$stage" ] || [ "$n" -gt "$stop_stage" ]; then return 0; fi
   local marker="$exp_dir/.done/stage$n"
   echo "=================================================================="
-  echo "== Stage $n: $title"
+  if $use_marker; then echo "== Stage $n: $title"; else echo "== Stage $n: $title (finished items are skipped)"; fi
   echo "=================================================================="
-  if [ -f "$marker" ] && [ "$force" != "true" ]; then
+  if $use_marker && [ -f "$marker" ] && [ "$force" != "true" ]; then
     echo "stage $n already done ($marker); skipping (use --force true to redo)"
     return 0
   fi
@@ -48,23 +57,6 @@ run_stage() {
   "$@"
   mkdir -p "$exp_dir/.done"
   echo "$((SECONDS - t0))" > "$marker"
-  echo "-- stage $n finished in $((SECONDS - t0)) s"
-}
-
-# run_item_stage N "title" command...: like run_stage, but for a stage whose command skips finished
-#   items itself (one model per (system, seed), one evaluation per model): it runs whenever it is in
-#   [stage, stop_stage], so adding a seed or a system later trains/evaluates only what is new. The
-#   marker only records the last duration.
-run_item_stage() {
-  local n="$1" title="$2"; shift 2
-  if [ "$n" -lt "$stage" ] || [ "$n" -gt "$stop_stage" ]; then return 0; fi
-  echo "=================================================================="
-  echo "== Stage $n: $title (finished items are skipped)"
-  echo "=================================================================="
-  local t0=$SECONDS
-  "$@"
-  mkdir -p "$exp_dir/.done"
-  echo "$((SECONDS - t0))" > "$exp_dir/.done/stage$n"
   echo "-- stage $n finished in $((SECONDS - t0)) s"
 }
 
