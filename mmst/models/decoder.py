@@ -39,6 +39,8 @@ class DecoderState:
             languages).
         cross_len: encoder states whose cross keys/values are cached.
         num_tokens: tokens consumed so far (default positions continue from here).
+        cross_attn: ``{layer: (B, n, S)}`` head-averaged cross-attention of the last :meth:`~TransformerDecoder.step`
+            for the layers it was asked for (empty otherwise).
     """
 
     def __init__(self, num_layers: int) -> None:
@@ -46,6 +48,7 @@ class DecoderState:
         self.cross_cache: list[KVCache] = [KVCache() for _ in range(num_layers)]
         self.cross_len = 0
         self.num_tokens = 0
+        self.cross_attn: dict[int, torch.Tensor] = {}
 
     @property
     def self_kv(self) -> list[KV | None]:
@@ -92,11 +95,13 @@ class TransformerDecoderLayer(nn.Module):
         self_mask: torch.Tensor | None,
         cross_mask: torch.Tensor | None,
         self_cache: KV | KVCache | None = None,
+        cross_attn_out: list | None = None,
     ) -> tuple[torch.Tensor, KV]:
         """``x (B, n, D)``; ``cross_kv`` projected encoder keys/values; masks bool True=attend
         (``self_mask`` over cached+new keys). ``self_cache``: previous keys/values as a tuple
-        (concatenated) or a :class:`KVCache` (appended in place). Returns output ``(B, n, D)`` and
-        all self-attention keys/values ``(B, H, L_prev + n, dh)``."""
+        (concatenated) or a :class:`KVCache` (appended in place). ``cross_attn_out``: when a list, the
+        cross-attention probabilities ``(B, H, n, S)`` are appended to it (the output is unchanged).
+        Returns output ``(B, n, D)`` and all self-attention keys/values ``(B, H, L_prev + n, dh)``."""
         h = self.self_attn_layer_norm(x)
         k, v = self.self_attn.project_kv(h)
         if isinstance(self_cache, KVCache):
@@ -107,7 +112,10 @@ class TransformerDecoderLayer(nn.Module):
         a = self.self_attn.attend(self.self_attn.project_q(h), k, v, self_mask)
         x = x + F.dropout(a, self.dropout, self.training)
         h = self.encoder_attn_layer_norm(x)
-        a = self.encoder_attn.attend(self.encoder_attn.project_q(h), cross_kv[0], cross_kv[1], cross_mask)
+        q = self.encoder_attn.project_q(h)
+        a = self.encoder_attn.attend(q, cross_kv[0], cross_kv[1], cross_mask)
+        if cross_attn_out is not None:
+            cross_attn_out.append(self.encoder_attn.weights(q, cross_kv[0], cross_mask))
         x = x + F.dropout(a, self.dropout, self.training)
         r = x
         h = F.relu(self.fc1(self.final_layer_norm(x)))
@@ -222,6 +230,7 @@ class TransformerDecoder(nn.Module):
         self_attn_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
         extra_embed: torch.Tensor | None = None,
+        attn_layers: tuple[int, ...] = (),
     ) -> torch.Tensor:
         """Incremental forward of ``n`` new tokens.
 
@@ -234,11 +243,20 @@ class TransformerDecoder(nn.Module):
             self_attn_mask: ``(B or 1, n, L_prev + n)``; default causal.
             positions: ``(B, n)`` 0-based; default ``num_tokens .. num_tokens + n - 1``.
             extra_embed: ``(B, n, D)``.
+            attn_layers: 0-based layers whose cross-attention, averaged over heads, is stored in
+                ``state.cross_attn[layer]`` as ``(B, n, S)`` (AlignAtt/EDAtt); the logits are the same
+                with or without.
 
         Returns:
             logits ``(B, n, V)``.
+
+        Raises:
+            ValueError: a layer in ``attn_layers`` outside ``0 .. num_layers - 1``.
         """
         b, n = tokens.shape
+        bad = [i for i in attn_layers if not 0 <= i < len(self.layers)]
+        if bad:
+            raise ValueError(f"attention layer(s) {bad} outside 0..{len(self.layers) - 1}")
         self.extend_cross(state, enc_states)
         if positions is None:
             positions = torch.arange(state.num_tokens, state.num_tokens + n, device=tokens.device)[None]
@@ -248,7 +266,11 @@ class TransformerDecoder(nn.Module):
             self_attn_mask = causal_mask(n, n_key, device=tokens.device)[None]
         if cross_attn_mask is None and enc_padding_mask is not None:
             cross_attn_mask = ~enc_padding_mask[:, None, :]
-        for layer, self_cache, cross_cache in zip(self.layers, state.self_cache, state.cross_cache):
-            x, _ = layer(x, cross_cache.get(), self_attn_mask, cross_attn_mask, self_cache)
+        state.cross_attn = {}
+        for li, (layer, self_cache, cross_cache) in enumerate(zip(self.layers, state.self_cache, state.cross_cache)):
+            sink: list | None = [] if li in attn_layers else None
+            x, _ = layer(x, cross_cache.get(), self_attn_mask, cross_attn_mask, self_cache, sink)
+            if sink:
+                state.cross_attn[li] = sink[0].mean(dim=1)  # (B, n, S)
         state.num_tokens += n
         return self._out(x)

@@ -102,6 +102,26 @@ class MultiheadAttention(nn.Module):
             o = o.transpose(1, 2).reshape(bq, n_q, h * dh)
         return self.out_proj(o)
 
+    def weights(self, q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        """Attention probabilities of projected ``q (Bq, H, L, dh)`` over ``k (Bk, H, S, dh)``:
+        ``softmax(q k^T / sqrt(dh))`` with masked keys at 0 -> ``(Bq, H, L, S)`` (rows sum to 1).
+
+        Computed apart from :meth:`attend` (which uses the fused kernel), so reading the weights never
+        changes the layer's output. ``attn_mask`` as in :meth:`attend`; ``Bk`` must divide ``Bq``
+        (query row ``g * Bk + b`` reads key row b)."""
+        bq, bk = q.size(0), k.size(0)
+        if bq != bk:
+            if bq % bk:
+                raise ValueError(f"query batch {bq} is not a multiple of key batch {bk}")
+            k = k.repeat(bq // bk, 1, 1, 1)
+        s = torch.matmul(q.float(), k.float().transpose(-1, -2)) / math.sqrt(q.size(-1))  # (Bq, H, L, S)
+        if attn_mask is not None:
+            m = attn_mask[:, None] if attn_mask.dim() == 3 else attn_mask
+            if m.size(0) not in (1, bq):
+                m = m.repeat(bq // m.size(0), 1, 1, 1)
+            s = s.masked_fill(~m, float("-inf"))
+        return torch.softmax(s, dim=-1)
+
     def forward(
         self,
         query: torch.Tensor,

@@ -1,21 +1,45 @@
-"""Simultaneous (streaming) inference: wait-k over fixed pre-decision chunks, incremental encoding,
-joint multilingual decoding, detokenisation with delays, and batch greedy / beam decoders."""
+"""Simultaneous (streaming) inference: read/write policies (wait-k, AlignAtt, EDAtt, local agreement,
+hold-n, CTC wait-k), incremental encoding, joint multilingual decoding with one policy per language,
+detokenisation with delays, and batch greedy / beam decoders."""
 
 from .detok import CHAR_LANGS, Detokenizer, Word
 from .incremental import StreamingFrontEnd
 from .joint import StreamingTranslator
-from .policies import WaitKPolicy
+from .policies import (
+    AlignAttPolicy,
+    CTCWaitKPolicy,
+    EDAttPolicy,
+    HoldNPolicy,
+    LocalAgreementPolicy,
+    Policy,
+    PolicyState,
+    WaitKPolicy,
+)
+from .policy_spec import POLICIES, PolicySpec, build_policy, make_spec, parse_per_lang, policy_sweep
 from .search import beam_search, decode_offline, greedy_waitk_decode, max_lengths
 
 __all__ = [
     "CHAR_LANGS",
+    "POLICIES",
+    "AlignAttPolicy",
+    "CTCWaitKPolicy",
     "Detokenizer",
+    "EDAttPolicy",
+    "HoldNPolicy",
+    "LocalAgreementPolicy",
+    "Policy",
+    "PolicySpec",
+    "PolicyState",
     "StreamingFrontEnd",
     "StreamingTranslator",
     "WaitKPolicy",
     "Word",
     "beam_search",
+    "build_policy",
     "decode_offline",
     "greedy_waitk_decode",
+    "make_spec",
     "max_lengths",
+    "parse_per_lang",
+    "policy_sweep",
 ]

@@ -1,24 +1,32 @@
-"""Joint multilingual streaming translation: one encoder pass feeds every target language in lockstep.
+"""Joint multilingual streaming translation: one encoder pass feeds every target language, each under
+its own read/write policy.
 
 :class:`StreamingTranslator` = :class:`~mmst.simultaneous.incremental.StreamingFrontEnd` (online fbank,
-CMVN, incremental or re-encoding encoder) + wait-k (:class:`~mmst.simultaneous.policies.WaitKPolicy`)
-+ joint incremental decoding (separate model: N decoders; unified model: the N ``<lang:xx>``-prefixed
-streams batched together, batch dim = languages, sharing the encoder's cross-attention keys/values)
-+ :class:`~mmst.simultaneous.detok.Detokenizer` per language.
+CMVN, incremental or re-encoding encoder) + one policy per language (:mod:`.policies`: wait-k,
+AlignAtt, EDAtt, CTC wait-k, local agreement, hold-n) + joint incremental decoding + a
+:class:`~mmst.simultaneous.detok.Detokenizer` per language.
 
-Write rule (Ma et al. 2019 wait-k over fixed pre-decision chunks, Ma et al. 2020): token i (1-based) is
-written as soon as ``k + i - 1`` chunks have been read (or the source is finished) and attends the
-states of chunks ``1..min(k+i-1, n_chunks)``; so with a chunk-causal encoder the written tokens are
-exactly those of :func:`mmst.simultaneous.search.greedy_waitk_decode` (tested). Once the source is
-finished every language writes until EOS or ``floor(max_len_a * S + max_len_b)`` tokens (S = encoder
-states). A language that wrote EOS stops; the others continue. A source shorter than k chunks is
-translated in full when it finishes.
+Token policies (wait-k, AlignAtt, EDAtt, CTC wait-k; greedy): the languages whose policy may write
+are stepped together (:class:`~mmst.simultaneous.stepper.LanguageStepper`: unified model = one batched
+decoder call, rows = languages); each candidate is written or, on READ, rolled back. A waiting
+language never blocks the others, and each language's tokens and delays equal decoding it alone with
+the same policy (tested). Hypothesis policies (local agreement, hold-n; AlignAtt/EDAtt with beam > 1)
+re-decode the continuation of the written prefix whenever new encoder states arrive
+(:mod:`.continuation`). Written tokens are never revised.
 
-Async unified models (issue 8): language j (0-based in ``async_order``) runs at lag
-``k + j * async_delta``; elements are written in (t, j) emission order into one shared cache, so a
-lagging language reads the words the leading ones already wrote; once the source is finished the
-languages continue in that order (round-robin; a language whose lag exceeds the source joins at its
-virtual step) until each wrote EOS or reached the length cap. Equal to the masked batch decoder.
+wait-k (Ma et al. 2019 over fixed pre-decision chunks, Ma et al. 2020): token i (1-based) is written as
+soon as ``k + i - 1`` chunks have been read (or the source is finished) and attends the states of
+chunks ``1..min(k+i-1, n_chunks)``; so with a chunk-causal encoder the written tokens are exactly
+those of :func:`mmst.simultaneous.search.greedy_waitk_decode` (tested). Once the source is finished
+every language writes until EOS or ``floor(max_len_a * S + max_len_b)`` tokens (S = encoder states).
+A wait-k language that wrote EOS stops; an adaptive policy's EOS before the source ends means READ.
+
+Async unified models (issue 8; wait-k only, the same k for all languages): language j (0-based in
+``async_order``) runs at lag ``k + j * async_delta``; elements are written in (t, j) emission order
+into one shared cache, so a lagging language reads the words the leading ones already wrote; once
+the source is finished the languages continue in that order (round-robin; a language whose lag
+exceeds the source joins at its virtual step) until each wrote EOS or reached the length cap. Equal to
+the masked batch decoder.
 """
 
 from __future__ import annotations
@@ -30,10 +38,16 @@ import torch
 
 from mmst.models.encoder import EncoderOut
 
+from .continuation import decode_continuation, forced_cross_attention
 from .detok import CHAR_LANGS, Detokenizer, Word
 from .incremental import StreamingFrontEnd
-from .policies import WaitKPolicy
+from .policies import Policy, PolicyState, WaitKPolicy, ctc_greedy_count
+from .policy_spec import PolicySpec, build_policy
 from .search import banned_ids, beam_search, constrain_logits
+from .stepper import LanguageStepper
+
+#: policies that may decode with beam search while streaming
+BEAM_POLICIES = ("alignatt", "edatt", "la", "holdn")
 
 
 class StreamingTranslator:
@@ -44,21 +58,30 @@ class StreamingTranslator:
         vocabs: target vocab (``mmst.data.vocab.Vocab``) shared by all languages, or ``{lang: Vocab}``,
             or None (tokens only; :meth:`accept_audio` then returns no words).
         tgt_langs: languages to decode (default: all of the model's).
-        waitk: lagging k in pre-decision chunks, or None for offline (read all, then decode).
+        waitk: lagging k in pre-decision chunks, or None for offline (read all, then decode); used
+            when ``policy`` is None.
         cmvn: global CMVN callable for fbank ``(n, 80)`` (``mmst.features.GlobalCMVN``) or None.
         max_len_a, max_len_b: length cap ``floor(a * S + b)`` tokens (EOS excluded), S = encoder states.
-        beam: beam size for offline decoding (waitk=None); streaming decoding is greedy.
-        lenpen: length penalty of the offline beam search.
+        beam: beam size: offline decoding (waitk=None), or streaming with alignatt, edatt, la, holdn
+            (default 1 = greedy).
+        lenpen: length penalty of beam search.
         encoder_mode: ``"auto"``, ``"incremental"`` or ``"reencode"`` (see :mod:`.incremental`).
         min_len: suppress EOS before this many tokens (for cost benchmarks of untrained models).
         char_langs: languages detokenised per character.
+        policy: a :class:`~.policies.Policy`, :class:`~.policy_spec.PolicySpec` or ``"name:k=v,..."``
+            for every language, or ``{lang: policy}`` (languages left out get ``waitk``); default
+            wait-k with lagging ``waitk``.
 
     Raises:
-        ValueError: unknown language, bad k, bad encoder mode, or a vocab missing for a language.
+        ValueError: unknown language, bad k, bad encoder mode, a vocab missing for a language, a bad
+            policy (unknown, out-of-range parameter, ``ctc`` without a CTC head), beam search with a
+            policy outside alignatt/edatt/la/holdn, or a policy other than one wait-k on an async model.
 
     Usage::
 
         tr = StreamingTranslator(model, vocab, ["de", "es"], waitk=3, cmvn=cmvn)
+        tr = StreamingTranslator(model, vocab, ["de", "ja"], cmvn=cmvn,
+                                 policy={"de": "waitk:k=3", "ja": "alignatt:frames=4"})
         for seg, last in segments:                 # float32 16 kHz, e.g. 320 ms each
             words = tr.accept_audio(seg, finished=last)   # {lang: [Word, ...]} completed now
         tr.reset()                                 # next utterance
@@ -78,11 +101,14 @@ class StreamingTranslator:
         encoder_mode: str = "auto",
         min_len: int = 0,
         char_langs: tuple[str, ...] = CHAR_LANGS,
+        policy: Policy | PolicySpec | str | dict | None = None,
     ) -> None:
         self.model = model.eval()
         self.tgt_langs = list(tgt_langs) if tgt_langs else list(model.tgt_langs)
         model.check_langs(self.tgt_langs)
-        self.policy = WaitKPolicy(waitk, model.pre_decision_ratio)
+        self.beam = int(beam)
+        self.policies = self._make_policies(policy, waitk)
+        self.policy = self.policies[self.tgt_langs[0]]
         if vocabs is not None and not isinstance(vocabs, dict):
             vocabs = {lang: vocabs for lang in self.tgt_langs}
         if vocabs is not None:
@@ -91,16 +117,48 @@ class StreamingTranslator:
                 raise ValueError(f"no target vocab for {missing}")
         self.vocabs = vocabs
         self.max_len_a, self.max_len_b = float(max_len_a), int(max_len_b)
-        self.beam, self.lenpen, self.min_len = int(beam), float(lenpen), int(min_len)
+        self.lenpen, self.min_len = float(lenpen), int(min_len)
         self._banned = banned_ids(model, next(model.parameters()).device)  # pad, bos, <lang:xx>
         self.char_langs = tuple(char_langs)
         self.frontend = StreamingFrontEnd(model, cmvn, encoder_mode)
         self.reset()
 
+    def _make_policies(self, policy, waitk) -> dict[str, Policy]:
+        m = self.model
+        per = policy if isinstance(policy, dict) else {}
+        unknown = [lang for lang in per if lang not in self.tgt_langs]
+        if unknown:
+            raise ValueError(f"policy given for {unknown}, which are not decoded (languages: {self.tgt_langs})")
+        default = policy if policy is not None and not isinstance(policy, dict) else WaitKPolicy(waitk, m.pre_decision_ratio)
+        pols = {lang: build_policy(per.get(lang, default), m) for lang in self.tgt_langs}
+        offline = [isinstance(p, WaitKPolicy) and p.k is None for p in pols.values()]
+        if any(offline) and not all(offline):
+            raise ValueError("offline decoding (wait-k k=None) applies to every language or none")
+        if not all(offline) and self.beam > 1:
+            bad = sorted({p.name for p in pols.values() if p.name not in BEAM_POLICIES})
+            if bad:
+                raise ValueError(f"beam search while streaming works with {', '.join(BEAM_POLICIES)}; "
+                                 f"not with {', '.join(bad)} (use beam 1)")
+        if getattr(m, "is_async", False):
+            ks = {p.k if isinstance(p, WaitKPolicy) else "x" for p in pols.values()}
+            if len(ks) != 1 or "x" in ks:
+                raise ValueError("async unified models decode with one wait-k policy for all languages "
+                                 f"(their languages share one decoder cache); got {sorted(p.describe() for p in pols.values())}")
+        return pols
+
     @property
     def waitk(self) -> int | None:
-        """The lagging k (None = offline)."""
-        return self.policy.k
+        """The wait-k lagging k of the first language (None = offline, or not a wait-k policy)."""
+        return getattr(self.policy, "k", None) if isinstance(self.policy, WaitKPolicy) else None
+
+    @property
+    def offline(self) -> bool:
+        """Offline decoding (read everything, then decode)."""
+        return isinstance(self.policy, WaitKPolicy) and self.policy.k is None
+
+    def _kind(self, lang: str) -> str:
+        pol = self.policies[lang]
+        return "hypothesis" if pol.kind == "hypothesis" or (self.beam > 1 and pol.name in BEAM_POLICIES) else "token"
 
     def to(self, device) -> StreamingTranslator:
         """Move the model to ``device`` and reset."""
@@ -119,6 +177,10 @@ class StreamingTranslator:
         self._last = {lang: self.model.start_token_id(lang) for lang in self.tgt_langs}
         self._step = 0
         self._pos = {lang: 0 for lang in self.tgt_langs}  # async: elements fed per language
+        self._stepper = None if getattr(self.model, "is_async", False) else LanguageStepper(self.model, self.tgt_langs)
+        self._read_at = {lang: -1 for lang in self.tgt_langs}  # encoder states when the language last READ
+        self._history: dict[str, list[list[int]]] = {lang: [] for lang in self.tgt_langs}
+        self._src_tokens = 0
         self._compute_s = 0.0
         self._closed = False
         self.detok = None
@@ -180,7 +242,7 @@ class StreamingTranslator:
         if fe.finished and fe.num_states == 0:  # empty / too short audio: nothing to attend
             self._closed = True
             return out
-        if self.policy.k is None:
+        if self.offline:
             if fe.finished:
                 self._write_offline(t0, out)
             return out
@@ -189,44 +251,135 @@ class StreamingTranslator:
             if fe.finished:
                 self._closed = True
             return out
+        if any(p.needs_ctc for p in self.policies.values()) and fe.num_states:
+            enc = fe.states()
+            self._src_tokens = ctc_greedy_count(self.model.ctc_proj(enc[0]), blank=int(self.model.cfg.bos_id))
+        self._write_tokens(t0, out, [lang for lang in self.tgt_langs if self._kind(lang) == "token"])
+        for lang in self.tgt_langs:
+            if self._kind(lang) == "hypothesis":
+                self._write_hypothesis(t0, out, lang)
+        if fe.finished:
+            self._closed = True
+        return out
+
+    def _states(self) -> torch.Tensor:
+        """Usable encoder states; drops cached cross keys/values when the prefix was re-encoded."""
+        fe = self.frontend
+        states = fe.states()
+        if fe.version != self._version:  # re-encoded: cached cross keys/values are stale
+            self.state.invalidate_cross()
+            if self._stepper is not None:
+                self._stepper.invalidate_cross()
+            self._version = fe.version
+        return states
+
+    def _emit(self, lang: str, tok: int, t0: float, out) -> None:
+        delay = self.frontend.source_ms
+        comp = (self._compute_s + time.perf_counter() - t0) * 1000.0
+        self.tokens[lang].append(tok)
+        self.token_delays[lang].append(delay)
+        out[lang].append((tok, delay, comp))
+
+    def _write_tokens(self, t0: float, out, langs: list[str]) -> None:
+        """Token policies: step the languages that may write together; write or roll back each candidate."""
+        fe = self.frontend
         eos = int(self.model.cfg.eos_id)
         dev = next(self.model.parameters()).device
+        n_layers = int(self.model.cfg.decoder_layers)
         while True:
-            active = [lang for lang in self.tgt_langs if not self.done[lang]]
-            if not active:
-                break
-            i = self._step + 1
             n_states = fe.num_states
-            if not self.policy.can_write(i, fe.num_chunks, fe.finished):
-                break
-            if self._step >= self._max_len(n_states):
-                if fe.finished:
-                    for lang in active:
+            cap = self._max_len(n_states)
+            want = []
+            for lang in langs:
+                if self.done[lang] or (self._read_at[lang] == n_states and not fe.finished):
+                    continue
+                i = len(self.tokens[lang]) + 1
+                if not self.policies[lang].ready(i, fe.num_chunks, fe.finished, self._src_tokens):
+                    continue
+                if i - 1 >= cap:
+                    if fe.finished:
                         self.done[lang] = True
+                    continue
+                want.append(lang)
+            if not want or n_states == 0:  # nothing to attend yet
                 break
-            states = fe.states()
-            if fe.version != self._version:  # re-encoded: cached cross keys/values are stale
-                self.state.invalidate_cross()
-                self._version = fe.version
-            n_vis = self.policy.visible_states(i, states.size(1))
-            toks = {lang: torch.tensor([[self._last[lang]]], device=dev) for lang in self.tgt_langs}
-            logits = self.model.decoder_step(self.state, toks, states[:, :n_vis])
-            delay = fe.source_ms
-            comp = (self._compute_s + time.perf_counter() - t0) * 1000.0
-            for lang in active:
-                lg = constrain_logits(logits[lang][0, -1], self._banned.to(dev), eos, self._step < self.min_len)
+            states = self._states()
+            s = states.size(1)
+            n_vis = {lang: self.policies[lang].visible_states(len(self.tokens[lang]) + 1, s) for lang in want}
+            layers = tuple(sorted({self._layer(lang, n_layers) for lang in want if self.policies[lang].needs_attn}))
+            logits, attn = self._stepper.step(want, self._last, states, n_vis, layers)
+            for lang in want:
+                pol = self.policies[lang]
+                i = len(self.tokens[lang]) + 1
+                lg = constrain_logits(logits[lang], self._banned.to(dev), eos, i - 1 < self.min_len)
                 tok = int(lg.argmax())
+                if fe.finished:
+                    write = 1
+                elif tok == eos and pol.adaptive:
+                    write = 0
+                else:
+                    a = attn[lang].get(self._layer(lang, n_layers)) if pol.needs_attn else None
+                    score = float(torch.log_softmax(lg.float(), -1)[tok])
+                    write = pol.decide(PolicyState(i=i, n_chunks=fe.num_chunks, n_states=s, source_finished=False,
+                                                   written=self.tokens[lang], candidates=[tok], scores=[score],
+                                                   attn=None if a is None else a[None], src_tokens=self._src_tokens,
+                                                   eos=eos))
+                if not write:
+                    self._stepper.rollback(lang)
+                    self._read_at[lang] = n_states
+                    continue
                 self._last[lang] = tok
                 if tok == eos:
                     self.done[lang] = True
                 else:
-                    self.tokens[lang].append(tok)
-                    self.token_delays[lang].append(delay)
-                    out[lang].append((tok, delay, comp))
-            self._step += 1
+                    self._emit(lang, tok, t0, out)
+
+    def _layer(self, lang: str, n_layers: int) -> int:
+        layer = getattr(self.policies[lang], "layer", None)
+        return n_layers // 2 if layer is None else int(layer)
+
+    def _write_hypothesis(self, t0: float, out, lang: str) -> None:
+        """Hypothesis policies: re-decode the continuation once per new encoder states; write a prefix."""
+        fe = self.frontend
+        if self.done[lang]:
+            return
+        n_states = fe.num_states
+        if n_states == 0 or (self._read_at[lang] == n_states and not fe.finished):
+            return
+        self._read_at[lang] = n_states
+        eos = int(self.model.cfg.eos_id)
+        written = self.tokens[lang]
+        cap = self._max_len(n_states)
+        if len(written) >= cap:
+            if fe.finished:
+                self.done[lang] = True
+            return
+        states = self._states()
+        pol = self.policies[lang]
+        cont, scores = decode_continuation(
+            self.model, lang, written, states, cap - len(written), self._banned.to(states.device),
+            beam=self.beam, lenpen=self.lenpen, min_new=max(0, self.min_len - len(written)),
+        )
         if fe.finished:
-            self._closed = True
-        return out
+            n = len(cont)
+        else:
+            attn = None
+            if pol.needs_attn:
+                layer = self._layer(lang, int(self.model.cfg.decoder_layers))
+                attn = forced_cross_attention(self.model, lang, written, cont, states, layer)
+            n = pol.decide(PolicyState(i=len(written) + 1, n_chunks=fe.num_chunks, n_states=states.size(1),
+                                       source_finished=False, written=list(written), candidates=cont, scores=scores,
+                                       attn=attn, history=self._history[lang], src_tokens=self._src_tokens, eos=eos))
+            if eos in cont[:n]:
+                n = cont.index(eos)
+            self._history[lang].append(list(written) + list(cont))
+        for tok in cont[:n]:
+            if tok == eos:
+                self.done[lang] = True
+                break
+            self._emit(lang, tok, t0, out)
+        if fe.finished:
+            self.done[lang] = True
 
     def _write_async(self, t0: float, out) -> None:
         """Async unified model: write elements in (t, j) order, t = j * delta + i (issue 8); language
@@ -243,7 +396,7 @@ class StreamingTranslator:
                 break
             lang = min(active, key=lambda x: (m.async_index(x) * delta + self._pos[x], m.async_index(x)))
             p = self._pos[lang]
-            lag = m.async_lag(lang, self.policy.k)
+            lag = m.async_lag(lang, self.policy.k)  # one wait-k policy for all languages
             if not fe.finished and lag + p > fe.num_chunks:
                 break
             cap = self._max_len(fe.num_states)

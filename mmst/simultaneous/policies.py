@@ -1,37 +1,130 @@
-"""Read/write policies over fixed pre-decision chunks.
+"""Read/write policies: when one target language may write, given what it has read.
 
-wait-k (Ma et al. 2019, STACL, ``g(i) = k + i - 1``) applied to speech with a fixed pre-decision
-ratio (Ma et al. 2020, SimulST): the source is read in chunks of R encoder states (R * 40 ms); target
-token i (1-based) is written once ``k + i - 1`` chunks have been read, or once the source is finished,
-and it attends the encoder states of chunks ``1 .. min(k + i - 1, n_chunks)`` — exactly the training
-mask of :func:`mmst.models.masks.waitk_cross_mask`.
+The protocol (SimulEval's habit: a tiny decision). Before each decision the streaming driver
+(:class:`mmst.simultaneous.StreamingTranslator`) decodes a *candidate continuation* of the written
+prefix from the encoder states received so far, and hands the policy a :class:`PolicyState`; the policy
+answers how many leading candidate tokens to WRITE (0 = READ more source). A written token is never
+revised. Two kinds of policy:
+
+* ``kind = "token"`` (wait-k, AlignAtt, EDAtt, CTC wait-k): one candidate at a time (greedy, incremental
+  decoder cache); the answer is 0 or 1. :meth:`Policy.ready` lets a policy skip decoding when it
+  would READ whatever the candidate (wait-k, CTC wait-k).
+* ``kind = "hypothesis"`` (local agreement, hold-n; AlignAtt/EDAtt with ``--beam B > 1``): the whole
+  continuation is re-decoded (greedy or beam) whenever new source arrives; the policy picks a prefix.
+
+Common rules, applied by the driver: once the source is finished everything is written (until EOS or
+the length cap); an adaptive policy that predicts EOS before the source ends READs (a wait-k
+language that predicts EOS stops, as the wait-k training mask implies). Units: a *chunk* is R encoder
+states (the pre-decision ratio, R * 40 ms); a *frame* in AlignAtt/EDAtt is one encoder state (40 ms).
+Errors: every constructor raises ``ValueError`` naming the parameter that is out of range.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+
+@dataclass
+class PolicyState:
+    """What a policy sees for ONE language at one decision.
+
+    Attributes:
+        i: 1-based index of the first candidate token (tokens already written + 1).
+        n_chunks: complete pre-decision chunks read.
+        n_states: encoder states received (usable; all of them once the source is finished).
+        source_finished: the whole source has been read.
+        written: token ids written so far (EOS excluded).
+        candidates: candidate continuation: one token (token policies) or the re-decoded continuation,
+            possibly ending with EOS (hypothesis policies).
+        scores: log-probability of each candidate token.
+        attn: ``(len(candidates), n_states)`` cross-attention of each candidate over the received
+            encoder states (decoder layer chosen by the policy, averaged over heads; rows sum to 1), or
+            None when the policy needs none.
+        history: earlier re-decoded full hypotheses (written prefix + continuation), oldest first
+            (hypothesis policies).
+        src_tokens: source tokens recognised so far by the greedy CTC head (CTC wait-k only).
+        eos: the EOS id.
+    """
+
+    i: int
+    n_chunks: int
+    n_states: int
+    source_finished: bool
+    written: list[int] = field(default_factory=list)
+    candidates: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    attn: torch.Tensor | None = None
+    history: list[list[int]] = field(default_factory=list)
+    src_tokens: int = 0
+    eos: int = 2
+
+
+class Policy:
+    """Base of the policies (see the module docstring). Subclasses are frozen dataclasses.
+
+    Class attributes: ``name`` (CLI name), ``kind`` (``"token"`` or ``"hypothesis"``), ``adaptive``
+    (True: EOS before the source ends means READ), ``needs_ctc`` (needs the model's CTC head),
+    ``needs_attn`` (needs cross-attention from the decoder layer ``self.layer``; None = ``L // 2``).
+    """
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = "token"
+    adaptive: ClassVar[bool] = True
+    needs_ctc: ClassVar[bool] = False
+    needs_attn: ClassVar[bool] = False
+
+    def ready(self, i: int, n_chunks: int, source_finished: bool, src_tokens: int = 0) -> bool:
+        """Cheap pre-check: False when token ``i`` would be READ whatever the candidate."""
+        return True
+
+    def visible_states(self, i: int, n_states: int) -> int:
+        """Encoder states token ``i`` attends (adaptive policies: all received)."""
+        return n_states
+
+    def decide(self, st: PolicyState) -> int:
+        """Number of leading ``st.candidates`` to WRITE (0 = READ)."""
+        raise NotImplementedError
+
+    def params(self) -> dict:
+        """The policy's parameters ``{name: value}`` (for reports)."""
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}  # type: ignore[attr-defined]
+
+    def describe(self) -> str:
+        """``name(k=v, ...)``."""
+        return f"{self.name}(" + ", ".join(f"{k}={v}" for k, v in self.params().items() if v is not None) + ")"
+
+
+def _check(cond: bool, param: str, msg: str, value) -> None:
+    if not cond:
+        raise ValueError(f"policy parameter {param} {msg}, got {value!r}")
 
 
 @dataclass(frozen=True)
-class WaitKPolicy:
-    """wait-k over pre-decision chunks.
+class WaitKPolicy(Policy):
+    """wait-k (Ma et al. 2019, STACL, ``g(i) = k + i - 1``) over fixed pre-decision chunks (Ma et al.
+    2020, SimulST).
+
+    Token i (1-based) is written once ``k + i - 1`` chunks have been read, or once the source is
+    finished, and attends the encoder states of chunks ``1 .. min(k + i - 1, n_chunks)`` — exactly the
+    training mask of :func:`mmst.models.masks.waitk_cross_mask`. A language that predicts EOS stops.
 
     Attributes:
         k: lagging in chunks (>= 1), or None for offline (read everything, then write).
         ratio: R, encoder states per chunk.
-
-    Raises:
-        ValueError: ``k < 1`` or ``ratio < 1``.
     """
 
-    k: int | None
-    ratio: int
+    k: int | None = 3
+    ratio: int = 1
+    name: ClassVar[str] = "waitk"
+    adaptive: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        if self.k is not None and self.k < 1:
-            raise ValueError(f"wait-k lagging must be >= 1 (or None for offline), got {self.k}")
-        if self.ratio < 1:
-            raise ValueError(f"pre-decision ratio must be >= 1, got {self.ratio}")
+        if self.k is not None:
+            _check(self.k >= 1, "k", "must be >= 1 (or None for offline)", self.k)
+        _check(self.ratio >= 1, "ratio", "(pre-decision ratio) must be >= 1", self.ratio)
 
     def can_write(self, i: int, n_chunks_read: int, source_finished: bool) -> bool:
         """May target token ``i`` (1-based) be written after ``n_chunks_read`` chunks?"""
@@ -39,8 +132,195 @@ class WaitKPolicy:
             return True
         return self.k is not None and self.k + i - 1 <= n_chunks_read
 
+    def ready(self, i: int, n_chunks: int, source_finished: bool, src_tokens: int = 0) -> bool:
+        """:meth:`can_write`."""
+        return self.can_write(i, n_chunks, source_finished)
+
     def visible_states(self, i: int, n_states: int) -> int:
         """Encoder states visible to token ``i``: ``min((k + i - 1) * R, n_states)`` (all if offline)."""
         if self.k is None:
             return n_states
         return min((self.k + i - 1) * self.ratio, n_states)
+
+    def decide(self, st: PolicyState) -> int:
+        """WRITE the candidate when :meth:`can_write`."""
+        return int(self.can_write(st.i, st.n_chunks, st.source_finished))
+
+    def params(self) -> dict:
+        """``{"k": k}`` (the ratio is the model's)."""
+        return {"k": self.k}
+
+
+@dataclass(frozen=True)
+class AlignAttPolicy(Policy):
+    """AlignAtt (Papi, Turchi, Negri, Interspeech 2023, "AlignAtt: Using Attention-based Audio-Translation
+    Alignments as a Guide for Simultaneous Speech Translation", sec. 2).
+
+    The candidate token y_i is aligned to the encoder frame it attends most,
+    ``a_i = argmax_s A(y_i, s)`` (``A``: cross-attention of the chosen decoder layer, averaged over
+    heads, over the S frames received). Rule: WRITE y_i if ``a_i < S - f`` (its aligned frame is not
+    among the last f received), else READ and stop writing for this step. Frames are encoder states
+    (40 ms). Applied token by token from the first candidate; with beam search, to the best hypothesis.
+
+    Attributes:
+        frames: f >= 1 (FBK's ``--frame-num``).
+        layer: 0-based decoder layer (FBK's ``--extract-attn-from-layer``); None = ``L // 2`` for an
+            L-layer decoder (FBK's layer 3 of 6).
+    """
+
+    frames: int = 4
+    layer: int | None = None
+    name: ClassVar[str] = "alignatt"
+    needs_attn: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.frames, int) and self.frames >= 1, "frames", "must be an integer >= 1", self.frames)
+        if self.layer is not None:
+            _check(self.layer >= 0, "layer", "must be >= 0", self.layer)
+
+    def decide(self, st: PolicyState) -> int:
+        """Count of leading candidates whose most attended frame lies before the last ``frames``."""
+        n = 0
+        for row in st.attn:
+            if int(row.argmax()) >= st.n_states - self.frames:
+                break
+            n += 1
+        return n
+
+
+@dataclass(frozen=True)
+class EDAttPolicy(Policy):
+    """EDAtt, encoder-decoder attention (Papi, Negri, Turchi, ACL 2023, "Attention as a Guide for
+    Simultaneous Speech Translation", eq. 1).
+
+    Rule: WRITE the candidate y_i if ``sum_{s = S - lambda}^{S - 1} A(y_i, s) < alpha`` (the attention
+    mass on the last lambda received frames is below alpha), else READ. ``A`` as in AlignAtt.
+
+    Attributes:
+        alpha: threshold in (0, 1] (FBK's ``--attn-threshold``); larger = lower latency.
+        frames: lambda >= 1 (FBK's ``--frame-num``).
+        layer: 0-based decoder layer (FBK's ``--extract-attn-from-layer``); None = ``L // 2``.
+    """
+
+    alpha: float = 0.2
+    frames: int = 2
+    layer: int | None = None
+    name: ClassVar[str] = "edatt"
+    needs_attn: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        _check(0.0 < float(self.alpha) <= 1.0, "alpha", "must be in (0, 1]", self.alpha)
+        _check(isinstance(self.frames, int) and self.frames >= 1, "frames", "must be an integer >= 1", self.frames)
+        if self.layer is not None:
+            _check(self.layer >= 0, "layer", "must be >= 0", self.layer)
+
+    def decide(self, st: PolicyState) -> int:
+        """Count of leading candidates whose attention on the last ``frames`` states is below ``alpha``."""
+        lo = max(0, st.n_states - self.frames)
+        n = 0
+        for row in st.attn:
+            if float(row[lo:].sum()) >= self.alpha:
+                break
+            n += 1
+        return n
+
+
+def _common_prefix(seqs: list[list[int]]) -> int:
+    n = min(len(s) for s in seqs)
+    for j in range(n):
+        t = seqs[0][j]
+        if any(s[j] != t for s in seqs[1:]):
+            return j
+    return n
+
+
+@dataclass(frozen=True)
+class LocalAgreementPolicy(Policy):
+    """Local agreement LA-n (Liu, Spanakis, Niehues, Interspeech 2020, "Low-Latency Sequence-to-Sequence
+    Speech Recognition and Translation by Partial Hypothesis Selection"; Polák et al., IWSLT 2022).
+
+    After each new source segment the continuation of the written prefix is re-decoded (greedy or
+    beam) over everything received. Rule: WRITE the longest common prefix of the last n full
+    hypotheses (this one and the n-1 before), beyond what is written.
+
+    Attributes:
+        n: hypotheses that must agree, >= 1 (LA-2 is the usual choice; LA-1 writes every hypothesis).
+    """
+
+    n: int = 2
+    name: ClassVar[str] = "la"
+    kind: ClassVar[str] = "hypothesis"
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.n, int) and self.n >= 1, "n", "must be an integer >= 1", self.n)
+
+    def decide(self, st: PolicyState) -> int:
+        """Length of the agreed prefix beyond ``st.written``."""
+        cur = list(st.written) + list(st.candidates)
+        hyps = [cur] + [list(h) for h in st.history[-(self.n - 1):]] if self.n > 1 else [cur]
+        if len(hyps) < self.n:
+            return 0
+        return max(0, _common_prefix(hyps) - len(st.written))
+
+
+@dataclass(frozen=True)
+class HoldNPolicy(Policy):
+    """hold-n (Liu, Spanakis, Niehues, Interspeech 2020; CMU's IWSLT 2023/2024 systems).
+
+    After each new source segment the continuation is re-decoded (greedy or beam) over everything
+    received. Rule: WRITE all but its last n tokens.
+
+    Attributes:
+        n: tokens held back, >= 1.
+    """
+
+    n: int = 2
+    name: ClassVar[str] = "holdn"
+    kind: ClassVar[str] = "hypothesis"
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.n, int) and self.n >= 1, "n", "must be an integer >= 1", self.n)
+
+    def decide(self, st: PolicyState) -> int:
+        """``max(0, len(candidates) - n)``."""
+        return max(0, len(st.candidates) - self.n)
+
+
+@dataclass(frozen=True)
+class CTCWaitKPolicy(Policy):
+    """CTC wait-k (StreamSpeech, Zhang et al., ACL 2024, sec. 3.3): wait-k counted in source tokens.
+
+    The model's CTC head is decoded greedily over the encoder states received so far (argmax per
+    state, repeats merged, blanks removed, Graves et al. 2006); ``N`` is the number of source tokens
+    recognised. Rule: WRITE target token i once ``N >= k + i - 1``, or once the source is finished;
+    every received state is visible. Needs a checkpoint with a CTC head (``src_vocab_size > 0``).
+
+    Attributes:
+        k: lagging in recognised source tokens, >= 1.
+    """
+
+    k: int = 3
+    name: ClassVar[str] = "ctc"
+    needs_ctc: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.k, int) and self.k >= 1, "k", "must be an integer >= 1", self.k)
+
+    def ready(self, i: int, n_chunks: int, source_finished: bool, src_tokens: int = 0) -> bool:
+        """``source_finished or src_tokens >= k + i - 1``."""
+        return source_finished or src_tokens >= self.k + i - 1
+
+    def decide(self, st: PolicyState) -> int:
+        """WRITE the candidate when :meth:`ready`."""
+        return int(self.ready(st.i, st.n_chunks, st.source_finished, st.src_tokens))
+
+
+def ctc_greedy_count(ctc_logits: torch.Tensor, blank: int = 0) -> int:
+    """Source tokens in the greedy CTC path of ``ctc_logits (S, V_src)``: argmax per state, repeats
+    merged, ``blank`` removed (Graves et al. 2006)."""
+    if ctc_logits.numel() == 0:
+        return 0
+    best = ctc_logits.argmax(-1)
+    keep = torch.ones_like(best, dtype=torch.bool)
+    keep[1:] = best[1:] != best[:-1]
+    return int(((best != blank) & keep).sum())

@@ -1,0 +1,122 @@
+"""Re-decoding the continuation of a written prefix (local agreement, hold-n, and AlignAtt/EDAtt with
+beam search), one language, one utterance, over the encoder states received so far.
+
+* :func:`decode_continuation`: the prefix ``[start] + written`` is forced in one decoder call, then
+  greedy (``beam=1``) or beam search continues it; fairseq-style scoring ``sum log p / (len + 1) **
+  lenpen`` over the new tokens; pad, bos and ``<lang:xx>`` are never generated; EOS is forced at the
+  length cap. The written prefix is never revised.
+* :func:`forced_cross_attention`: one teacher-forced call over prefix + continuation returning the
+  head-averaged cross-attention of each continuation token (the attention of the decoder position
+  that predicts it).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _decoder(model, lang: str):
+    dec = model.decoder_for(lang)
+    extra = model.decoder_extra_embed(lang) if hasattr(model, "decoder_extra_embed") else None
+    return dec, extra
+
+
+@torch.no_grad()
+def decode_continuation(
+    model,
+    lang: str,
+    written: list[int],
+    states: torch.Tensor,
+    max_new: int,
+    banned: torch.Tensor,
+    beam: int = 1,
+    lenpen: float = 1.0,
+    min_new: int = 0,
+) -> tuple[list[int], list[float]]:
+    """Best continuation of ``written`` and the log-probability of each of its tokens.
+
+    Args:
+        model: a sync ``MMSTModel``.
+        lang: target language.
+        written: token ids already written (EOS excluded).
+        states: ``(1, S, D)`` encoder states received.
+        max_new: at most this many new tokens before EOS (EOS forced after them).
+        banned: ids never generated (:func:`mmst.simultaneous.search.banned_ids`).
+        beam: beam size (1 = greedy).
+        lenpen: length penalty exponent.
+        min_new: EOS is suppressed for the first ``min_new`` new tokens.
+
+    Returns:
+        ``(tokens, logprobs)``; ``tokens`` ends with EOS when the hypothesis ended.
+
+    Raises:
+        ValueError: ``beam < 1``.
+    """
+    if beam < 1:
+        raise ValueError(f"beam must be >= 1, got {beam}")
+    dec, extra = _decoder(model, lang)
+    dev = states.device
+    eos = int(model.cfg.eos_id)
+    st = dec.init_state()
+    x = torch.tensor([[model.start_token_id(lang)] + list(written)], device=dev)
+    lp = F.log_softmax(dec.step(x, st, states, extra_embed=extra)[:, -1].float(), dim=-1)  # (1, V)
+    hyps: list[list[int]] = [[]]
+    hyp_lp: list[list[float]] = [[]]
+    scores = torch.zeros(1, device=dev)
+    finished: list[tuple[float, list[int], list[float]]] = []
+    for t in range(max(0, max_new) + 1):
+        lp = lp.index_fill(-1, banned, float("-inf"))
+        if t < min_new and t < max_new:
+            lp[:, eos] = float("-inf")
+        if t >= max_new:
+            keep = lp[:, eos].clone()
+            lp = torch.full_like(lp, float("-inf"))
+            lp[:, eos] = keep
+        v = lp.size(-1)
+        cand = (scores[:, None] + lp).view(-1)
+        top_s, top_i = cand.topk(min(2 * beam, cand.numel()))
+        new_src, new_tok, new_scores = [], [], []
+        for s_val, idx in zip(top_s.tolist(), top_i.tolist()):
+            if s_val == float("-inf"):
+                break
+            src, tok = divmod(idx, v)
+            tok_lp = float(lp[src, tok])
+            if tok == eos:
+                if len(finished) < beam:
+                    finished.append((s_val / (len(hyps[src]) + 1) ** lenpen, hyps[src] + [eos], hyp_lp[src] + [tok_lp]))
+            else:
+                new_src.append(src)
+                new_tok.append(tok)
+                new_scores.append(s_val)
+                if len(new_src) == beam:
+                    break
+        if len(finished) >= beam or not new_src:
+            break
+        hyps = [hyps[s] + [tk] for s, tk in zip(new_src, new_tok)]
+        hyp_lp = [hyp_lp[s] + [float(lp[s, tk])] for s, tk in zip(new_src, new_tok)]
+        index = torch.tensor(new_src, device=dev)
+        if beam > 1:
+            st.reorder(index, reorder_cross=False)
+        scores = torch.tensor(new_scores, device=dev)
+        tok_in = torch.tensor(new_tok, device=dev)[:, None]
+        lp = F.log_softmax(dec.step(tok_in, st, states, extra_embed=extra)[:, -1].float(), dim=-1)
+    if finished:
+        _, toks, lps = max(finished, key=lambda f: f[0])
+        return toks, lps
+    return hyps[0], hyp_lp[0]
+
+
+@torch.no_grad()
+def forced_cross_attention(
+    model, lang: str, written: list[int], continuation: list[int], states: torch.Tensor, layer: int
+) -> torch.Tensor:
+    """Cross-attention ``(len(continuation), S)`` of decoder ``layer`` (averaged over heads) for each
+    continuation token, from one teacher-forced call over ``[start] + written + continuation[:-1]``."""
+    if not continuation:
+        return torch.zeros(0, states.size(1), device=states.device)
+    dec, extra = _decoder(model, lang)
+    st = dec.init_state()
+    x = torch.tensor([[model.start_token_id(lang)] + list(written) + list(continuation[:-1])], device=states.device)
+    dec.step(x, st, states, extra_embed=extra, attn_layers=(layer,))
+    return st.cross_attn[layer][0, len(written):]  # (len(continuation), S)

@@ -1,0 +1,116 @@
+"""Incremental decoding of several target languages that each advance at their own pace.
+
+:class:`LanguageStepper` keeps one row per language in the decoder caches (unified model: the N
+languages are the N rows of ONE decoder call, sharing the encoder's cross-attention keys/values;
+separate model: one decoder and state per language). One :meth:`LanguageStepper.step` feeds, for the
+languages asked, their last written token at their own position and returns the logits of their
+next (candidate) token, plus the head-averaged cross-attention of the layers asked for.
+
+A language that READs after seeing its candidate must not keep that step's input in its cache:
+:meth:`LanguageStepper.rollback` marks its cache column invalid; later queries of that row never
+attend it (self-attention mask = valid columns). Rows that are not asked in a step get a pad input
+whose column is invalid for later queries. While every column is valid, no self-attention mask is
+passed at all, so a lockstep wait-k decode runs exactly the computation it always did.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class LanguageStepper:
+    """Per-language incremental decoding with rollback (see the module docstring).
+
+    Args:
+        model: a sync ``MMSTModel`` (unified or separate; async unified models decode elsewhere).
+        langs: languages (row order).
+    """
+
+    def __init__(self, model, langs: list[str]) -> None:
+        self.model = model
+        self.langs = list(langs)
+        self.pad = int(model.cfg.pad_id)
+        if model.arch == "unified":
+            self.groups = [(model.decoder, model.decoder.init_state(), list(langs))]
+        else:
+            self.groups = [(model.decoder_for(lang), model.decoder_for(lang).init_state(), [lang]) for lang in langs]
+        self.valid: list[list[torch.Tensor]] = [[] for _ in self.groups]  # per group: (rows,) bool per column
+        self.pos = {lang: 0 for lang in langs}  # inputs kept per language
+        self._last_col: dict[str, tuple[int, int, int]] = {}  # lang -> (group, column, row)
+
+    def invalidate_cross(self) -> None:
+        """Forget cached cross-attention keys/values (after re-encoding the source)."""
+        for _, st, _ in self.groups:
+            st.invalidate_cross()
+
+    @torch.no_grad()
+    def step(
+        self,
+        want: list[str],
+        inputs: dict[str, int],
+        states: torch.Tensor,
+        n_visible: dict[str, int],
+        attn_layers: tuple[int, ...] = (),
+    ) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, torch.Tensor]]]:
+        """Feed ``inputs[lang]`` for every ``lang`` in ``want``.
+
+        Args:
+            want: languages to step.
+            inputs: ``{lang: token id}`` (the start token, then the last written token).
+            states: ``(1, S, D)`` encoder states received.
+            n_visible: ``{lang: states the new token may attend}`` (a prefix of ``states``).
+            attn_layers: decoder layers whose cross-attention to return.
+
+        Returns:
+            ``({lang: logits (V,)}, {lang: {layer: attention (S_vis,)}})``; attention rows cover the
+            first ``n_visible[lang]`` states.
+        """
+        dev = states.device
+        logits: dict[str, torch.Tensor] = {}
+        attn: dict[str, dict[int, torch.Tensor]] = {}
+        for g, (dec, st, rows) in enumerate(self.groups):
+            asked = [lang for lang in rows if lang in want]
+            if not asked:
+                continue
+            col = st.num_tokens
+            asked_mask = torch.tensor([lang in asked for lang in rows], dtype=torch.bool, device=dev)
+            toks = torch.tensor([[inputs[lang] if lang in asked else self.pad] for lang in rows], device=dev)
+            all_valid = bool(asked_mask.all()) and all(bool(v.all()) for v in self.valid[g])
+            same_pos = len({self.pos[lang] for lang in rows}) == 1 and self.pos[rows[0]] == col
+            positions = None if (all_valid and same_pos) else torch.tensor(
+                [[self.pos[lang]] for lang in rows], dtype=torch.long, device=dev)
+            self_mask = None
+            if not all_valid:
+                prev = torch.stack(self.valid[g], dim=1) if self.valid[g] else torch.zeros(len(rows), 0, dtype=torch.bool,
+                                                                                          device=dev)
+                self_mask = torch.cat([prev, torch.ones(len(rows), 1, dtype=torch.bool, device=dev)], 1)[:, None, :]
+            vis = {n_visible[lang] for lang in asked}
+            s_all = states.size(1)
+            if len(vis) == 1:
+                n_vis = vis.pop()
+                enc, cross_mask = states[:, :n_vis], None
+            else:
+                enc = states
+                lim = torch.tensor([n_visible.get(lang, s_all) for lang in rows], device=dev)
+                cross_mask = (torch.arange(s_all, device=dev)[None, :] < lim[:, None])[:, None, :]  # (rows, 1, S)
+            extra = None
+            if hasattr(self.model, "decoder_extra_embed") and len(rows) == 1:
+                extra = self.model.decoder_extra_embed(rows[0])
+            out = dec.step(toks, st, enc, None, cross_mask, self_mask, positions, extra, attn_layers=attn_layers)
+            self.valid[g].append(asked_mask)
+            for r, lang in enumerate(rows):
+                if lang not in asked:
+                    continue
+                logits[lang] = out[r, -1]
+                attn[lang] = {li: a[r, -1, : n_visible[lang]] for li, a in st.cross_attn.items()}
+                self.pos[lang] += 1
+                self._last_col[lang] = (g, col, r)
+        return logits, attn
+
+    def rollback(self, lang: str) -> None:
+        """Undo the last :meth:`step` input of ``lang`` (its candidate was not written)."""
+        g, col, r = self._last_col.pop(lang)
+        v = self.valid[g][col].clone()
+        v[r] = False
+        self.valid[g][col] = v
+        self.pos[lang] -= 1
