@@ -1,10 +1,17 @@
 #!/usr/bin/env python
-"""Simultaneous (wait-k) evaluation of an mmst checkpoint with joint multilingual decoding.
+"""Simultaneous evaluation of an mmst checkpoint with joint multilingual decoding, under any policy.
 
 Usage::
 
     python eval/simultaneous_eval.py --checkpoint CKPT --data DATA --split tst-COMMON \\
         --tgt-langs de,es --waitk-lagging 3 --source-segment-size 320 --out OUT
+    python eval/simultaneous_eval.py ... --policy alignatt --policy-args frames=2,4,6,8 --out OUT
+    python eval/simultaneous_eval.py ... --policy la --policy-args n=2 --beam 4 \\
+        --policy-per-lang ja=alignatt:frames=4 --out OUT
+
+Policies (``--policy``; ``docs/policies.md``): ``waitk`` (k), ``alignatt`` (frames, layer), ``edatt``
+(alpha, frames, layer), ``la`` (n), ``holdn`` (n), ``ctc`` (k). Several values for one parameter
+(``--policy-args frames=2,4,6``, or ``--waitk-lagging 1,3,5`` for wait-k) sweep it in one run.
 
 Each utterance's audio is re-read from the manifest's ``wav``/``offset``/``duration`` columns
 (``mmst.audio.load_audio``: any rate, mono or stereo -> 16 kHz mono), streamed in segments of
@@ -15,9 +22,10 @@ in lockstep (joint decoding), and timed exactly as SimulEval 1.1 times an agent.
   prediction_length, reference, source, source_length);
 - ``OUT/scores.json`` and ``OUT/scores.md``: per-language and averaged BLEU, AL, LAAL, AP, DAL, ATD,
   StartOffset, EndOffset, each also computation-aware (``_CA``), and the real-time factor;
-- with several k (``--waitk-lagging 1,3,5,7,9``): ``OUT/k<k>/...`` per k, plus the sweep summary
-  ``OUT/scores.json`` / ``OUT/scores.md`` (one row per k) and ``OUT/latency_quality.png`` (BLEU vs
-  AL per language).
+- with a sweep: ``OUT/<point>/...`` per point (``k<k>`` for wait-k, else the policy label such as
+  ``alignatt-frames4``), plus the sweep summary ``OUT/scores.json`` / ``OUT/scores.md`` (one row per
+  point; both name the policy and its parameters) and ``OUT/latency_quality.png`` /
+  ``OUT/latency_quality_ca.png`` (BLEU vs AL and vs AL_CA per language).
 
 ``--offline`` decodes each full utterance with beam search (the quality upper bound; every word has
 delay = source length).  Errors (unknown language, vocab mismatch, missing files) print one line and
@@ -52,10 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="3",
         help="wait-k lagging in pre-decision chunks; a comma list (1,3,5,7,9) sweeps k into OUT/k<k>/",
     )
+    from mmst.simultaneous.policy_spec import add_policy_arguments
+
+    add_policy_arguments(p, sweep=True)
     p.add_argument("--source-segment-size", type=float, default=320.0, help="source segment size in ms")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--offline", action="store_true", help="full-sentence beam search (quality upper bound)")
-    p.add_argument("--beam", type=int, default=5, help="beam size for --offline")
+    p.add_argument("--beam", type=int, default=None,
+                   help="beam size: --offline (default 5), or beam search while streaming with alignatt, edatt, "
+                        "la, holdn (default 1 = greedy)")
     p.add_argument("--max-len-a", type=float, default=0.0, help="max target tokens = a * encoder_states + b")
     p.add_argument("--max-len-b", type=int, default=200, help="max target tokens = a * encoder_states + b")
     p.add_argument(
@@ -183,7 +196,7 @@ def run_one(
     total_compute = 0.0
     total_audio_s = 0.0
     seg_ms: list[float] = []
-    desc = "offline" if offline else f"k={config.get('waitk')}"
+    desc = "offline" if offline else str(config.get("policy_label", f"k={config.get('waitk')}"))
     for i, (u, audio) in enumerate(tqdm(list(zip(utts, audios)), desc=desc, disable=not progress)):
         res = stream_utterance(translator, audio, langs, units, segment_ms, whole=offline, utt_id=u["id"])
         total_compute += res.compute_s
@@ -220,7 +233,7 @@ def run_one(
             "n_utterances": len(utts),
         }
     }
-    title = "Offline evaluation" if offline else f"Simultaneous evaluation (wait-{config.get('waitk')})"
+    title = "Offline evaluation" if offline else f"Simultaneous evaluation ({config.get('policy_title')})"
     return write_scores(out_dir, per_lang, avg, rtf=rtf, config=config, extra=extra, title=title)
 
 
@@ -242,14 +255,20 @@ def _main(args: argparse.Namespace) -> int:
     from mmst.evaluation.quality import latency_unit_for
     from mmst.evaluation.report import plot_latency_quality
 
+    from mmst.simultaneous.policy_spec import specs_from_args
+
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
         ks = [None] if args.offline else parse_ks(args.waitk_lagging)
+        swept, specs, per_lang = (None, [None], {}) if args.offline else specs_from_args(args, ks)
     except ValueError as e:
         raise EvalError(str(e)) from None
     if args.source_segment_size <= 0:
         raise EvalError("--source-segment-size must be > 0")
+    beam = args.beam if args.beam is not None else (5 if args.offline else 1)
+    if beam < 1:
+        raise EvalError(f"--beam must be >= 1, got {beam}")
     langs = [x.strip() for x in args.tgt_langs.split(",") if x.strip()] if args.tgt_langs else None
     out = Path(args.out)
     try:
@@ -257,6 +276,9 @@ def _main(args: argparse.Namespace) -> int:
     except LoadError as e:
         raise EvalError(str(e)) from None
     langs = list(system.tgt_langs)
+    unknown = [lang for lang in per_lang if lang not in langs]
+    if unknown:
+        raise EvalError(f"--policy-per-lang names {', '.join(unknown)}, not among the decoded languages {langs}")
     data_dir = system.data_dir
     units = {lang: (latency_unit_for(lang) if args.eval_latency_unit == "auto" else args.eval_latency_unit)
              for lang in langs}
@@ -269,57 +291,90 @@ def _main(args: argparse.Namespace) -> int:
         "source_segment_size_ms": args.source_segment_size, "max_len_a": args.max_len_a,
         "max_len_b": args.max_len_b, "min_len": args.min_len, "latency_units": units,
         "offline": bool(args.offline), "joint_decoding": True, "fbank": system.fbank_kwargs,
-        "peak_normalize": system.peak_normalize,
+        "peak_normalize": system.peak_normalize, "n_utterances": len(utts),
     }
     results: dict[str, Any] = {}
-    for k in ks:
+    keys: list[str] = []
+    for spec in specs:
+        key = "offline" if spec is None else _point_key(spec)
+        policy = None if spec is None else {lang: per_lang.get(lang, spec) for lang in langs}
         try:
-            translator = system.translator(k, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-                                           beam=args.beam if args.offline else 1, min_len=args.min_len)
+            translator = system.translator(None if spec is None else 3, max_len_a=args.max_len_a,
+                                           max_len_b=args.max_len_b, beam=beam, min_len=args.min_len, policy=policy)
         except LoadError as e:
             raise EvalError(str(e)) from None
-        cfg = dict(base_cfg, waitk=k, beam=args.beam if args.offline else 1)
-        sub = out if len(ks) == 1 else out / f"k{k}"
+        cfg = dict(base_cfg, beam=beam, **_policy_config(spec, per_lang, langs))
+        sub = out if len(specs) == 1 else out / key
         t0 = time.perf_counter()
         obj = run_one(translator, utts, audios, langs, units, args.source_segment_size, args.offline, sub, cfg,
                       not args.no_progress)
-        results["offline" if k is None else f"k{k}"] = obj
+        results[key] = obj
+        keys.append(key)
         avg = obj.get("average", {})
         logger.info("%s: BLEU %.2f AL %.1f ms AL_CA %.1f ms RTF %.3f (%.1fs) -> %s",
-                    "offline" if k is None else f"k={k}", avg.get("BLEU", float("nan")),
+                    cfg.get("policy_title", key), avg.get("BLEU", float("nan")),
                     avg.get("AL", float("nan")), avg.get("AL_CA", float("nan")), obj.get("rtf") or float("nan"),
                     time.perf_counter() - t0, sub / "scores.md")
-    if len(ks) > 1:
-        points = {lang: [] for lang in langs}
-        for k in ks:
-            pl = results[f"k{k}"]["per_lang"]
-            for lang in langs:
-                if "AL" in pl[lang] and "BLEU" in pl[lang]:
-                    points[lang].append((pl[lang]["AL"], pl[lang]["BLEU"], f"k={k}"))
-        plot_latency_quality(points, out / "latency_quality.png", title="BLEU vs AL (wait-k sweep)")
-        _write_sweep(out, ks, results, langs)
+    if len(specs) > 1:
+        for metric, name in (("AL", "latency_quality.png"), ("AL_CA", "latency_quality_ca.png")):
+            points = {lang: [] for lang in langs}
+            for spec, key in zip(specs, keys):
+                pl = results[key]["per_lang"]
+                for lang in langs:
+                    if metric in pl[lang] and "BLEU" in pl[lang]:
+                        points[lang].append((pl[lang][metric], pl[lang]["BLEU"], f"{swept}={spec.kwargs[swept]}"))
+            plot_latency_quality(points, out / name, latency_metric=metric,
+                                 title=f"BLEU vs {metric} ({specs[0].name} sweep over {swept})")
+        _write_sweep(out, specs, keys, swept, results, langs, per_lang)
     return 0
 
 
-def _write_sweep(out: Path, ks: list[int], results: dict[str, Any], langs: list[str]) -> None:
+def _point_key(spec: Any) -> str:
+    """Folder / JSON key of one sweep point: ``k3`` for wait-k (as before policies existed), else the label."""
+    return f"k{spec.kwargs.get('k', 3)}" if spec.name == "waitk" else spec.label()
+
+
+def _policy_config(spec: Any, per_lang: dict[str, Any], langs: list[str]) -> dict[str, Any]:
+    """Config entries naming the policy (and the per-language ones) for scores.json / scores.md."""
+    if spec is None:
+        return {"waitk": None, "policy": None}
+    pols = {lang: per_lang.get(lang, spec) for lang in langs}
+    title = spec.describe() + "".join(f"; {lang}: {p.describe()}" for lang, p in per_lang.items())
+    return {"policy": spec.name, "policy_params": spec.kwargs, "policy_label": spec.label(), "policy_title": title,
+            "policy_per_lang": {lang: {"policy": p.name, "params": p.kwargs} for lang, p in pols.items()},
+            "waitk": spec.kwargs.get("k", 3) if spec.name == "waitk" else None}
+
+
+def _write_sweep(out: Path, specs: list[Any], keys: list[str], swept: str | None, results: dict[str, Any],
+                 langs: list[str], per_lang: dict[str, Any]) -> None:
     from mmst.evaluation.report import format_metrics_table
 
-    sweep = {f"k{k}": {"per_lang": {lang: {m: v for m, v in results[f"k{k}"]["per_lang"][lang].items()
-                                           if m != "info"} for lang in langs},
-                       "average": results[f"k{k}"]["average"], "rtf": results[f"k{k}"].get("rtf")} for k in ks}
-    (out / "scores.json").write_text(json.dumps({"sweep": sweep, "ks": ks, "langs": langs}, indent=2,
-                                                ensure_ascii=False) + "\n")
-    md = ["# wait-k sweep", "", "Latency in ms (SimulEval 1.1 definitions, `_CA` = computation-aware); "
-          "BLEU: sacrebleu. Per-k details: `k<k>/scores.md`.", ""]
+    sweep = {key: {"per_lang": {lang: {m: v for m, v in results[key]["per_lang"][lang].items() if m != "info"}
+                                for lang in langs},
+                   "average": results[key]["average"], "rtf": results[key].get("rtf"),
+                   "policy": spec.name, "params": spec.kwargs} for spec, key in zip(specs, keys)}
+    obj: dict[str, Any] = {"policy": specs[0].name, "swept_param": swept,
+                           "values": [spec.kwargs.get(swept) for spec in specs],
+                           "policy_per_lang": {lang: p.describe() for lang, p in per_lang.items()},
+                           "sweep": sweep, "langs": langs}
+    if specs[0].name == "waitk":
+        obj["ks"] = [spec.kwargs["k"] for spec in specs]
+    (out / "scores.json").write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    extra = "".join(f" ({lang}: {p.describe()})" for lang, p in per_lang.items())
+    md = [f"# {specs[0].name} sweep over {swept}{extra}", "",
+          "Latency in ms (SimulEval 1.1 definitions, `_CA` = computation-aware); "
+          "BLEU: sacrebleu. Per-point details: `<point>/scores.md`.", ""]
     for lang in langs + ["avg"]:
         rows = {}
-        for k in ks:
-            r = results[f"k{k}"]["average"] if lang == "avg" else results[f"k{k}"]["per_lang"][lang]
-            rows[f"k={k}"] = r
+        for spec, key in zip(specs, keys):
+            r = results[key]["average"] if lang == "avg" else results[key]["per_lang"][lang]
+            rows[f"{swept}={spec.kwargs.get(swept)}"] = r
         md += [f"## {lang}", "", format_metrics_table(rows, ("BLEU", "AL", "LAAL", "AP", "DAL", "ATD"),
-                                                     ca=True, row_header="k"), ""]
-    rtfs = ", ".join(f"k={k}: {results[f'k{k}'].get('rtf') or float('nan'):.3f}" for k in ks)
-    md += [f"Real-time factor: {rtfs}", "", "![BLEU vs AL](latency_quality.png)", ""]
+                                                     ca=True, row_header=swept or "point"), ""]
+    rtfs = ", ".join(f"{swept}={spec.kwargs.get(swept)}: {results[key].get('rtf') or float('nan'):.3f}"
+                     for spec, key in zip(specs, keys))
+    md += [f"Real-time factor: {rtfs}", "", "![BLEU vs AL](latency_quality.png)",
+           "![BLEU vs AL_CA](latency_quality_ca.png)", ""]
     (out / "scores.md").write_text("\n".join(md))
 
 

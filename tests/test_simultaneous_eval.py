@@ -169,3 +169,35 @@ def test_stream_driver_timing_matches_simuleval_rules():
     assert res.source_length_ms == 750.0
     empty = stream_utterance(Tr(), np.zeros(0, np.float32), ["de"], None, 320.0)
     assert empty.per_lang["de"].delays == [0.0] and empty.source_length_ms == 0.0
+
+
+def test_policy_sweep_names_policy_and_per_lang(tiny, tmp_path):
+    out = tmp_path / "pol"
+    rc = _main(["--checkpoint", tiny["ckpt"], "--data", tiny["data"], "--tgt-langs", "de,es",
+                "--policy", "alignatt", "--policy-args", "frames=2,6", "--extract-attn-from-layer", "0",
+                "--policy-per-lang", "es=holdn:n=2", "--max-len-b", "8", "--out", out, "--no-progress"])
+    assert rc == 0
+    summary = json.loads((out / "scores.json").read_text())
+    assert summary["policy"] == "alignatt" and summary["swept_param"] == "frames" and summary["values"] == [2, 6]
+    assert sorted(summary["sweep"]) == ["alignatt-frames2-layer0", "alignatt-frames6-layer0"]
+    assert summary["policy_per_lang"] == {"es": "holdn(n=2)"}
+    point = json.loads((out / "alignatt-frames6-layer0" / "scores.json").read_text())
+    assert point["config"]["policy_params"] == {"frames": 6, "layer": 0}
+    assert point["config"]["policy_per_lang"]["es"] == {"policy": "holdn", "params": {"n": 2}}
+    md = (out / "alignatt-frames6-layer0" / "scores.md").read_text()
+    assert md.startswith("# Simultaneous evaluation (alignatt(frames=6, layer=0); es: holdn(n=2))")
+    assert (out / "latency_quality_ca.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--policy", "alignat"], "unknown policy 'alignat'"),
+    (["--policy", "edatt", "--policy-args", "alpha=2"], "policy parameter alpha"),
+    (["--policy", "la", "--frame-num", "3"], "policy la has no parameter frames"),
+    (["--policy", "ctc"], "needs a CTC head"),
+    (["--policy", "waitk", "--beam", "3"], "beam search while streaming"),
+])
+def test_bad_policy_is_clear_error(tiny, tmp_path, capsys, argv, msg):
+    rc = _main(["--checkpoint", tiny["ckpt"], "--tgt-langs", "de", "--out", tmp_path / "x", "--no-progress",
+                "--max-utterances", "1", *argv])
+    err = capsys.readouterr().err
+    assert rc == 1 and msg in err and "Traceback" not in err

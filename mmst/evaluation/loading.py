@@ -204,14 +204,19 @@ class EvalSystem:
         beam: int = 1,
         encoder_mode: str = "auto",
         min_len: int = 0,
+        policy: Any = None,
     ) -> Any:
         """A streaming translator (joint decoding of ``tgt_langs``, default all selected languages).
+
+        ``policy``: one policy (``PolicySpec``, policy object or ``"name:k=v"``) for every language, or
+        ``{lang: policy}``; None = wait-k with lagging ``waitk``. ``beam`` > 1 with a streaming policy
+        = beam search while streaming (alignatt, edatt, la, holdn).
 
         Its features reproduce the DATA's (:attr:`fbank_kwargs`): passed to the translator when it
         accepts ``fbank_kwargs``, otherwise applied to the waveform by :class:`FeatureMatchedTranslator`.
 
         Raises:
-            LoadError: a language outside the selected ones; invalid k or encoder mode.
+            LoadError: a language outside the selected ones; invalid k, policy or encoder mode.
         """
         from mmst.simultaneous import StreamingTranslator
 
@@ -224,7 +229,7 @@ class EvalSystem:
             tr = StreamingTranslator(
                 self.model, {lang: self.vocabs[lang] for lang in langs}, langs, waitk=waitk, cmvn=self.cmvn,
                 max_len_a=max_len_a, max_len_b=max_len_b, beam=beam, encoder_mode=encoder_mode, min_len=min_len,
-                **kw,
+                policy=policy, **kw,
             )
         except ValueError as e:
             raise LoadError(str(e)) from None
@@ -271,6 +276,7 @@ def load_streaming_translator(
     device: str = "cpu",
     encoder_mode: str = "auto",
     min_len: int = 0,
+    policy: Any = None,
 ) -> Any:
     """``load_system(...).translator(...)`` in one call (used by the SimulEval agent).
 
@@ -279,7 +285,7 @@ def load_streaming_translator(
     """
     system = load_system(checkpoint, data_dir, tgt_langs, device)
     return system.translator(waitk, max_len_a=max_len_a, max_len_b=max_len_b, beam=beam,
-                             encoder_mode=encoder_mode, min_len=min_len)
+                             encoder_mode=encoder_mode, min_len=min_len, policy=policy)
 
 
 def reset_translator(translator: Any, utt_id: str | None = None) -> None:

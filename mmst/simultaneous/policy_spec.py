@@ -232,3 +232,54 @@ def build_policy(spec: PolicySpec | Policy | str, model) -> Policy:
     if isinstance(pol, WaitKPolicy) and pol.ratio != model.pre_decision_ratio:
         pol = dataclasses.replace(pol, ratio=model.pre_decision_ratio)
     return pol
+
+
+def add_policy_arguments(parser, sweep: bool = False) -> None:
+    """Add ``--policy``, ``--policy-args``, ``--policy-per-lang`` and FBK's aliases ``--frame-num``,
+    ``--extract-attn-from-layer``, ``--attn-threshold`` to an ``argparse`` parser (the CLIs and the
+    SimulEval agent share these names)."""
+    names = ", ".join(POLICIES)
+    parser.add_argument("--policy", default=None,
+                        help=f"read/write policy for every language: {names} (default: waitk with --waitk-lagging)")
+    parser.add_argument("--policy-args", default=None,
+                        help="policy parameters key=value,... e.g. frames=4,layer=1 (waitk: k; alignatt: frames, "
+                             "layer; edatt: alpha, frames, layer; la: n; holdn: n; ctc: k)"
+                             + ("; several values for ONE key sweep it in one run: frames=2,4,6" if sweep else ""))
+    parser.add_argument("--policy-per-lang", action="append", default=None, metavar="LANG=POLICY[:k=v,...]",
+                        help="a different policy for one language, e.g. ja=alignatt:frames=4 (repeat the option, "
+                             "or separate entries with ';')")
+    parser.add_argument("--frame-num", type=int, default=None,
+                        help="alias of the policy parameter frames (AlignAtt f, EDAtt lambda; FBK's name)")
+    parser.add_argument("--extract-attn-from-layer", type=int, default=None,
+                        help="alias of the policy parameter layer: 0-based decoder layer of the attention "
+                             "(AlignAtt, EDAtt; FBK's name; default: decoder layers // 2)")
+    parser.add_argument("--attn-threshold", type=float, default=None,
+                        help="alias of the policy parameter alpha (EDAtt; FBK's name)")
+
+
+def specs_from_args(args, default_ks: list[int | None] | None = None) -> tuple[str | None, list[PolicySpec], dict]:
+    """``(swept parameter, [PolicySpec per sweep point], {lang: PolicySpec})`` from the options of
+    :func:`add_policy_arguments`. Without ``--policy`` the policy is wait-k with ``default_ks`` (the
+    ``--waitk-lagging`` list; swept when it has several values).
+
+    Raises:
+        ValueError: see :func:`make_spec`, :func:`policy_sweep`, :func:`parse_per_lang`; an alias
+            given for a policy that has no such parameter.
+    """
+    overrides = {"frames": getattr(args, "frame_num", None), "layer": getattr(args, "extract_attn_from_layer", None),
+                 "alpha": getattr(args, "attn_threshold", None)}
+    per = parse_per_lang(getattr(args, "policy_per_lang", None))
+    name = getattr(args, "policy", None)
+    if name is None:
+        given = [k for k, v in overrides.items() if v is not None]
+        if given or getattr(args, "policy_args", None):
+            raise ValueError("--policy-args / --frame-num / --extract-attn-from-layer / --attn-threshold need --policy")
+        ks = default_ks or [3]
+        specs = [make_spec("waitk", {"k": k}) for k in ks]
+        return ("k" if len(ks) > 1 else None), specs, per
+    valid = policy_params(name)
+    for key, val in overrides.items():
+        if val is not None and key not in valid:
+            raise ValueError(f"policy {name} has no parameter {key} (valid parameters: {', '.join(valid)})")
+    swept, specs = policy_sweep(name, getattr(args, "policy_args", None), overrides)
+    return swept, specs, per
