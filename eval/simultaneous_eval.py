@@ -254,7 +254,6 @@ def _main(args: argparse.Namespace) -> int:
     from mmst.evaluation.loading import LoadError, load_system
     from mmst.evaluation.quality import latency_unit_for
     from mmst.evaluation.report import plot_latency_quality
-
     from mmst.simultaneous.policy_spec import specs_from_args
 
     if args.threads:

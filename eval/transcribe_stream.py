@@ -36,6 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tgt-langs", default=None, help="comma-separated target languages (default: all of the model's)")
     p.add_argument("--waitk-lagging", default="3",
                    help="wait-k lag in pre-decision chunks, or 'offline' for full-sentence decoding")
+    from mmst.simultaneous.policy_spec import add_policy_arguments
+
+    add_policy_arguments(p)
+    p.add_argument("--beam", type=int, default=1,
+                   help="beam search while streaming (alignatt, edatt, la, holdn); 1 = greedy")
     p.add_argument("--source-segment-size", type=float, default=320.0, help="source segment size in ms")
     p.add_argument("--max-len-b", type=int, default=200, help="maximum tokens written per language")
     p.add_argument("--out", required=True, help="output folder for hypotheses.jsonl and hypotheses.md")
@@ -62,13 +67,22 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: {tsv}:{lineno}: missing field '{col}'", file=sys.stderr)
                 return 1
     langs = args.tgt_langs.split(",") if args.tgt_langs else None
+    from mmst.simultaneous.policy_spec import specs_from_args
+
     waitk = None if args.waitk_lagging == "offline" else int(args.waitk_lagging)
     try:
+        swept, specs, per_lang = specs_from_args(args, [waitk])
+        if swept is not None:
+            raise ValueError(f"give one value for {swept} (sweeps are for eval/simultaneous_eval.py)")
         system = load_system(args.checkpoint, args.data, langs)
-        translator = system.translator(waitk, max_len_b=args.max_len_b)
-    except LoadError as e:
+        policy = None if waitk is None and args.policy is None else {
+            lang: per_lang.get(lang, specs[0]) for lang in system.tgt_langs}
+        translator = system.translator(waitk, max_len_b=args.max_len_b, beam=args.beam, policy=policy)
+    except (LoadError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    if policy is not None:
+        print("policy: " + "; ".join(f"{lang}: {translator.policies[lang].describe()}" for lang in system.tgt_langs))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     records = []
@@ -90,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             ls = res.per_lang[lang]
             records.append({"id": r["id"], "lang": lang, "en": r.get("en", ""),
                             "prediction": ("" if lang in ("ja", "zh") else " ").join(ls.units), "delays": ls.delays,
-                            "source_length_ms": res.source_length_ms, "rtf": rtf})
+                            "source_length_ms": res.source_length_ms, "rtf": rtf,
+                            "policy": None if policy is None else translator.policies[lang].describe()})
     tmp = out / "hypotheses.jsonl.tmp"
     tmp.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in records), encoding="utf-8")
     tmp.replace(out / "hypotheses.jsonl")

@@ -5,6 +5,12 @@ Usage (SimulEval's own evaluator)::
     simuleval --agent-class mmst.agents.MMSTSpeechToTextAgent \\
         --checkpoint CKPT --data DATA --tgt-lang de --waitk-lagging 3 \\
         --source SRC.list --target TGT.de.txt --source-segment-size 320 --output OUT
+    simuleval --agent-class mmst.agents.MMSTSpeechToTextAgent ... --policy alignatt --policy-args frames=4
+    simuleval --agent-class mmst.agents.MMSTSpeechToTextAgent ... --policy la --policy-args n=2 --beam 4
+
+Policies: ``--policy`` waitk | alignatt | edatt | la | holdn | ctc with ``--policy-args k=v,...``
+(FBK's ``--frame-num``, ``--extract-attn-from-layer``, ``--attn-threshold`` are accepted as aliases),
+``--policy-per-lang ja=alignatt:frames=4`` for one language; see ``docs/policies.md``.
 
 ``--source`` lists one audio file per line (any rate, mono or stereo), ``--target`` one reference
 per line.  ``--tgt-lang`` is a language code (``de``) or, as in plain SimulEval, a file with one
@@ -92,7 +98,7 @@ class MMSTSpeechToTextDataloader(SpeechToTextDataloader):
 
 
 class MMSTSpeechToTextAgent(SpeechToTextAgent):
-    """Wait-k streaming speech-to-text agent over an mmst checkpoint (see the module docstring).
+    """Streaming speech-to-text agent over an mmst checkpoint, under any mmst policy (see the module docstring).
 
     Args:
         args: SimulEval namespace with the options of :meth:`add_args`.
@@ -128,7 +134,13 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
             default=None,
             help="target language code (e.g. de), or a file with one code per source line",
         )
-        parser.add_argument("--waitk-lagging", type=int, default=3, help="wait-k lagging k in pre-decision chunks")
+        parser.add_argument("--waitk-lagging", type=int, default=3,
+                            help="wait-k lagging k in pre-decision chunks (the default policy)")
+        from mmst.simultaneous.policy_spec import add_policy_arguments
+
+        add_policy_arguments(parser)
+        parser.add_argument("--beam", type=int, default=1,
+                            help="beam search while streaming (alignatt, edatt, la, holdn); 1 = greedy")
         parser.add_argument("--max-len-a", type=float, default=0.0, help="max target tokens = a * enc_states + b")
         parser.add_argument("--max-len-b", type=int, default=200, help="max target tokens = a * enc_states + b")
         parser.add_argument(
@@ -259,16 +271,30 @@ def build_translator_from_args(args: Namespace | None, tgt_langs: list[str]) -> 
     if args is None or not getattr(args, "checkpoint", None):
         raise AgentConfigError("--checkpoint is required")
     from mmst.evaluation.loading import LoadError, load_streaming_translator
+    from mmst.simultaneous.policy_spec import specs_from_args
 
+    waitk = getattr(args, "waitk_lagging", 3)
+    try:
+        swept, specs, per_lang = specs_from_args(args, [waitk])
+    except ValueError as e:
+        raise AgentConfigError(str(e)) from None
+    if swept is not None:
+        raise AgentConfigError(f"the agent runs one policy: give one value for {swept} "
+                               "(sweeps are for eval/simultaneous_eval.py)")
+    policy = {lang: per_lang.get(lang, specs[0]) for lang in tgt_langs} if tgt_langs else specs[0]
+    if per_lang and not tgt_langs:
+        raise AgentConfigError("--policy-per-lang needs --tgt-lang")
     try:
         return load_streaming_translator(
             args.checkpoint,
             data_dir=getattr(args, "data", None),
             tgt_langs=tgt_langs or None,
-            waitk=getattr(args, "waitk_lagging", 3),
+            waitk=waitk,
             max_len_a=getattr(args, "max_len_a", 0.0),
             max_len_b=getattr(args, "max_len_b", 200),
+            beam=getattr(args, "beam", 1) or 1,
             min_len=getattr(args, "min_len", 0),
+            policy=policy,
         )
     except LoadError as e:
         raise AgentConfigError(str(e)) from None

@@ -50,3 +50,25 @@ def test_transcribe_stream_names_the_missing_field(tmp_path, capsys):
                                  "--out", str(tmp_path / "o")])
     assert rc == 1
     assert "bad.tsv:2: missing field 'audio'" in capsys.readouterr().err
+
+
+def test_transcribe_stream_with_policy_per_language(tmp_path, capsys):
+    import torch
+
+    torch.set_num_threads(1)
+    import transcribe_stream
+
+    tiny = make_tiny_system(tmp_path / "sys", langs=("de", "es"))
+    tsv = tmp_path / "list.tsv"
+    tsv.write_text("id\taudio\n" + f"a\t{tiny['wavs'][1]}\n", encoding="utf-8")
+    out = tmp_path / "out"
+    rc = transcribe_stream.main(["--checkpoint", str(tiny["ckpt"]), "--tsv", str(tsv), "--policy", "alignatt",
+                                 "--frame-num", "3", "--policy-per-lang", "es=la:n=2", "--beam", "2",
+                                 "--max-len-b", "6", "--out", str(out)])
+    assert rc == 0
+    recs = {r["lang"]: r for r in map(json.loads, (out / "hypotheses.jsonl").read_text().splitlines())}
+    assert recs["de"]["policy"] == "alignatt(frames=3, layer=0)" and recs["es"]["policy"] == "la(n=2)"
+    assert "policy: de: alignatt(frames=3, layer=0); es: la(n=2)" in capsys.readouterr().out
+    rc = transcribe_stream.main(["--checkpoint", str(tiny["ckpt"]), "--tsv", str(tsv), "--policy", "holdn",
+                                 "--policy-args", "n=0", "--out", str(out)])
+    assert rc == 1 and "policy parameter n" in capsys.readouterr().err

@@ -21,6 +21,7 @@ Errors: every constructor raises ``ValueError`` naming the parameter that is out
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -90,7 +91,7 @@ class Policy:
 
     def params(self) -> dict:
         """The policy's parameters ``{name: value}`` (for reports)."""
-        return {f: getattr(self, f) for f in self.__dataclass_fields__}  # type: ignore[attr-defined]
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
     def describe(self) -> str:
         """``name(k=v, ...)``."""
