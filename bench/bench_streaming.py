@@ -17,7 +17,11 @@ Reports, and writes to ``bench/results/streaming.json``:
    (``--left-chunks``) — these three interleaved segment by segment — and re-encoding (to
    ``--reencode-growth-seconds``); plus the cost of one re-encode of a 5-60 s prefix.
    Goal: incremental max/min of the buckets from 5 s to 60 s <= 1.2;
-6. RTF for 1, 4 and 8 target languages (alternating repetitions; goal: 8 languages <= 3x one).
+6. RTF for 1, 4 and 8 target languages (alternating repetitions; goal: 8 languages <= 3x one);
+7. every read/write policy (wait-k, AlignAtt, EDAtt, local agreement, hold-n, CTC wait-k), 4 languages
+   decoded jointly, greedy and beam 4 (where the policy allows beam search): ms per segment and RTF
+   on the ``--policy-size`` model (default ``xs``, with a CTC head). Goals: AlignAtt <= 1.3x wait-k
+   per segment; LA with beam 4 real time (RTF < 1) on one thread. ``--policies-only`` runs just this.
 
 Method: the models are UNTRAINED (random weights, fixed seed); the cost of a forward pass does not
 depend on the weights.  Output length is forced: EOS is suppressed (``min_len``) and the length cap
@@ -73,25 +77,75 @@ def speechy(seconds: float, seed: int = 0, sr: int = 16000) -> np.ndarray:
     return (x + 0.02 * rng.standard_normal(n)).astype(np.float32)
 
 
-def build(size: str, arch: str, vocab: int, langs: list[str], left_chunks: int = 0):
+def build(size: str, arch: str, vocab: int, langs: list[str], left_chunks: int = 0, src_vocab: int = 0):
     """Untrained model of the named size with ``langs`` (eval mode); ``left_chunks``: encoder left
-    context in chunks (0 = unlimited)."""
+    context in chunks (0 = unlimited); ``src_vocab``: CTC head size (0 = none)."""
     from mmst.models import build_model, model_config_for_size
 
     torch.manual_seed(0)
-    kw: dict[str, Any] = {"vocab_size": vocab}
+    kw: dict[str, Any] = {"vocab_size": vocab, "src_vocab_size": src_vocab}
     if arch == "unified":
         kw["lang_tag_ids"] = {lang: 4 + i for i, lang in enumerate(langs)}
     cfg = model_config_for_size(size, arch=arch, tgt_langs=langs, dropout=0.0, encoder_left_chunks=left_chunks, **kw)
     return build_model(cfg).eval()
 
 
-def translator(model, langs, waitk, a, mode="auto", vocab_size=8000):
+def translator(model, langs, waitk, a, mode="auto", vocab_size=8000, policy=None, beam=1):
     """A StreamingTranslator with forced output length (EOS suppressed, cap a * states)."""
     from mmst.simultaneous import StreamingTranslator
 
     return StreamingTranslator(model, WordVocab(vocab_size), langs, waitk=waitk, cmvn=None, max_len_a=a,
-                               max_len_b=0, encoder_mode=mode, min_len=10**9, char_langs=())
+                               max_len_b=0, encoder_mode=mode, min_len=10**9, char_langs=(), policy=policy,
+                               beam=beam)
+
+
+#: the policies of the per-policy rows (one typical setting each)
+BENCH_POLICIES = ["waitk:k=3", "alignatt:frames=4", "edatt:alpha=0.2,frames=4", "la:n=2", "holdn:n=2", "ctc:k=3"]
+
+
+def policy_rows(args, audios: list[np.ndarray], a: float) -> dict[str, Any]:
+    """Section 7: ms per segment and RTF of every policy, 4 languages jointly, greedy and beam 4.
+
+    Each setting runs ``args.policy_reps`` times (alternating); the fastest repetition is kept."""
+    from mmst.simultaneous.continuation import decode_continuation  # noqa: F401  (import cost outside timing)
+
+    langs4 = LANGS8[:4]
+    model = build(args.policy_size, args.arch, args.vocab_size, langs4, src_vocab=1000)
+    settings = [(p, 1) for p in BENCH_POLICIES] + [(p, 4) for p in BENCH_POLICIES
+                                                  if p.split(":")[0] in ("alignatt", "edatt", "la", "holdn")]
+    run_stream(translator(model, langs4, 3, a, policy=BENCH_POLICIES[1]), [speechy(1.0)], langs4, args.segment_ms)
+    best: dict[tuple[str, int], tuple] = {}
+    for _rep in range(args.policy_reps):
+        for pol, beam in settings:
+            r = run_stream(translator(model, langs4, 3, a, policy=pol, beam=beam), audios, langs4, args.segment_ms)
+            if (pol, beam) not in best or r[0] < best[(pol, beam)][0]:
+                best[(pol, beam)] = r
+    rows = {}
+    for (pol, beam), (comp, aud, segs, _inst) in best.items():
+        rows[f"{pol} beam={beam}"] = {"policy": pol, "beam": beam, "rtf": comp / aud,
+                                      "ms_per_segment_mean": statistics.mean(segs),
+                                      "ms_per_segment_p90": float(np.percentile(segs, 90))}
+    wk = rows[f"{BENCH_POLICIES[0]} beam=1"]["ms_per_segment_mean"]
+    import os
+
+    return {"size": args.policy_size, "langs": langs4, "threads": args.threads, "rows": rows,
+            "loadavg_1m_after": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
+            "alignatt_over_waitk_ms_per_segment": rows[f"{BENCH_POLICIES[1]} beam=1"]["ms_per_segment_mean"] / wk,
+            "la_beam4_rtf": rows["la:n=2 beam=4"]["rtf"],
+            "goals": {"alignatt_over_waitk": "<= 1.3", "la_beam4_rtf": "< 1 (xs, one thread)"}}
+
+
+def print_policy_rows(pr: dict[str, Any], seg_ms: float) -> None:
+    """The section-7 table."""
+    print(f"Policies ({pr['size']} model, 4 languages jointly, {pr['threads']} thread(s); load average "
+          f"{pr['loadavg_1m_after']} on {pr['cpus']} CPUs):")
+    print(f"| policy | beam | ms per {seg_ms:.0f} ms segment | p90 | RTF |")
+    print("|---|---|---|---|---|")
+    for r in pr["rows"].values():
+        print(f"| {r['policy']} | {r['beam']} | {r['ms_per_segment_mean']:.1f} | {r['ms_per_segment_p90']:.1f} | "
+              f"{r['rtf']:.3f} |")
+    print(f"| alignatt / wait-k per segment (goal <= 1.3) | | {pr['alignatt_over_waitk_ms_per_segment']:.2f} | | |")
+    print(f"| la beam 4 RTF (goal < 1) | | | | {pr['la_beam4_rtf']:.3f} |")
 
 
 def run_stream(tr, audios, langs, seg_ms):
@@ -187,11 +241,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bucket-s", type=float, default=5.0, help="bucket width (s) of the growth table")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "streaming.json"), help="JSON output")
     p.add_argument("--quick", action="store_true", help="tiny settings (smoke test): xs model, short audio")
+    p.add_argument("--policy-size", default="xs", help="model size of the per-policy rows (section 7)")
+    p.add_argument("--policy-reps", type=int, default=2, help="alternating repetitions of the per-policy rows")
+    p.add_argument("--policies-only", action="store_true",
+                   help="run only the per-policy rows (section 7); writes them to --out")
     args = p.parse_args(argv)
     if args.quick:
         args.size, args.utt_seconds, args.reencode_seconds, args.growth_seconds = "xs", "2", 4.0, 12.0
         args.reencode_growth_seconds, args.growth_reps, args.rtf_reps, args.left_chunks = 6.0, 1, 1, 8
+        args.policy_reps = 1
     torch.set_num_threads(args.threads)
+    if args.policies_only:
+        t0 = time.perf_counter()
+        audios = [speechy(float(s), seed=i) for i, s in enumerate(args.utt_seconds.split(","))]
+        pr = policy_rows(args, audios, args.tokens_per_state)
+        pr.update(segment_ms=args.segment_ms, tokens_per_state=args.tokens_per_state, utt_seconds=args.utt_seconds,
+                  torch=torch.__version__, cpu=platform.processor() or platform.machine(), untrained_forced_length=True,
+                  runtime_s=time.perf_counter() - t0, command=" ".join(sys.argv))
+        print_policy_rows(pr, args.segment_ms)
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"policies": pr}, indent=2) + "\n")
+        print(f"wrote {out}")
+        return 0
     from mmst.evaluation.scorer import score_instances
 
     t_start = time.perf_counter()
@@ -310,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     growth["reencode_prefix_encode_ms"] = fe_ms
     res["growth"] = growth
     res["joint8_over_joint1_rtf"] = rtf[8]["rtf"] / rtf[1]["rtf"]
+    res["policies"] = policy_rows(args, audios, a)
     res["runtime_s"] = time.perf_counter() - t_start
 
     print(f"bench_streaming: {args.size}/{args.arch} model ({n_params / 1e6:.1f}M params, untrained, forced length "
@@ -345,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     pe = " ".join(f"{k}s:{v:.0f}" for k, v in growth["reencode_prefix_encode_ms"].items())
     print(f"| one re-encode of an L s prefix (ms) | {pe} |")
     print(f"| runtime | {res['runtime_s']:.0f} s |")
+    print_policy_rows(res["policies"], args.segment_ms)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n")

@@ -320,3 +320,21 @@ def test_model_dependent_errors():
     with pytest.raises(ValueError, match="async unified models"):
         StreamingTranslator(am, None, LANGS, cmvn=CMVN, policy="alignatt")
     assert dataclasses.replace(WaitKPolicy(2, 3), k=4).describe() == "waitk(k=4)"
+
+
+def test_batched_greedy_continuations_equal_one_language_at_a_time():
+    from mmst.simultaneous.continuation import decode_continuation, decode_continuations_greedy
+    from mmst.simultaneous.search import banned_ids
+
+    m = make(seed=17)
+    enc = torch.randn(1, 13, 32)
+    banned = banned_ids(m, "cpu")
+    written = {"de": [7, 8, 9, 10], "es": [], "ja": [11]}
+    caps = {"de": 6, "es": 9, "ja": 3}
+    mins = {"de": 0, "es": 4, "ja": 0}
+    got = decode_continuations_greedy(m, written, enc, caps, banned, mins)
+    for lang in LANGS:
+        ref = decode_continuation(m, lang, written[lang], enc, caps[lang], banned, min_new=mins[lang])
+        assert got[lang][0] == ref[0], lang
+        assert np.allclose(got[lang][1], ref[1], atol=1e-4)
+    assert len(got["ja"][0]) <= 4 and len(got["es"][0]) >= 5

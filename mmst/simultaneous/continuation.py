@@ -120,3 +120,78 @@ def forced_cross_attention(
     x = torch.tensor([[model.start_token_id(lang)] + list(written) + list(continuation[:-1])], device=states.device)
     dec.step(x, st, states, extra_embed=extra, attn_layers=(layer,))
     return st.cross_attn[layer][0, len(written):]  # (len(continuation), S)
+
+
+@torch.no_grad()
+def decode_continuations_greedy(
+    model,
+    written: dict[str, list[int]],
+    states: torch.Tensor,
+    max_new: dict[str, int],
+    banned: torch.Tensor,
+    min_new: dict[str, int] | None = None,
+) -> dict[str, tuple[list[int], list[float]]]:
+    """Greedy :func:`decode_continuation` of several languages at once: for a unified model ONE decoder
+    call per step, rows = languages (prefixes left-padded; pads masked out of self-attention and
+    positions counted per row); for a separate model, one language at a time.
+
+    Args:
+        written: ``{lang: written token ids}``.
+        states: ``(1, S, D)`` encoder states received.
+        max_new: ``{lang: cap on new tokens}``; ``min_new``: ``{lang: EOS suppressed before}``.
+
+    Returns:
+        ``{lang: (tokens, logprobs)}`` as :func:`decode_continuation` with ``beam=1`` (same tokens).
+    """
+    langs = list(written)
+    min_new = min_new or {}
+    if model.arch != "unified" or getattr(model, "is_async", False) or len(langs) == 1:
+        return {lang: decode_continuation(model, lang, written[lang], states, max_new[lang], banned,
+                                          min_new=min_new.get(lang, 0)) for lang in langs}
+    dec = model.decoder
+    dev = states.device
+    eos, pad = int(model.cfg.eos_id), int(model.cfg.pad_id)
+    seqs = [[model.start_token_id(lang)] + list(written[lang]) for lang in langs]
+    n = max(len(x) for x in seqs)
+    lead = [n - len(x) for x in seqs]
+    toks = torch.tensor([[pad] * p + x for p, x in zip(lead, seqs)], device=dev)  # (R, n)
+    valid = torch.tensor([[False] * p + [True] * len(x) for p, x in zip(lead, seqs)], device=dev)  # (R, n)
+    pos = (torch.arange(n, device=dev)[None, :] - torch.tensor(lead, device=dev)[:, None]).clamp(min=0)
+    causal = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
+    mask = causal[None] & valid[:, None, :]
+    mask = mask | torch.eye(n, dtype=torch.bool, device=dev)[None]  # a pad row attends itself (no empty row)
+    st = dec.init_state()
+    logits = dec.step(toks, st, states, None, None, mask, pos)[:, -1]  # (R, V)
+    next_pos = torch.tensor([len(x) for x in seqs], device=dev)
+    out: dict[str, tuple[list[int], list[float]]] = {lang: ([], []) for lang in langs}
+    live = [True] * len(langs)
+    t = 0
+    while True:
+        lp = torch.log_softmax(logits.float(), dim=-1).index_fill(-1, banned, float("-inf"))
+        nxt = []
+        for r, lang in enumerate(langs):
+            if not live[r]:
+                nxt.append(eos)
+                continue
+            row = lp[r].clone()
+            if t >= max_new[lang]:
+                tok = eos
+            else:
+                if t < min_new.get(lang, 0):
+                    row[eos] = float("-inf")
+                tok = int(row.argmax())
+            out[lang][0].append(tok)
+            out[lang][1].append(float(lp[r, tok]))
+            if tok == eos:
+                live[r] = False
+            nxt.append(tok)
+        if not any(live):
+            break
+        valid = torch.cat([valid, torch.tensor(live, device=dev)[:, None]], dim=1)
+        step_mask = valid.clone()
+        step_mask[:, -1] = True
+        logits = dec.step(torch.tensor(nxt, device=dev)[:, None], st, states, None, None, step_mask[:, None, :],
+                          next_pos[:, None])[:, -1]
+        next_pos = next_pos + 1
+        t += 1
+    return out

@@ -38,7 +38,7 @@ import torch
 
 from mmst.models.encoder import EncoderOut
 
-from .continuation import decode_continuation, forced_cross_attention
+from .continuation import decode_continuation, decode_continuations_greedy, forced_cross_attention
 from .detok import CHAR_LANGS, Detokenizer, Word
 from .incremental import StreamingFrontEnd
 from .policies import Policy, PolicyState, WaitKPolicy, ctc_greedy_count
@@ -255,9 +255,7 @@ class StreamingTranslator:
             enc = fe.states()
             self._src_tokens = ctc_greedy_count(self.model.ctc_proj(enc[0]), blank=int(self.model.cfg.bos_id))
         self._write_tokens(t0, out, [lang for lang in self.tgt_langs if self._kind(lang) == "token"])
-        for lang in self.tgt_langs:
-            if self._kind(lang) == "hypothesis":
-                self._write_hypothesis(t0, out, lang)
+        self._write_hypotheses(t0, out, [lang for lang in self.tgt_langs if self._kind(lang) == "hypothesis"])
         if fe.finished:
             self._closed = True
         return out
@@ -338,48 +336,62 @@ class StreamingTranslator:
         layer = getattr(self.policies[lang], "layer", None)
         return n_layers // 2 if layer is None else int(layer)
 
-    def _write_hypothesis(self, t0: float, out, lang: str) -> None:
-        """Hypothesis policies: re-decode the continuation once per new encoder states; write a prefix."""
+    def _write_hypotheses(self, t0: float, out, langs: list[str]) -> None:
+        """Hypothesis policies: re-decode each continuation once per new encoder states (greedy: all
+        languages in one batched decode); write the prefix the policy picks."""
         fe = self.frontend
-        if self.done[lang]:
-            return
         n_states = fe.num_states
-        if n_states == 0 or (self._read_at[lang] == n_states and not fe.finished):
+        todo = []
+        for lang in langs:
+            if self.done[lang] or n_states == 0 or (self._read_at[lang] == n_states and not fe.finished):
+                continue
+            self._read_at[lang] = n_states
+            if len(self.tokens[lang]) >= self._max_len(n_states):
+                if fe.finished:
+                    self.done[lang] = True
+                continue
+            todo.append(lang)
+        if not todo:
             return
-        self._read_at[lang] = n_states
         eos = int(self.model.cfg.eos_id)
-        written = self.tokens[lang]
+        states = self._states()
+        banned = self._banned.to(states.device)
         cap = self._max_len(n_states)
-        if len(written) >= cap:
+        if self.beam == 1:
+            conts = decode_continuations_greedy(
+                self.model, {lang: self.tokens[lang] for lang in todo}, states,
+                {lang: cap - len(self.tokens[lang]) for lang in todo}, banned,
+                {lang: max(0, self.min_len - len(self.tokens[lang])) for lang in todo})
+        else:
+            conts = {lang: decode_continuation(self.model, lang, self.tokens[lang], states, cap - len(self.tokens[lang]),
+                                               banned, beam=self.beam, lenpen=self.lenpen,
+                                               min_new=max(0, self.min_len - len(self.tokens[lang])))
+                     for lang in todo}
+        for lang in todo:
+            cont, scores = conts[lang]
+            written = list(self.tokens[lang])
+            pol = self.policies[lang]
+            if fe.finished:
+                n = len(cont)
+            else:
+                attn = None
+                if pol.needs_attn:
+                    layer = self._layer(lang, int(self.model.cfg.decoder_layers))
+                    attn = forced_cross_attention(self.model, lang, written, cont, states, layer)
+                n = pol.decide(PolicyState(i=len(written) + 1, n_chunks=fe.num_chunks, n_states=states.size(1),
+                                           source_finished=False, written=written, candidates=cont, scores=scores,
+                                           attn=attn, history=self._history[lang], src_tokens=self._src_tokens,
+                                           eos=eos))
+                if eos in cont[:n]:
+                    n = cont.index(eos)
+                self._history[lang].append(written + list(cont))
+            for tok in cont[:n]:
+                if tok == eos:
+                    self.done[lang] = True
+                    break
+                self._emit(lang, tok, t0, out)
             if fe.finished:
                 self.done[lang] = True
-            return
-        states = self._states()
-        pol = self.policies[lang]
-        cont, scores = decode_continuation(
-            self.model, lang, written, states, cap - len(written), self._banned.to(states.device),
-            beam=self.beam, lenpen=self.lenpen, min_new=max(0, self.min_len - len(written)),
-        )
-        if fe.finished:
-            n = len(cont)
-        else:
-            attn = None
-            if pol.needs_attn:
-                layer = self._layer(lang, int(self.model.cfg.decoder_layers))
-                attn = forced_cross_attention(self.model, lang, written, cont, states, layer)
-            n = pol.decide(PolicyState(i=len(written) + 1, n_chunks=fe.num_chunks, n_states=states.size(1),
-                                       source_finished=False, written=list(written), candidates=cont, scores=scores,
-                                       attn=attn, history=self._history[lang], src_tokens=self._src_tokens, eos=eos))
-            if eos in cont[:n]:
-                n = cont.index(eos)
-            self._history[lang].append(list(written) + list(cont))
-        for tok in cont[:n]:
-            if tok == eos:
-                self.done[lang] = True
-                break
-            self._emit(lang, tok, t0, out)
-        if fe.finished:
-            self.done[lang] = True
 
     def _write_async(self, t0: float, out) -> None:
         """Async unified model: write elements in (t, j) order, t = j * delta + i (issue 8); language

@@ -1,0 +1,125 @@
+#!/usr/bin/env python
+"""Compare simultaneous policies at equal latency and write the results JSON, Markdown and plot.
+
+Reads ``ROOT/<model>/<policy>/scores.json`` (sweeps from ``eval/simultaneous_eval.py --policy ...``) and
+``ROOT/<model>/offline/scores.json`` (offline greedy, optional), for every model of ``--models``.
+For each model, language and k in ``--ks``: wait-k's own AL (and AL_CA) at k, and each adaptive policy's
+BLEU interpolated there on its sweep (``mmst.evaluation.policy_compare``). Writes:
+
+- ``--out-json``: ``{"summary": {...}, "provenance", "langs", "models", "equal_latency", "sweeps"}``;
+  ``summary`` counts, on the first model of ``--models`` (the offline-trained one), the languages where
+  some adaptive policy beats wait-k at wait-k's plain AL, per k, and names the best policy per language;
+- ``--out-md``: the same as tables; ``--plot-dir``: one BLEU-vs-AL/AL_CA figure per model;
+- ``--docs FILE``: replaces the text between ``<!-- policies-results:start -->`` and
+  ``<!-- policies-results:end -->`` in FILE with the summary tables.
+
+Usage::
+
+    python eval/policy_results.py --root exp/synthetic_hard/policies --models offline,multik \\
+        --out-json docs/results/policies_hard.json --out-md docs/results/policies_hard.md \\
+        --plot-dir docs/images --docs docs/policies.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+START, END = "<!-- policies-results:start -->", "<!-- policies-results:end -->"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", required=True, help="folder with <model>/<policy>/scores.json")
+    p.add_argument("--models", default="offline,multik", help="model folders; the first is the offline-trained one")
+    p.add_argument("--policies", default="waitk,alignatt,edatt,la,holdn,ctc", help="policy folders to read")
+    p.add_argument("--ks", default="3,5", help="wait-k points whose latency the policies are compared at")
+    p.add_argument("--description", action="append", default=[], metavar="MODEL=TEXT",
+                   help="one line describing a model (repeatable)")
+    p.add_argument("--title", default="Simultaneous policies on the hard synthetic corpus")
+    p.add_argument("--out-json", required=True, help="results JSON")
+    p.add_argument("--out-md", required=True, help="results Markdown")
+    p.add_argument("--plot-dir", required=True, help="folder for <prefix>_<model>.png")
+    p.add_argument("--plot-prefix", default="policies_hard", help="plot file name prefix")
+    p.add_argument("--docs", default=None, help="Markdown file whose marked section receives the summary tables")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (1 with a one-line error)."""
+    args = build_parser().parse_args(argv)
+    from mmst.evaluation.policy_compare import (
+        CompareError,
+        equal_latency,
+        load_sweep,
+        plot_policies,
+        provenance,
+        render_markdown,
+        summary,
+    )
+
+    root = Path(args.root)
+    models = [m for m in args.models.split(",") if m]
+    ks = [int(k) for k in args.ks.split(",") if k]
+    desc = dict(d.split("=", 1) for d in args.description if "=" in d)
+    out_md = Path(args.out_md)
+    try:
+        sweeps = {}
+        for m in models:
+            sweeps[m] = {}
+            for pol in args.policies.split(","):
+                if (root / m / pol / "scores.json").is_file():
+                    sweeps[m][pol] = load_sweep(root / m / pol)
+            if "waitk" not in sweeps[m]:
+                raise CompareError(f"{root / m / 'waitk'}: wait-k sweep missing")
+        first = next(iter(sweeps[models[0]].values()))
+        langs = sorted(first["points"][0]["per_lang"])
+        cfg = json.loads((root / models[0] / "waitk" / "scores.json").read_text())
+        point0 = next(iter(cfg["sweep"])) if "sweep" in cfg else None
+        pcfg = json.loads((root / models[0] / "waitk" / point0 / "scores.json").read_text())["config"] if point0 \
+            else cfg["config"]
+        eq = {m: {metric: equal_latency(sweeps[m], langs, ks, metric) for metric in ("AL", "AL_CA")} for m in models}
+    except (CompareError, OSError, KeyError, json.JSONDecodeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    res = {"summary": summary(eq[models[0]]["AL"]), "title": args.title, "provenance": provenance(),
+           "langs": langs, "ks": ks, "split": pcfg.get("split"), "n_utterances": pcfg.get("n_utterances"),
+           "segment_ms": pcfg.get("source_segment_size_ms"), "models": {}, "equal_latency": eq, "sweeps": sweeps}
+    for m in models:
+        info: dict = {"description": desc.get(m, "")}
+        off = root / m / "offline" / "scores.json"
+        if off.is_file():
+            per = json.loads(off.read_text()).get("per_lang", {})
+            info["offline_bleu"] = {lang: per.get(lang, {}).get("BLEU") for lang in langs}
+        png = Path(args.plot_dir) / f"{args.plot_prefix}_{m}.png"
+        plot_policies(sweeps[m], langs, png, f"{args.title}: {m} model")
+        info["plot"] = str(Path("..") / png.relative_to(png.parents[1])) if len(png.parents) > 1 else str(png)
+        res["models"][m] = info
+    Path(args.out_json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out_json).write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n")
+    md = render_markdown(res)
+    out_md.parent.mkdir(parents=True, exist_ok=True)
+    out_md.write_text(md)
+    if args.docs:
+        doc = Path(args.docs)
+        text = doc.read_text()
+        if START not in text or END not in text:
+            print(f"error: {doc}: markers {START} / {END} not found", file=sys.stderr)
+            return 1
+        head, rest = text.split(START, 1)
+        _, tail = rest.split(END, 1)
+        section = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
+        block = (f"{START}\n<!-- rendered by eval/policy_results.py from {args.out_json}; do not edit -->\n"
+                 f"Test set: {res['split']}, first {res['n_utterances']} utterances; results of "
+                 f"{res['provenance']['date']} (commit `{res['provenance']['git_commit']}`).\n{section.rstrip()}\n\n"
+                 f"Full tables: [{out_md.name}](results/{out_md.name}).\n{END}")
+        doc.write_text(head + block + tail)
+    print(f"wrote {args.out_json}, {out_md}" + (f", {args.docs}" if args.docs else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Simultaneous policies on the `hard` grammar corpus (long sentences, verb-final German clauses, SOV
+# Japanese): every policy of mmst.simultaneous swept over its parameter, for de, es, fr, ja decoded
+# jointly, on two xs unified models trained with the same budget:
+#   offline   full attention everywhere (conf/train_xs_offline.yaml)
+#   multik    multi-k wait-k over a chunk-causal encoder (conf/train_xs.yaml)
+# then every adaptive policy compared with wait-k at wait-k's own AL (and AL_CA) at k = 3 and 5.
+#   0  corpus + both models: reused when $exp_dir/models/<name>/checkpoint_last.pt exists, otherwise
+#      recipes/synthetic/run_waitk_hard.sh stages 0-2 (same corpus, same training)
+#   1  offline greedy BLEU of both models (the quality each reached)
+#   2  policy sweeps (eval/simultaneous_eval.py --policy P --policy-args param=v1,v2,...); a finished
+#      sweep (its scores.json exists) is skipped, so an interrupted run resumes where it stopped
+#   3  comparison: docs/results/policies_hard.{json,md}, docs/images/policies_hard_<model>.png and
+#      the summary section of docs/policies.md (eval/policy_results.py)
+set -euo pipefail
+cd "$(dirname "$0")/../.."   # repository root
+source recipes/lib/stages.sh
+
+# ---- options (each can be overridden: --name value) --------------------------------------------
+stage=0
+stop_stage=3
+force=false
+exp_dir=exp/synthetic_hard
+tgt_langs=de,es,fr,ja
+max_update=1500              # training budget when the models must be trained here
+max_utterances=0             # 0 = the whole tst-COMMON; else the first N utterances
+source_segment_size=320      # ms
+threads=1                    # torch threads per evaluation
+jobs=2                       # evaluations run side by side (one per model)
+models=offline,multik
+waitk_args="k=1,2,3,5,7"
+alignatt_args="frames=2,4,7,10,14,20"
+edatt_args="alpha=0.05,0.1,0.2,0.4,0.6,frames=4"
+la_args="n=1,2,3"
+holdn_args="n=1,2,4,6,8"
+ctc_args="k=1,2,3,5,7"
+policies="waitk alignatt edatt la holdn ctc"
+results_json=docs/results/policies_hard.json
+results_md=docs/results/policies_hard.md
+plot_dir=docs/images
+docs=docs/policies.md
+RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs max_update max_utterances source_segment_size threads
+  jobs models waitk_args alignatt_args edatt_args la_args holdn_args ctc_args policies results_json results_md
+  plot_dir docs)
+parse_options "$@"
+
+data=$exp_dir/data
+out=$exp_dir/policies
+limit=()
+[ "$max_utterances" -gt 0 ] && limit=(--max-utterances "$max_utterances")
+IFS=, read -r -a model_list <<< "$models"
+
+stage0() {
+  local m missing=false
+  for m in "${model_list[@]}"; do
+    [ -f "$exp_dir/models/$m/checkpoint_last.pt" ] || missing=true
+  done
+  if $missing; then
+    recipes/synthetic/run_waitk_hard.sh --exp_dir "$exp_dir" --tgt_langs "$tgt_langs" --max_update "$max_update" \
+      --stop_stage 2
+  else
+    echo "reusing $exp_dir/models/{$models}/checkpoint_last.pt"
+  fi
+}
+
+evaluate() {  # evaluate MODEL NAME [options...]: one eval/simultaneous_eval.py run into $out/MODEL/NAME
+  local m="$1" name="$2"; shift 2
+  if [ -f "$out/$m/$name/scores.json" ] && [ "$force" != "true" ]; then
+    echo "$m/$name: done ($out/$m/$name/scores.json)"; return 0
+  fi
+  nice -n 2 python eval/simultaneous_eval.py --checkpoint "$exp_dir/models/$m/checkpoint_last.pt" --data "$data" \
+    --split tst-COMMON --tgt-langs "$tgt_langs" --max-len-a 1.0 --source-segment-size "$source_segment_size" \
+    --threads "$threads" --no-progress "${limit[@]}" "$@" --out "$out/$m/$name" \
+    > "$out/$m/$name.log" 2>&1 || { echo "$m/$name failed; see $out/$m/$name.log" >&2; return 1; }
+  echo "$m/$name: $(grep -E 'BLEU' "$out/$m/$name.log" | tail -n 1)"
+}
+
+each_model() {  # each_model FUNCTION: FUNCTION MODEL for every model, $jobs at a time
+  local m pids=()
+  for m in "${model_list[@]}"; do
+    mkdir -p "$out/$m"
+    "$1" "$m" & pids+=($!)
+    if [ "${#pids[@]}" -ge "$jobs" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+}
+
+offline_one() { evaluate "$1" offline --offline --beam 1; }
+sweeps_one() {
+  local pol args
+  for pol in $policies; do
+    args="${pol}_args"
+    evaluate "$1" "$pol" --policy "$pol" --policy-args "${!args}"
+  done
+}
+
+stage3() {
+  python eval/policy_results.py --root "$out" --models "$models" --ks 3,5 \
+    --description "offline=xs unified, full attention, trained offline ($max_update updates)" \
+    --description "multik=xs unified, chunk-causal encoder, multi-k wait-k training ($max_update updates)" \
+    --out-json "$results_json" --out-md "$results_md" --plot-dir "$plot_dir" --docs "$docs"
+}
+
+run_stage 0 "corpus and models (reused when present)" stage0
+run_item_stage 1 "offline greedy BLEU of $models" each_model offline_one
+run_item_stage 2 "policy sweeps ($policies) on $models" each_model sweeps_one
+run_stage 3 "comparison at equal latency -> $results_json" stage3
