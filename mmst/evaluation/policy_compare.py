@@ -195,10 +195,9 @@ def render_markdown(res: Mapping[str, Any]) -> str:
           f"Test set: {res['split']}, first {res['n_utterances']} utterances; segments of "
           f"{res['segment_ms']:.0f} ms; joint decoding of {', '.join(langs)}; greedy.", ""]
     md += ["## Summary", "",
-           "Languages (of %d) where an adaptive policy scores more BLEU than wait-k at wait-k's own plain AL "
-           "(offline-trained model): k=3: **%d**, k=5: **%d**." % (
-               len(langs), s["langs_adaptive_beats_waitk_offline_model"]["k3"],
-               s["langs_adaptive_beats_waitk_offline_model"]["k5"]), "",
+           f"Languages (of {len(langs)}) where an adaptive policy scores more BLEU than wait-k at wait-k's own "
+           f"plain AL (offline-trained model): k=3: **{s['langs_adaptive_beats_waitk_offline_model']['k3']}**, "
+           f"k=5: **{s['langs_adaptive_beats_waitk_offline_model']['k5']}**.", "",
            "| lang | best at k=3 AL | best at k=5 AL |", "|---|---|---|"]
     for lang in langs:
         b = s["best_policy_per_lang"][lang]
