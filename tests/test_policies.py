@@ -338,3 +338,24 @@ def test_batched_greedy_continuations_equal_one_language_at_a_time():
         assert got[lang][0] == ref[0], lang
         assert np.allclose(got[lang][1], ref[1], atol=1e-4)
     assert len(got["ja"][0]) <= 4 and len(got["es"][0]) >= 5
+
+
+@pytest.mark.parametrize("beam", [2, 4])
+def test_batched_beam_continuations_equal_one_language_at_a_time(beam):
+    from mmst.simultaneous.continuation import decode_continuation, decode_continuations_beam
+    from mmst.simultaneous.search import banned_ids
+
+    m = make(seed=18)
+    with torch.no_grad():
+        m.decoder.embed_tokens.weight[2] /= 2.0  # fewer immediate EOS: longer searches
+    enc = torch.randn(1, 13, 32)
+    banned = banned_ids(m, "cpu")
+    written = {"de": [7, 8, 9, 10], "es": [], "ja": [11]}
+    caps = {"de": 6, "es": 9, "ja": 3}
+    mins = {"de": 0, "es": 3, "ja": 0}
+    got = decode_continuations_beam(m, written, enc, caps, banned, beam, 1.0, mins)
+    for lang in LANGS:
+        ref = decode_continuation(m, lang, written[lang], enc, caps[lang], banned, beam=beam, min_new=mins[lang])
+        assert got[lang][0] == ref[0], lang
+        assert np.allclose(got[lang][1], ref[1], atol=1e-4)
+    assert any(len(got[lang][0]) > 2 for lang in LANGS)

@@ -195,3 +195,121 @@ def decode_continuations_greedy(
         next_pos = next_pos + 1
         t += 1
     return out
+
+
+@torch.no_grad()
+def decode_continuations_beam(
+    model,
+    written: dict[str, list[int]],
+    states: torch.Tensor,
+    max_new: dict[str, int],
+    banned: torch.Tensor,
+    beam: int,
+    lenpen: float = 1.0,
+    min_new: dict[str, int] | None = None,
+) -> dict[str, tuple[list[int], list[float]]]:
+    """Beam :func:`decode_continuation` of several languages at once: for a unified model ONE decoder
+    call per step over ``languages x beam`` rows (prefixes left-padded and masked as in
+    :func:`decode_continuations_greedy`); for a separate model, one language at a time. Each language's
+    search is the one of :func:`decode_continuation` (same scoring, same stopping rule).
+
+    Returns:
+        ``{lang: (tokens, logprobs)}``.
+
+    Raises:
+        ValueError: ``beam < 1``.
+    """
+    if beam < 1:
+        raise ValueError(f"beam must be >= 1, got {beam}")
+    langs = list(written)
+    min_new = min_new or {}
+    if model.arch != "unified" or getattr(model, "is_async", False) or len(langs) == 1:
+        return {lang: decode_continuation(model, lang, written[lang], states, max_new[lang], banned, beam=beam,
+                                          lenpen=lenpen, min_new=min_new.get(lang, 0)) for lang in langs}
+    dec = model.decoder
+    dev = states.device
+    eos, pad = int(model.cfg.eos_id), int(model.cfg.pad_id)
+    nl, b = len(langs), beam
+    seqs = [[model.start_token_id(lang)] + list(written[lang]) for lang in langs]
+    n = max(len(x) for x in seqs)
+    lead = [n - len(x) for x in seqs]
+    toks = torch.tensor([[pad] * p + x for p, x in zip(lead, seqs)], device=dev)  # (R, n)
+    valid = torch.tensor([[False] * p + [True] * len(x) for p, x in zip(lead, seqs)], device=dev)
+    pos = (torch.arange(n, device=dev)[None, :] - torch.tensor(lead, device=dev)[:, None]).clamp(min=0)
+    mask = (torch.ones(n, n, dtype=torch.bool, device=dev).tril()[None] & valid[:, None, :]) | torch.eye(
+        n, dtype=torch.bool, device=dev)[None]
+    st = dec.init_state()
+    logits = dec.step(toks, st, states, None, None, mask, pos)[:, -1]  # (R, V)
+    expand = torch.arange(nl, device=dev).repeat_interleave(b)  # rows r * B + j
+    st.reorder(expand, reorder_cross=False)
+    valid = valid[expand]
+    logits = logits[expand]
+    next_pos = torch.tensor([len(x) for x in seqs], device=dev).repeat_interleave(b)
+    scores = torch.full((nl, b), float("-inf"), device=dev)
+    scores[:, 0] = 0.0
+    hyps = [[[] for _ in range(b)] for _ in range(nl)]
+    hyp_lp = [[[] for _ in range(b)] for _ in range(nl)]
+    finished: list[list[tuple[float, list[int], list[float]]]] = [[] for _ in range(nl)]
+    done = [False] * nl
+    t = 0
+    while True:
+        lp = torch.log_softmax(logits.float(), dim=-1).index_fill(-1, banned, float("-inf")).view(nl, b, -1)
+        v = lp.size(-1)
+        index = torch.arange(nl * b, device=dev)
+        next_tok = torch.full((nl * b,), eos, dtype=torch.long, device=dev)
+        live_rows = torch.zeros(nl * b, dtype=torch.bool, device=dev)
+        for r, lang in enumerate(langs):
+            if done[r]:
+                continue
+            lr = lp[r].clone()
+            if t < min_new.get(lang, 0) and t < max_new[lang]:
+                lr[:, eos] = float("-inf")
+            if t >= max_new[lang]:
+                keep = lr[:, eos].clone()
+                lr = torch.full_like(lr, float("-inf"))
+                lr[:, eos] = keep
+            cand = (scores[r][:, None] + lr).view(-1)
+            top_s, top_i = cand.topk(min(2 * b, cand.numel()))
+            new = []
+            for s_val, idx in zip(top_s.tolist(), top_i.tolist()):
+                if s_val == float("-inf"):
+                    break
+                src, tok = divmod(idx, v)
+                tok_lp = float(lr[src, tok])
+                if tok == eos:
+                    if len(finished[r]) < b:
+                        finished[r].append((s_val / (len(hyps[r][src]) + 1) ** lenpen, hyps[r][src] + [eos],
+                                            hyp_lp[r][src] + [tok_lp]))
+                else:
+                    new.append((src, tok, s_val, tok_lp))
+                    if len(new) == b:
+                        break
+            if len(finished[r]) >= b or not new:
+                done[r] = True
+                continue
+            hyps[r] = [hyps[r][s] + [tk] for s, tk, _, _ in new] + [[] for _ in range(b - len(new))]
+            hyp_lp[r] = [hyp_lp[r][s] + [lp_] for s, _, _, lp_ in new] + [[] for _ in range(b - len(new))]
+            row_scores = [sv for _, _, sv, _ in new] + [float("-inf")] * (b - len(new))
+            scores[r] = torch.tensor(row_scores, device=dev)
+            for j, (s, tk, _, _) in enumerate(new):
+                index[r * b + j] = r * b + s
+                next_tok[r * b + j] = tk
+                live_rows[r * b + j] = True
+        if all(done):
+            break
+        st.reorder(index, reorder_cross=False)
+        valid = torch.cat([valid[index], live_rows[:, None]], dim=1)
+        step_mask = valid.clone()
+        step_mask[:, -1] = True
+        next_pos = next_pos[index]
+        logits = dec.step(next_tok[:, None], st, states, None, None, step_mask[:, None, :], next_pos[:, None])[:, -1]
+        next_pos = next_pos + 1
+        t += 1
+    out = {}
+    for r, lang in enumerate(langs):
+        if finished[r]:
+            _, tk, lps = max(finished[r], key=lambda f: f[0])
+            out[lang] = (tk, lps)
+        else:
+            out[lang] = (hyps[r][0], hyp_lp[r][0])
+    return out

@@ -38,7 +38,7 @@ import torch
 
 from mmst.models.encoder import EncoderOut
 
-from .continuation import decode_continuation, decode_continuations_greedy, forced_cross_attention
+from .continuation import decode_continuations_beam, decode_continuations_greedy, forced_cross_attention
 from .detok import CHAR_LANGS, Detokenizer, Word
 from .incremental import StreamingFrontEnd
 from .policies import Policy, PolicyState, WaitKPolicy, ctc_greedy_count
@@ -363,10 +363,10 @@ class StreamingTranslator:
                 {lang: cap - len(self.tokens[lang]) for lang in todo}, banned,
                 {lang: max(0, self.min_len - len(self.tokens[lang])) for lang in todo})
         else:
-            conts = {lang: decode_continuation(self.model, lang, self.tokens[lang], states, cap - len(self.tokens[lang]),
-                                               banned, beam=self.beam, lenpen=self.lenpen,
-                                               min_new=max(0, self.min_len - len(self.tokens[lang])))
-                     for lang in todo}
+            conts = decode_continuations_beam(
+                self.model, {lang: self.tokens[lang] for lang in todo}, states,
+                {lang: cap - len(self.tokens[lang]) for lang in todo}, banned, self.beam, self.lenpen,
+                {lang: max(0, self.min_len - len(self.tokens[lang])) for lang in todo})
         for lang in todo:
             cont, scores = conts[lang]
             written = list(self.tokens[lang])
