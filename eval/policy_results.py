@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ks", default="3,5", help="wait-k points whose latency the policies are compared at")
     p.add_argument("--description", action="append", default=[], metavar="MODEL=TEXT",
                    help="one line describing a model (repeatable)")
+    p.add_argument("--checkpoint", action="append", default=[], metavar="MODEL=PATH",
+                   help="the checkpoint a model's sweeps decoded (its training updates go into the results)")
     p.add_argument("--title", default="Simultaneous policies on the hard synthetic corpus")
     p.add_argument("--out-json", required=True, help="results JSON")
     p.add_argument("--out-md", required=True, help="results Markdown")
@@ -90,6 +92,13 @@ def main(argv: list[str] | None = None) -> int:
            "segment_ms": pcfg.get("source_segment_size_ms"), "models": {}, "equal_latency": eq, "sweeps": sweeps}
     for m in models:
         info: dict = {"description": desc.get(m, "")}
+        ckpts = dict(c.split("=", 1) for c in args.checkpoint if "=" in c)
+        if m in ckpts and Path(ckpts[m]).is_file():
+            import torch
+
+            state = torch.load(ckpts[m], map_location="cpu", weights_only=False).get("train_state", {})
+            info["updates"] = state.get("num_updates")
+            info["checkpoint"] = ckpts[m]
         off = root / m / "offline" / "scores.json"
         if off.is_file():
             per = json.loads(off.read_text()).get("per_lang", {})

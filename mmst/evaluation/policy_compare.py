@@ -205,6 +205,8 @@ def render_markdown(res: Mapping[str, Any]) -> str:
     md.append("")
     for model, info in res["models"].items():
         md += [f"## {model} model", "", info.get("description", ""), ""]
+        if info.get("updates") is not None:
+            md += [f"Checkpoint decoded: {info['updates']} updates.", ""]
         if info.get("offline_bleu"):
             md.append("Offline greedy BLEU (the quality it reached): " + ", ".join(
                 f"{lang} {_f(info['offline_bleu'].get(lang))}" for lang in langs) + ".")

@@ -5,8 +5,10 @@
 #   offline   full attention everywhere (conf/train_xs_offline.yaml)
 #   multik    multi-k wait-k over a chunk-causal encoder (conf/train_xs.yaml)
 # then every adaptive policy compared with wait-k at wait-k's own AL (and AL_CA) at k = 3 and 5.
-#   0  corpus + both models: reused when $exp_dir/models/<name>/checkpoint_last.pt exists, otherwise
-#      recipes/synthetic/run_waitk_hard.sh stages 0-2 (same corpus, same training)
+#   0  corpus + both models: reused when $exp_dir/models/<name>/$checkpoint exists, otherwise
+#      recipes/synthetic/run_waitk_hard.sh stages 0-2 (same corpus, same training); the checkpoint is
+#      copied once to $exp_dir/policies/<name>/checkpoint.pt, so every sweep decodes the same weights
+#      even while a training run keeps writing checkpoint_last.pt
 #   1  offline greedy BLEU of both models (the quality each reached)
 #   2  policy sweeps (eval/simultaneous_eval.py --policy P --policy-args param=v1,v2,...); a finished
 #      sweep (its scores.json exists) is skipped, so an interrupted run resumes where it stopped
@@ -28,6 +30,7 @@ source_segment_size=320      # ms
 threads=1                    # torch threads per evaluation
 jobs=2                       # evaluations run side by side (one per model)
 models=offline,multik
+checkpoint=checkpoint_last.pt
 waitk_args="k=1,2,3,5,7"
 alignatt_args="frames=2,4,7,10,14,20"
 edatt_args="alpha=0.05,0.1,0.2,0.4,0.6,frames=4"
@@ -40,7 +43,7 @@ results_md=docs/results/policies_hard.md
 plot_dir=docs/images
 docs=docs/policies.md
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs max_update max_utterances source_segment_size threads
-  jobs models waitk_args alignatt_args edatt_args la_args holdn_args ctc_args policies results_json results_md
+  jobs models checkpoint waitk_args alignatt_args edatt_args la_args holdn_args ctc_args policies results_json results_md
   plot_dir docs)
 parse_options "$@"
 
@@ -53,14 +56,18 @@ IFS=, read -r -a model_list <<< "$models"
 stage0() {
   local m missing=false
   for m in "${model_list[@]}"; do
-    [ -f "$exp_dir/models/$m/checkpoint_last.pt" ] || missing=true
+    [ -f "$exp_dir/models/$m/$checkpoint" ] || missing=true
   done
   if $missing; then
     recipes/synthetic/run_waitk_hard.sh --exp_dir "$exp_dir" --tgt_langs "$tgt_langs" --max_update "$max_update" \
       --stop_stage 2
   else
-    echo "reusing $exp_dir/models/{$models}/checkpoint_last.pt"
+    echo "reusing $exp_dir/models/{$models}/$checkpoint"
   fi
+  for m in "${model_list[@]}"; do
+    mkdir -p "$out/$m"
+    [ -f "$out/$m/checkpoint.pt" ] || cp "$exp_dir/models/$m/$checkpoint" "$out/$m/checkpoint.pt"
+  done
 }
 
 evaluate() {  # evaluate MODEL NAME [options...]: one eval/simultaneous_eval.py run into $out/MODEL/NAME
@@ -68,7 +75,7 @@ evaluate() {  # evaluate MODEL NAME [options...]: one eval/simultaneous_eval.py 
   if [ -f "$out/$m/$name/scores.json" ] && [ "$force" != "true" ]; then
     echo "$m/$name: done ($out/$m/$name/scores.json)"; return 0
   fi
-  nice -n 2 python eval/simultaneous_eval.py --checkpoint "$exp_dir/models/$m/checkpoint_last.pt" --data "$data" \
+  nice -n 2 python eval/simultaneous_eval.py --checkpoint "$out/$m/checkpoint.pt" --data "$data" \
     --split tst-COMMON --tgt-langs "$tgt_langs" --max-len-a 1.0 --source-segment-size "$source_segment_size" \
     --threads "$threads" --no-progress "${limit[@]}" "$@" --out "$out/$m/$name" \
     > "$out/$m/$name.log" 2>&1 || { echo "$m/$name failed; see $out/$m/$name.log" >&2; return 1; }
@@ -96,8 +103,9 @@ sweeps_one() {
 
 stage3() {
   python eval/policy_results.py --root "$out" --models "$models" --ks 3,5 \
-    --description "offline=xs unified, full attention, trained offline ($max_update updates)" \
-    --description "multik=xs unified, chunk-causal encoder, multi-k wait-k training ($max_update updates)" \
+    --description "offline=xs unified, full attention, trained offline" \
+    --description "multik=xs unified, chunk-causal encoder, multi-k wait-k training" \
+    --checkpoint "offline=$out/offline/checkpoint.pt" --checkpoint "multik=$out/multik/checkpoint.pt" \
     --out-json "$results_json" --out-md "$results_md" --plot-dir "$plot_dir" --docs "$docs"
 }
 
