@@ -153,10 +153,10 @@ def decode_continuations_greedy(
     eos, pad = int(model.cfg.eos_id), int(model.cfg.pad_id)
     seqs = [[model.start_token_id(lang)] + list(written[lang]) for lang in langs]
     n = max(len(x) for x in seqs)
-    lead = [n - len(x) for x in seqs]
-    toks = torch.tensor([[pad] * p + x for p, x in zip(lead, seqs)], device=dev)  # (R, n)
-    valid = torch.tensor([[False] * p + [True] * len(x) for p, x in zip(lead, seqs)], device=dev)  # (R, n)
-    pos = (torch.arange(n, device=dev)[None, :] - torch.tensor(lead, device=dev)[:, None]).clamp(min=0)
+    n_pad = [n - len(x) for x in seqs]
+    toks = torch.tensor([[pad] * p + x for p, x in zip(n_pad, seqs)], device=dev)  # (R, n)
+    valid = torch.tensor([[False] * p + [True] * len(x) for p, x in zip(n_pad, seqs)], device=dev)  # (R, n)
+    pos = (torch.arange(n, device=dev)[None, :] - torch.tensor(n_pad, device=dev)[:, None]).clamp(min=0)
     causal = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
     mask = causal[None] & valid[:, None, :]
     mask = mask | torch.eye(n, dtype=torch.bool, device=dev)[None]  # a pad row attends itself (no empty row)
@@ -232,10 +232,10 @@ def decode_continuations_beam(
     nl, b = len(langs), beam
     seqs = [[model.start_token_id(lang)] + list(written[lang]) for lang in langs]
     n = max(len(x) for x in seqs)
-    lead = [n - len(x) for x in seqs]
-    toks = torch.tensor([[pad] * p + x for p, x in zip(lead, seqs)], device=dev)  # (R, n)
-    valid = torch.tensor([[False] * p + [True] * len(x) for p, x in zip(lead, seqs)], device=dev)
-    pos = (torch.arange(n, device=dev)[None, :] - torch.tensor(lead, device=dev)[:, None]).clamp(min=0)
+    n_pad = [n - len(x) for x in seqs]
+    toks = torch.tensor([[pad] * p + x for p, x in zip(n_pad, seqs)], device=dev)  # (R, n)
+    valid = torch.tensor([[False] * p + [True] * len(x) for p, x in zip(n_pad, seqs)], device=dev)
+    pos = (torch.arange(n, device=dev)[None, :] - torch.tensor(n_pad, device=dev)[:, None]).clamp(min=0)
     mask = (torch.ones(n, n, dtype=torch.bool, device=dev).tril()[None] & valid[:, None, :]) | torch.eye(
         n, dtype=torch.bool, device=dev)[None]
     st = dec.init_state()

@@ -21,7 +21,7 @@ those of :func:`mmst.simultaneous.search.greedy_waitk_decode` (tested). Once the
 every language writes until EOS or ``floor(max_len_a * S + max_len_b)`` tokens (S = encoder states).
 A wait-k language that wrote EOS stops; an adaptive policy's EOS before the source ends means READ.
 
-Async unified models (issue 8; wait-k only, the same k for all languages): language j (0-based in
+Async unified models (wait-k only, the same k for all languages): language j (0-based in
 ``async_order``) runs at lag ``k + j * async_delta``; elements are written in (t, j) emission order
 into one shared cache, so a lagging language reads the words the leading ones already wrote; once
 the source is finished the languages continue in that order (round-robin; a language whose lag
@@ -394,7 +394,7 @@ class StreamingTranslator:
                 self.done[lang] = True
 
     def _write_async(self, t0: float, out) -> None:
-        """Async unified model: write elements in (t, j) order, t = j * delta + i (issue 8); language
+        """Async unified model: write elements in (t, j) order, t = j * delta + i; language
         j writes its token i+1 once ``k + j * delta + i`` chunks are read (or the source is finished),
         attending exactly those chunks; each element goes into the ONE shared cache at once."""
         fe, m = self.frontend, self.model
