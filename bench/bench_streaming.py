@@ -255,9 +255,13 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         audios = [speechy(float(s), seed=i) for i, s in enumerate(args.utt_seconds.split(","))]
         pr = policy_rows(args, audios, args.tokens_per_state)
+        from mmst.evaluation.policy_compare import provenance
+
+        prov = provenance(["python"] + sys.argv)
         pr.update(segment_ms=args.segment_ms, tokens_per_state=args.tokens_per_state, utt_seconds=args.utt_seconds,
-                  torch=torch.__version__, cpu=platform.processor() or platform.machine(), untrained_forced_length=True,
-                  runtime_s=time.perf_counter() - t0, command=" ".join(sys.argv))
+                  torch=torch.__version__, cpu=prov["machine"]["cpu"], untrained_forced_length=True,
+                  runtime_s=time.perf_counter() - t0, command=prov["command"], date=prov["date"],
+                  git_commit=prov["git_commit"])
         print_policy_rows(pr, args.segment_ms)
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)

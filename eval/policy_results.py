@@ -28,12 +28,29 @@ import sys
 from pathlib import Path
 
 START, END = "<!-- policies-results:start -->", "<!-- policies-results:end -->"
+SPEED_START, SPEED_END = "<!-- policies-speed:start -->", "<!-- policies-speed:end -->"
+
+
+def replace_section(doc: Path, start: str, end: str, body: str) -> None:
+    """Replace the text between the ``start`` and ``end`` markers of ``doc`` with ``body``.
+
+    Raises:
+        ValueError: a marker is missing (naming the file and the marker).
+    """
+    text = doc.read_text()
+    if start not in text or end not in text:
+        raise ValueError(f"{doc}: markers {start} / {end} not found")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    doc.write_text(f"{head}{start}\n{body.rstrip()}\n{end}{tail}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", required=True, help="folder with <model>/<policy>/scores.json")
+    p.add_argument("--root", default=None, help="folder with <model>/<policy>/scores.json")
+    p.add_argument("--bench", default=None,
+                   help="bench/bench_streaming.py JSON whose per-policy rows go into the --docs speed section")
     p.add_argument("--models", default="offline,multik", help="model folders; the first is the offline-trained one")
     p.add_argument("--policies", default="waitk,alignatt,edatt,la,holdn,ctc", help="policy folders to read")
     p.add_argument("--ks", default="3,5", help="wait-k points whose latency the policies are compared at")
@@ -42,9 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", action="append", default=[], metavar="MODEL=PATH",
                    help="the checkpoint a model's sweeps decoded (its training updates go into the results)")
     p.add_argument("--title", default="Simultaneous policies on the hard synthetic corpus")
-    p.add_argument("--out-json", required=True, help="results JSON")
-    p.add_argument("--out-md", required=True, help="results Markdown")
-    p.add_argument("--plot-dir", required=True, help="folder for <prefix>_<model>.png")
+    p.add_argument("--out-json", default=None, help="results JSON (required with --root)")
+    p.add_argument("--out-md", default=None, help="results Markdown (required with --root)")
+    p.add_argument("--plot-dir", default=None, help="folder for <prefix>_<model>.png (required with --root)")
     p.add_argument("--plot-prefix", default="policies_hard", help="plot file name prefix")
     p.add_argument("--docs", default=None, help="Markdown file whose marked section receives the summary tables")
     return p
@@ -63,6 +80,25 @@ def main(argv: list[str] | None = None) -> int:
         summary,
     )
 
+    if args.bench:
+        from mmst.evaluation.policy_compare import render_speed
+
+        if not args.docs:
+            print("error: --bench needs --docs", file=sys.stderr)
+            return 1
+        try:
+            replace_section(Path(args.docs), SPEED_START, SPEED_END,
+                            "<!-- rendered by eval/policy_results.py; do not edit -->\n"
+                            + render_speed(json.loads(Path(args.bench).read_text()), args.bench))
+        except (ValueError, OSError, KeyError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(f"wrote the speed section of {args.docs}")
+        if args.root is None:
+            return 0
+    if args.root is None or not (args.out_json and args.out_md and args.plot_dir):
+        print("error: --root, --out-json, --out-md and --plot-dir are needed for the comparison", file=sys.stderr)
+        return 1
     root = Path(args.root)
     models = [m for m in args.models.split(",") if m]
     ks = [int(k) for k in args.ks.split(",") if k]
@@ -113,19 +149,16 @@ def main(argv: list[str] | None = None) -> int:
     out_md.parent.mkdir(parents=True, exist_ok=True)
     out_md.write_text(md)
     if args.docs:
-        doc = Path(args.docs)
-        text = doc.read_text()
-        if START not in text or END not in text:
-            print(f"error: {doc}: markers {START} / {END} not found", file=sys.stderr)
-            return 1
-        head, rest = text.split(START, 1)
-        _, tail = rest.split(END, 1)
         section = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
-        block = (f"{START}\n<!-- rendered by eval/policy_results.py from {args.out_json}; do not edit -->\n"
-                 f"Test set: {res['split']}, first {res['n_utterances']} utterances; results of "
-                 f"{res['provenance']['date']} (commit `{res['provenance']['git_commit']}`).\n{section.rstrip()}\n\n"
-                 f"Full tables: [{out_md.name}](results/{out_md.name}).\n{END}")
-        doc.write_text(head + block + tail)
+        body = (f"<!-- rendered by eval/policy_results.py from {args.out_json}; do not edit -->\n"
+                f"Test set: {res['split']}, first {res['n_utterances']} utterances; results of "
+                f"{res['provenance']['date']} (commit `{res['provenance']['git_commit']}`).\n{section.rstrip()}\n\n"
+                f"Full tables: [{out_md.name}](results/{out_md.name}).")
+        try:
+            replace_section(Path(args.docs), START, END, body)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     print(f"wrote {args.out_json}, {out_md}" + (f", {args.docs}" if args.docs else ""))
     return 0
 
