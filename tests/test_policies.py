@@ -122,7 +122,7 @@ def test_attention_capture_leaves_logits_unchanged(arch):
     b = dec.step(toks, st2, enc, attn_layers=(0, 1))
     assert torch.equal(a, b)
     w = st2.cross_attn[1]
-    assert w.shape == (1, 4, 11) and torch.allclose(w.sum(-1), torch.ones(1, 4), atol=1e-5)
+    assert w.shape == (1, 4, 4, 11) and torch.allclose(w.sum(-1), torch.ones(1, 4, 4), atol=1e-5)
     assert st1.cross_attn == {}
     # the weights are those of the layer: recompute layer 0's by hand from its inputs
     layer = dec.layers[0]
@@ -134,7 +134,7 @@ def test_attention_capture_leaves_logits_unchanged(arch):
     x = x + layer.self_attn.attend(layer.self_attn.project_q(h), k, v, causal_mask(4)[None])
     q = layer.encoder_attn.project_q(layer.encoder_attn_layer_norm(x))
     ck, _ = layer.encoder_attn.project_kv(enc)
-    manual = torch.softmax(q @ ck.transpose(-1, -2) / (q.size(-1) ** 0.5), -1).mean(1)
+    manual = torch.softmax(q @ ck.transpose(-1, -2) / (q.size(-1) ** 0.5), -1)  # (1, H, 4, S)
     assert torch.allclose(st2.cross_attn[0], manual, atol=1e-5)
 
 
@@ -359,3 +359,24 @@ def test_batched_beam_continuations_equal_one_language_at_a_time(beam):
         assert got[lang][0] == ref[0], lang
         assert np.allclose(got[lang][1], ref[1], atol=1e-4)
     assert any(len(got[lang][0]) > 2 for lang in LANGS)
+
+
+def test_selected_heads():
+    spec = make_spec("alignatt", {"frames": "2", "heads": "0+2"})
+    assert spec.kwargs["heads"] == (0, 2) and spec.label() == "alignatt-frames2-heads0+2"
+    m = make(seed=19)  # 4 heads
+    pol = build_policy(spec, m)
+    assert pol.heads == (0, 2) and pol.describe() == "alignatt(frames=2, layer=1, heads=0+2)"
+    with pytest.raises(ValueError, match="parameter heads must be in 0..3"):
+        build_policy(make_spec("edatt", {"heads": "1+4"}), m)
+    with pytest.raises(ValueError, match="policy parameter heads"):
+        make_spec("alignatt", {"heads": "1+1"})
+    # heads 0+2 vs all heads: different attention, so (on this model) different decisions
+    wav = audio(1.8, seed=19)
+    runs = {}
+    for h in ("0+2", "1+3", None):
+        args = {"frames": "3"} if h is None else {"frames": "3", "heads": h}
+        tr = StreamingTranslator(m, None, LANGS, cmvn=CMVN, max_len_b=15, policy=make_spec("alignatt", args))
+        tr.translate(wav, 320.0)
+        runs[h] = tr.token_delays
+    assert runs["0+2"] != runs["1+3"] or runs["0+2"] != runs[None]

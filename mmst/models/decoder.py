@@ -39,8 +39,8 @@ class DecoderState:
             languages).
         cross_len: encoder states whose cross keys/values are cached.
         num_tokens: tokens consumed so far (default positions continue from here).
-        cross_attn: ``{layer: (B, n, S)}`` head-averaged cross-attention of the last :meth:`~TransformerDecoder.step`
-            for the layers it was asked for (empty otherwise).
+        cross_attn: ``{layer: (B, H, n, S)}`` cross-attention probabilities of the last
+            :meth:`~TransformerDecoder.step`, per head, for the layers it was asked for (empty otherwise).
     """
 
     def __init__(self, num_layers: int) -> None:
@@ -243,8 +243,8 @@ class TransformerDecoder(nn.Module):
             self_attn_mask: ``(B or 1, n, L_prev + n)``; default causal.
             positions: ``(B, n)`` 0-based; default ``num_tokens .. num_tokens + n - 1``.
             extra_embed: ``(B, n, D)``.
-            attn_layers: 0-based layers whose cross-attention, averaged over heads, is stored in
-                ``state.cross_attn[layer]`` as ``(B, n, S)`` (AlignAtt/EDAtt); the logits are the same
+            attn_layers: 0-based layers whose cross-attention probabilities are stored in
+                ``state.cross_attn[layer]`` as ``(B, H, n, S)`` (AlignAtt/EDAtt); the logits are the same
                 with or without.
 
         Returns:
@@ -271,6 +271,6 @@ class TransformerDecoder(nn.Module):
             sink: list | None = [] if li in attn_layers else None
             x, _ = layer(x, cross_cache.get(), self_attn_mask, cross_attn_mask, self_cache, sink)
             if sink:
-                state.cross_attn[li] = sink[0].mean(dim=1)  # (B, n, S)
+                state.cross_attn[li] = sink[0]  # (B, H, n, S)
         state.num_tokens += n
         return self._out(x)

@@ -109,17 +109,20 @@ def decode_continuation(
 
 @torch.no_grad()
 def forced_cross_attention(
-    model, lang: str, written: list[int], continuation: list[int], states: torch.Tensor, layer: int
+    model, lang: str, written: list[int], continuation: list[int], states: torch.Tensor, layer: int,
+    heads: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
-    """Cross-attention ``(len(continuation), S)`` of decoder ``layer`` (averaged over heads) for each
-    continuation token, from one teacher-forced call over ``[start] + written + continuation[:-1]``."""
+    """Cross-attention ``(len(continuation), S)`` of decoder ``layer``, averaged over ``heads`` (default
+    all), for each continuation token, from one teacher-forced call over
+    ``[start] + written + continuation[:-1]``."""
     if not continuation:
         return torch.zeros(0, states.size(1), device=states.device)
     dec, extra = _decoder(model, lang)
     st = dec.init_state()
     x = torch.tensor([[model.start_token_id(lang)] + list(written) + list(continuation[:-1])], device=states.device)
     dec.step(x, st, states, extra_embed=extra, attn_layers=(layer,))
-    return st.cross_attn[layer][0, len(written):]  # (len(continuation), S)
+    a = st.cross_attn[layer][0, :, len(written):]  # (H, len(continuation), S)
+    return (a if heads is None else a[list(heads)]).mean(dim=0)
 
 
 @torch.no_grad()

@@ -316,7 +316,9 @@ class StreamingTranslator:
                 elif tok == eos and pol.adaptive:
                     write = 0
                 else:
-                    a = attn[lang].get(self._layer(lang, n_layers)) if pol.needs_attn else None
+                    a = attn[lang].get(self._layer(lang, n_layers)) if pol.needs_attn else None  # (H, S)
+                    if a is not None:
+                        a = (a if pol.heads is None else a[list(pol.heads)]).mean(dim=0)
                     score = float(torch.log_softmax(lg.float(), -1)[tok])
                     write = pol.decide(PolicyState(i=i, n_chunks=fe.num_chunks, n_states=s, source_finished=False,
                                                    written=self.tokens[lang], candidates=[tok], scores=[score],
@@ -377,7 +379,7 @@ class StreamingTranslator:
                 attn = None
                 if pol.needs_attn:
                     layer = self._layer(lang, int(self.model.cfg.decoder_layers))
-                    attn = forced_cross_attention(self.model, lang, written, cont, states, layer)
+                    attn = forced_cross_attention(self.model, lang, written, cont, states, layer, pol.heads)
                 n = pol.decide(PolicyState(i=len(written) + 1, n_chunks=fe.num_chunks, n_states=states.size(1),
                                            source_finished=False, written=written, candidates=cont, scores=scores,
                                            attn=attn, history=self._history[lang], src_tokens=self._src_tokens,

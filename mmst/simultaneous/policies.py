@@ -68,7 +68,8 @@ class Policy:
 
     Class attributes: ``name`` (CLI name), ``kind`` (``"token"`` or ``"hypothesis"``), ``adaptive``
     (True: EOS before the source ends means READ), ``needs_ctc`` (needs the model's CTC head),
-    ``needs_attn`` (needs cross-attention from the decoder layer ``self.layer``; None = ``L // 2``).
+    ``needs_attn`` (needs cross-attention from the decoder layer ``self.layer``, None = ``L // 2``,
+    averaged over the heads ``self.heads``, None = all).
     """
 
     name: ClassVar[str] = ""
@@ -94,13 +95,23 @@ class Policy:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
     def describe(self) -> str:
-        """``name(k=v, ...)``."""
-        return f"{self.name}(" + ", ".join(f"{k}={v}" for k, v in self.params().items() if v is not None) + ")"
+        """``name(k=v, ...)`` (parameters that are None left out; heads as ``0+2``)."""
+        return f"{self.name}(" + ", ".join(
+            f"{k}={'+'.join(map(str, v)) if isinstance(v, tuple) else v}"
+            for k, v in self.params().items() if v is not None) + ")"
 
 
 def _check(cond: bool, param: str, msg: str, value) -> None:
     if not cond:
         raise ValueError(f"policy parameter {param} {msg}, got {value!r}")
+
+
+def _check_layer_heads(layer, heads) -> None:
+    if layer is not None:
+        _check(layer >= 0, "layer", "must be >= 0", layer)
+    if heads is not None:
+        _check(len(heads) > 0 and all(h >= 0 for h in heads) and len(set(heads)) == len(heads), "heads",
+               "must be distinct heads >= 0", heads)
 
 
 @dataclass(frozen=True)
@@ -167,17 +178,18 @@ class AlignAttPolicy(Policy):
         frames: f >= 1 (FBK's ``--frame-num``).
         layer: 0-based decoder layer (FBK's ``--extract-attn-from-layer``); None = ``L // 2`` for an
             L-layer decoder (FBK's layer 3 of 6).
+        heads: 0-based attention heads averaged (``heads=0+2`` on the command line); None = all.
     """
 
     frames: int = 4
     layer: int | None = None
+    heads: tuple[int, ...] | None = None
     name: ClassVar[str] = "alignatt"
     needs_attn: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         _check(isinstance(self.frames, int) and self.frames >= 1, "frames", "must be an integer >= 1", self.frames)
-        if self.layer is not None:
-            _check(self.layer >= 0, "layer", "must be >= 0", self.layer)
+        _check_layer_heads(self.layer, self.heads)
 
     def decide(self, st: PolicyState) -> int:
         """Count of leading candidates whose most attended frame lies before the last ``frames``."""
@@ -201,19 +213,20 @@ class EDAttPolicy(Policy):
         alpha: threshold in (0, 1] (FBK's ``--attn-threshold``); larger = lower latency.
         frames: lambda >= 1 (FBK's ``--frame-num``).
         layer: 0-based decoder layer (FBK's ``--extract-attn-from-layer``); None = ``L // 2``.
+        heads: 0-based attention heads averaged; None = all.
     """
 
     alpha: float = 0.2
     frames: int = 2
     layer: int | None = None
+    heads: tuple[int, ...] | None = None
     name: ClassVar[str] = "edatt"
     needs_attn: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         _check(0.0 < float(self.alpha) <= 1.0, "alpha", "must be in (0, 1]", self.alpha)
         _check(isinstance(self.frames, int) and self.frames >= 1, "frames", "must be an integer >= 1", self.frames)
-        if self.layer is not None:
-            _check(self.layer >= 0, "layer", "must be >= 0", self.layer)
+        _check_layer_heads(self.layer, self.heads)
 
     def decide(self, st: PolicyState) -> int:
         """Count of leading candidates whose attention on the last ``frames`` states is below ``alpha``."""

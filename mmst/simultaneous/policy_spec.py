@@ -62,8 +62,14 @@ def _convert(name: str, key: str, value: str):
             return float(v)
         except ValueError:
             raise ValueError(f"policy {name}: parameter {key} must be a number, got {v!r}") from None
-    if key in ("layer", "k") and v.lower() in ("none", "offline", ""):
+    if key in ("layer", "k", "heads") and v.lower() in ("none", "offline", "", "all"):
         return None
+    if key == "heads":
+        try:
+            return tuple(int(h) for h in v.split("+"))
+        except ValueError:
+            raise ValueError(f"policy {name}: parameter heads must be head numbers joined by '+' (0+2), "
+                             f"got {v!r}") from None
     try:
         return int(v)
     except ValueError:
@@ -89,12 +95,16 @@ class PolicySpec:
 
     def label(self) -> str:
         """Short label for reports and folders: ``waitk-k3``, ``alignatt-frames4-layer1``."""
-        parts = [self.name] + [f"{k}{v}" for k, v in self.args]
+        parts = [self.name] + [f"{k}{_fmt(v)}" for k, v in self.args]
         return "-".join(parts)
 
     def describe(self) -> str:
         """``name(k=v, ...)``."""
-        return f"{self.name}(" + ", ".join(f"{k}={v}" for k, v in self.args) + ")"
+        return f"{self.name}(" + ", ".join(f"{k}={_fmt(v)}" for k, v in self.args) + ")"
+
+
+def _fmt(v) -> str:
+    return "+".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
 
 
 def make_spec(name: str, args: dict | None = None) -> PolicySpec:
@@ -228,6 +238,10 @@ def build_policy(spec: PolicySpec | Policy | str, model) -> Policy:
         if not 0 <= layer < n_layers:
             raise ValueError(f"policy {pol.name}: parameter layer must be in 0..{n_layers - 1} "
                              f"(the decoder has {n_layers} layers), got {layer}")
+        n_heads = int(model.cfg.attention_heads)
+        if pol.heads is not None and max(pol.heads) >= n_heads:
+            raise ValueError(f"policy {pol.name}: parameter heads must be in 0..{n_heads - 1} "
+                             f"(the decoder has {n_heads} heads), got {'+'.join(map(str, pol.heads))}")
         pol = dataclasses.replace(pol, layer=layer)
     if isinstance(pol, WaitKPolicy) and pol.ratio != model.pre_decision_ratio:
         pol = dataclasses.replace(pol, ratio=model.pre_decision_ratio)

@@ -62,8 +62,8 @@ class LanguageStepper:
             attn_layers: decoder layers whose cross-attention to return.
 
         Returns:
-            ``({lang: logits (V,)}, {lang: {layer: attention (S_vis,)}})``; attention rows cover the
-            first ``n_visible[lang]`` states.
+            ``({lang: logits (V,)}, {lang: {layer: attention (H, S_vis)}})`` (per head); attention rows
+            cover the first ``n_visible[lang]`` states.
         """
         dev = states.device
         logits: dict[str, torch.Tensor] = {}
@@ -102,7 +102,7 @@ class LanguageStepper:
                 if lang not in asked:
                     continue
                 logits[lang] = out[r, -1]
-                attn[lang] = {li: a[r, -1, : n_visible[lang]] for li, a in st.cross_attn.items()}
+                attn[lang] = {li: a[r, :, -1, : n_visible[lang]] for li, a in st.cross_attn.items()}
                 self.pos[lang] += 1
                 self._last_col[lang] = (g, col, r)
         return logits, attn
