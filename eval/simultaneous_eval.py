@@ -138,11 +138,11 @@ def load_utterances(data_dir: Path, split: str, langs: list[str], limit: int | N
     return out
 
 
-def read_audio(u: dict[str, Any], peak_normalize: float | None = None) -> np.ndarray:
+def read_audio(u: dict[str, Any]) -> np.ndarray:
     """Audio of one utterance (16 kHz mono float32); unreadable/empty audio -> warning + empty array.
 
-    ``peak_normalize``: the DATA's ``fbank.peak_normalize`` (its features were computed on clips scaled
-    to this peak, ``mmst.data.multiway``); the same gain is applied here so the streamed audio matches.
+    No gain here: the DATA's ``fbank.peak_normalize`` is applied causally, chunk by chunk, by the
+    translator (``mmst.evaluation.loading.PeakGainTranslator``), exactly as in the SimulEval agent.
     """
     from mmst.audio import AudioError, load_audio
 
@@ -156,8 +156,6 @@ def read_audio(u: dict[str, Any], peak_normalize: float | None = None) -> np.nda
     peak = float(np.abs(x).max()) if x.size else 0.0
     if x.size and peak < 1e-4:
         logger.warning("utterance %s: silent audio (peak %.1e); translating it anyway", u["id"], peak)
-    if peak_normalize is not None and peak > 0:
-        x = x * np.float32(peak_normalize / peak)
     return x
 
 
@@ -261,7 +259,7 @@ def _main(args: argparse.Namespace) -> int:
     units = {lang: (latency_unit_for(lang) if args.eval_latency_unit == "auto" else args.eval_latency_unit)
              for lang in langs}
     utts = load_utterances(data_dir, args.split, langs, args.max_utterances)
-    audios = [read_audio(u, system.peak_normalize) for u in tqdm(utts, desc="audio", disable=args.no_progress)]
+    audios = [read_audio(u) for u in tqdm(utts, desc="audio", disable=args.no_progress)]
     if all(a.size == 0 for a in audios):
         raise EvalError(f"no readable audio in {args.split} ({len(utts)} utterances)")
     base_cfg = {
