@@ -47,6 +47,7 @@ from mmst.training.checkpoint import (
 )
 from mmst.training.config import TrainConfig, config_to_dict, normalize_waitk_list
 from mmst.training.optim import InverseSqrtSchedule, build_optimizer, set_optimizer_implementation
+from mmst.training.step import bf16_warning
 from mmst.training.strategy import SingleProcessStrategy, UpdateResult
 
 logger = logging.getLogger("mmst.train")
@@ -560,6 +561,9 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     device = resolve_device(cfg.device)
+    slow_bf16 = bf16_warning(device, cfg.precision)
+    if slow_bf16:
+        logger.warning("%s", slow_bf16)
     seed_everything(cfg.seed)
 
     resume_ckpt = None
