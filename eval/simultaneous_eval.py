@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "more threads add synchronisation and, on a busy machine, can be 100x slower; 0 = torch's "
                         "choice)")
     p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--simuleval-compat", action="store_true",
+                   help="count reference words as SimulEval 1.1.4 does (split on single spaces, so repeated or "
+                        "trailing spaces add words) to reproduce its AL/LAAL/AP; default: whitespace-separated words")
     p.add_argument("--no-progress", action="store_true", help="disable the tqdm progress bar")
     return p
 
@@ -200,7 +203,8 @@ def run_one(
     for lang in langs:
         write_instances(out_dir / lang / "instances.log", instances[lang])
         try:
-            sr = score_instances(instances[lang], lang, units[lang], computation_aware=True)
+            sr = score_instances(instances[lang], lang, units[lang], computation_aware=True,
+                                 simuleval_compat=bool(config.get("simuleval_compat", False)))
         except ScoringError as e:
             logger.warning("%s: %s", lang, e)
             per_lang[lang] = {"info": {"error": str(e)}}
@@ -267,7 +271,7 @@ def _main(args: argparse.Namespace) -> int:
         "source_segment_size_ms": args.source_segment_size, "max_len_a": args.max_len_a,
         "max_len_b": args.max_len_b, "min_len": args.min_len, "latency_units": units,
         "offline": bool(args.offline), "joint_decoding": True, "fbank": system.fbank_kwargs,
-        "peak_normalize": system.peak_normalize,
+        "peak_normalize": system.peak_normalize, "simuleval_compat": bool(args.simuleval_compat),
     }
     results: dict[str, Any] = {}
     for k in ks:
