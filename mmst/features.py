@@ -28,6 +28,9 @@ left (nearly) untouched. Measured on the 7 FLEURS clips of ../shared/data (peak 
 scale): on the louder half of the frames, Kaldi-style dither changes the log-mel values of the
 quiet clips by 0.2-0.73 nats on average, ``"silence"`` mode by 0.00-0.09.
 
+Gain: :class:`CausalPeakGain` is the optional level normalisation of a DATA (``fbank.peak_normalize``):
+a running-peak gain that uses only past samples, so prep (whole clips) and streaming (chunks) agree.
+
 CMVN: :class:`CMVNAccumulator` gathers float64 streaming sums over training features and yields a
 :class:`GlobalCMVN` (saved as ``gcmvn.npz`` with keys ``mean`` and ``std``, fairseq-compatible);
 :func:`utterance_cmvn` is the per-utterance alternative.

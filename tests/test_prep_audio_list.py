@@ -87,6 +87,13 @@ def test_audio_list_without_vocab_from_and_peak_normalize(tmp_path) -> None:
     # log-mel shifts by 2 ln(gain) under a gain change (up to opus rounding and the dither floor)
     assert abs(float(np.median(fb - fa)) - 2 * np.log(gain)) < 0.5
     assert load_data_config(out2)["fbank"]["peak_normalize"] == 0.5
+    # the stored features are the causal gain's (the rule the evaluation and the agent apply chunk by chunk)
+    from mmst.audio import load_audio
+    from mmst.features import causal_peak_normalize, dither_seed_for
+
+    wave = causal_peak_normalize(load_audio(b["wav"]), 0.5)
+    want = fbank(wave, dither=1.0, dither_seed=dither_seed_for(b["id"]), dither_mode="silence")
+    np.testing.assert_allclose(fb, want, atol=1e-4)
 
 
 def test_audio_list_bad_input(tmp_path) -> None:

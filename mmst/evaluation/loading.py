@@ -66,7 +66,8 @@ def resolve_data_dir(checkpoint: str | Path, data_dir: str | Path | None, ckpt: 
                 raise LoadError(str(e)) from None
         data_dir = ckpt.get("data_dir")
         if not data_dir:
-            raise LoadError(f"{checkpoint} records no data_dir: pass --data DATA")
+            raise LoadError(f"{checkpoint} records no data_dir: pass the DATA directory "
+                            "(--data; --mmst-data for the SimulEval agent)")
     d = Path(data_dir)
     if not (d / "config.yaml").is_file():
         raise LoadError(f"{d}: no config.yaml (not a DATA directory)")
