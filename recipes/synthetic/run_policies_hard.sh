@@ -42,15 +42,17 @@ results_json=docs/results/policies_hard.json
 results_md=docs/results/policies_hard.md
 plot_dir=docs/images
 docs=docs/policies.md
+eval_args=""                 # extra options for every eval/simultaneous_eval.py call, e.g. "--max-len-a 0.12"
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs max_update max_utterances source_segment_size threads
   jobs models checkpoint waitk_args alignatt_args edatt_args la_args holdn_args ctc_args policies results_json results_md
-  plot_dir docs)
+  plot_dir docs eval_args)
 parse_options "$@"
 
 data=$exp_dir/data
 out=$exp_dir/policies
 limit=()
 [ "$max_utterances" -gt 0 ] && limit=(--max-utterances "$max_utterances")
+read -r -a extra <<< "$eval_args"
 IFS=, read -r -a model_list <<< "$models"
 
 stage0() {
@@ -77,7 +79,7 @@ evaluate() {  # evaluate MODEL NAME [options...]: one eval/simultaneous_eval.py 
   fi
   nice -n 2 python eval/simultaneous_eval.py --checkpoint "$out/$m/checkpoint.pt" --data "$data" \
     --split tst-COMMON --tgt-langs "$tgt_langs" --max-len-a 1.0 --source-segment-size "$source_segment_size" \
-    --threads "$threads" --no-progress "${limit[@]}" "$@" --out "$out/$m/$name" \
+    --threads "$threads" --no-progress "${limit[@]}" "${extra[@]}" "$@" --out "$out/$m/$name" \
     > "$out/$m/$name.log" 2>&1 || { echo "$m/$name failed; see $out/$m/$name.log" >&2; return 1; }
   echo "$m/$name: $(grep -E 'BLEU' "$out/$m/$name.log" | tail -n 1)"
 }
