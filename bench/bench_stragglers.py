@@ -56,11 +56,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from provenance import RESULTS_DIR, run_record
 
 from mmst.distributed.env import find_free_port
 from mmst.distributed.run import build_parser, train
 from mmst.distributed.straggler_model import expected_max_sum_blom, expected_max_sum_mc
-from provenance import RESULTS_DIR, run_record
 
 SCENARIOS = {"cv0": ("const", False), "ln0.3": ("lognormal:cv=0.3", False),
              "ln0.5": ("lognormal:cv=0.5", False), "slow": ("const", True)}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Print one summary table of ``bench/results/*.json`` (written by ``bench/run_all.sh``).
+"""Print one summary table of ``docs/results/*.json`` (written by ``bench/run_all.sh``).
 
 Each row: benchmark, measure, value, goal. Missing files or keys are shown as ``-``.
 """
@@ -63,9 +63,10 @@ def rows(results: Path) -> list[tuple[str, str, str, str]]:
         goal = ">= 40% (s, 2t, fp32)" if r["size"] == "s" and r["threads"] == 2 and prec in ("fp32", "auto") else ""
         out.append(("train", f"{r['size']} {r['threads']}t {r['device']} {prec}: frames/s, tokens/s, MFU (same-dtype peak)",
                     f"{r['frames_per_s']:.0f}, {r['tokens_per_s']:.0f}, {100 * r['mfu']:.1f}%", goal))
-    g = load("stragglers")
-    if g:
-        out.append(("stragglers", "table in stragglers.json (table_markdown)", f"{len(g.get('rows', []))} rows", ""))
+    for name in ("stragglers_quick", "stragglers"):
+        g = load(name)
+        if g:
+            out.append(("stragglers", f"table in {name}.json (table_markdown)", f"{len(g.get('rows', []))} rows", ""))
     v = load("vs_fairseq")
     if v.get("skipped"):
         out.append(("vs_fairseq", "skipped", "fairseq not installed", ""))
@@ -82,9 +83,9 @@ def rows(results: Path) -> list[tuple[str, str, str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the table for ``argv[0]`` (default bench/results)."""
+    """Print the table for ``argv[0]`` (default docs/results)."""
     argv = sys.argv[1:] if argv is None else argv
-    results = Path(argv[0] if argv else Path(__file__).parent / "results")
+    results = Path(argv[0] if argv else Path(__file__).resolve().parents[1] / "docs" / "results")
     print("| bench | measure | value | goal |")
     print("|---|---|---|---|")
     for r in rows(results):
