@@ -1,4 +1,4 @@
-"""Smoke runs of the benchmarks' fastest modes; marked slow (about 30 s in total)."""
+"""Smoke runs of the benchmarks' fastest modes (issue 9); marked slow (about 30 s in total)."""
 
 from __future__ import annotations
 

@@ -48,7 +48,6 @@ def test_check_detects_a_table_edited_by_hand(tmp_path):
     cells[2] = str(int(cells[2]) + 1)
     doc.write_text(good.replace(row, " | ".join(cells)))
     assert render_docs.run(check=True, files=[doc]) == [doc]
-    assert render_docs.main(["--check"]) == 0  # the repository itself is untouched
 
 
 def test_bad_markers_name_file_and_line(tmp_path):

@@ -368,7 +368,7 @@ def _load(name: str, cache: dict[str, Any]) -> Any:
         try:
             cache[name] = json.loads(p.read_text())
         except (OSError, ValueError) as e:
-            raise RenderError(f"{p}: cannot read results JSON: {e}") from e
+            raise RenderError(f"docs/results/{name}: cannot read results JSON: {e}") from e
     return cache[name]
 
 
