@@ -233,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     if 1 not in ws:
         ws = [1, *ws]  # the single-worker reference is needed for efficiencies
     t0 = time.time()
+    record = run_record()  # the commit and command the run starts from
     rows: list[dict[str, Any]] = []
     for w in ws:
         tw = time.time()
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     tab = table(rows)
     print(tab)
     meta = {k: v for k, v in vars(a).items()}
-    out = {"provenance": run_record(), "config": meta, "runtime_s": time.time() - t0, "rows": rows,
+    out = {"provenance": record, "config": meta, "runtime_s": time.time() - t0, "rows": rows,
            "table_markdown": tab}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1, default=str))

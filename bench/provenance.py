@@ -4,6 +4,8 @@ Every results JSON under ``docs/results/`` carries one such record under the key
 number in the docs can be traced to the run that produced it (development machines differ between
 AVX-512/AMX Intel and AVX2 AMD CPUs, and throughput moves by about 2x between them).
 
+Call :func:`run_record` when the run starts (the commit it records is the code that ran).
+
 Usage (bench scripts put ``bench/`` on ``sys.path`` by being run as ``python bench/<script>.py``)::
 
     from provenance import run_record
