@@ -25,7 +25,7 @@ import shutil
 import tempfile
 import time
 
-from provenance import RESULTS_DIR
+from provenance import RESULTS_DIR, run_record
 
 from mmst.data.mustc import AlignParams, align_segments, build_report, read_pair_split
 
@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
         for m in g.matches.values():
             methods[m.method] = methods.get(m.method, 0) + 1
     result = {
+        "provenance": run_record(),
         "segments": len(segs),
         "pairs": len(langs),
         "segments_per_pair": gen["per_pair"],
