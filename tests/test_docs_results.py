@@ -108,3 +108,38 @@ def test_bench_summary_reads_docs_results():
     single = next(x for x in json.loads((RESULTS / "features.json").read_text())["results"]
                   if x["task"] == "fbank" and x["jobs"] == 1)
     assert feat[2] == f"{single['x_realtime_per_cpu_second']:.0f}"
+
+
+def test_quickstart_collection_and_tables(tmp_path):
+    """tools/collect_quickstart.py reads what recipes/synthetic/run.sh writes (a k sweep, one k on
+    tst-unseen, stage markers); the README's quickstart tables render from it."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import collect_quickstart
+
+    langs = ["de", "ja"]
+
+    def scores(bleu):
+        return {"BLEU": bleu, "AL": 1000.0 + bleu, "LAAL": 1001.5, "AL_CA": 1020.25, "AP": 0.7}
+
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval_unseen").mkdir()
+    (tmp_path / ".done").mkdir()
+    sweep = {"sweep": {f"k{k}": {"per_lang": {lang: scores(90 + k + i) for i, lang in enumerate(langs)},
+                                 "average": scores(91 + k), "rtf": 0.1} for k in (1, 3)}, "ks": [1, 3], "langs": langs}
+    (tmp_path / "eval" / "scores.json").write_text(json.dumps(sweep))
+    (tmp_path / "eval_unseen" / "scores.json").write_text(json.dumps(
+        {"per_lang": {lang: {**scores(80.0), "info": {}} for lang in langs}, "average": scores(80.0),
+         "config": {"waitk": 3}}))
+    (tmp_path / ".done" / "stage2").write_text("460\n")
+    d = collect_quickstart.collect(tmp_path, "make demo")
+    assert d["provenance"]["command"] == "make demo" and d["stage_seconds"] == {"2": 460}
+    tab = render_docs.quickstart_sweep(d["tst-COMMON"]).splitlines()
+    assert tab[0] == "| lang | k | BLEU | AL | LAAL | AL_CA |"
+    assert "| ja | 3 | 94.00 | 1094.00 | 1001.50 | 1020.25 |" in tab
+    assert tab[-1] == "| avg | 3 | 94.00 | 1094.00 | 1001.50 | 1020.25 |"
+    unseen = render_docs.quickstart_single(d["tst-unseen"])
+    assert unseen.startswith("wait-3:") and "| avg | 80.00 | 1080.00 |" in unseen
+    assert "| 2 | train the xs unified model (multi-k wait-k) | 460 |" in render_docs.quickstart_stages(d)
+    (tmp_path / "eval" / "scores.json").write_text(json.dumps({"per_lang": {}}))
+    with pytest.raises(SystemExit, match="not a k sweep"):
+        collect_quickstart.collect(tmp_path, "make demo")
