@@ -259,7 +259,7 @@ def train(d: Mapping[str, Any]) -> str:
     """Training throughput and MFU per size, threads and precision."""
     rows = [[r["size"], params_m(r["params"]), r["threads"], r.get("precision", "fp32"), num(r["s_per_update"]),
              num(r["frames_per_s"], "{:.0f}"), num(r["tokens_per_s"], "{:.0f}"), num(r["model_gflop_per_update"], "{:.1f}"),
-             num(r["achieved_gflops"], "{:.1f}"), num(r["peak_gflops"], "{:.1f}"), num(100 * r["mfu"], "{:.1f}") + "%",
+             num(r["achieved_gflops"], "{:.1f}"), num(r["peak_gflops"], "{:.1f}"), (num(100 * r["mfu"], "{:.1f}") + "%" if r.get("mfu") is not None else "BUG (>100%)"),
              num(r.get("peak_rss_mb"), "{:.0f}")] for r in d["results"]]
     return md_table(["size", "params", "threads", "precision", "s/update", "frames/s", "target tokens/s",
                      "GFLOP/update (fwd+bwd)", "achieved GFLOP/s", "peak GFLOP/s (same dtype)", "MFU", "peak RSS MiB"],
