@@ -108,6 +108,22 @@ def _k(k: str) -> str:
     return "offline" if k == "offline" else f"k={k[1:]}"
 
 
+def compare_langs(d: Mapping[str, Any]) -> str:
+    """The systems (parameters, seeds, languages), then one table per language and ``avg``: rows = systems,
+    columns = ``<metric> k=<k>``, from a ``comparison.json`` of ``eval/compare_systems.py``."""
+    systems, ks, metrics = d["systems"], d["ks"], d.get("metrics", ["BLEU", "AL"])
+    out = [md_table(["system", "parameters", "seeds", "languages"],
+                    [[s, params_m(d["params"].get(s)), (d.get("n_seeds") or {}).get(s, 1),
+                      ", ".join(x for x in d["results"][s] if x != "avg")] for s in systems])]
+    for lang in [*d["langs"], "avg"]:
+        rows = [[s, params_m(d["params"].get(s)),
+                 *(_cmp_cell(d["results"][s][lang].get(k, {}).get(m), m) for k in ks for m in metrics)]
+                for s in systems if d["results"][s].get(lang) is not None]
+        title = lang if lang != "avg" else "avg (unweighted mean over each system's languages)"
+        out += [f"### {title}", md_table(["system", "params", *(f"{m} {_k(k)}" for k in ks for m in metrics)], rows)]
+    return "\n\n".join(out)
+
+
 def hard_waitk(d: Mapping[str, Any]) -> str:
     """BLEU (AL ms) per language and model at k = 1, 3, 5 and offline, and the drop vs offline."""
     wk = [k for k in d["ks"] if k != "offline"]
@@ -301,7 +317,7 @@ class Table:
 
     json: str
     render: Callable[[Mapping[str, Any]], str]
-    subkey: str | None = None  # render ``data[subkey]`` (provenance is still read from the top level)
+    subkey: str | None = None  # render ``data[k1][k2]..`` for subkey "k1/k2" (provenance from the top level)
 
 
 TABLES: dict[str, Table] = {
@@ -309,7 +325,13 @@ TABLES: dict[str, Table] = {
     "quickstart-unseen": Table("quickstart.json", quickstart_single, "tst-unseen"),
     "quickstart-stages": Table("quickstart.json", quickstart_stages),
     "offline-xs": Table("offline_xs_10min.json", offline_bleu),
+    "offline-xs.tst-COMMON": Table("offline_xs_10min.json", compare_langs, "results/tst-COMMON"),
+    "offline-xs.tst-unseen": Table("offline_xs_10min.json", compare_langs, "results/tst-unseen"),
     "hard-waitk": Table("hard_waitk.json", hard_waitk),
+    "hard-waitk.langs": Table("hard_waitk.json", compare_langs),
+    "compare-synthetic.langs": Table("compare_synthetic.json", compare_langs),
+    "compare-synthetic-600.langs": Table("compare_synthetic_600.json", compare_langs),
+    "compare-hard-600.langs": Table("compare_hard_600.json", compare_langs),
     "compare-synthetic": Table("compare_synthetic.json", compare_avg),
     "compare-synthetic-600": Table("compare_synthetic_600.json", compare_avg),
     "compare-hard-600": Table("compare_hard_600.json", lambda d: compare_avg(d, seeds_column=True)),
@@ -382,7 +404,9 @@ def render_block(kind: str, name: str, cache: dict[str, Any]) -> str:
         raise RenderError(f"unknown results table {name!r} (known: {', '.join(TABLES)})")
     t = TABLES[name]
     data = _load(t.json, cache)
-    part = data[t.subkey] if t.subkey else data
+    part = data
+    for k in (t.subkey.split("/") if t.subkey else []):
+        part = part[k]
     try:
         body = t.render(part)
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
