@@ -9,9 +9,9 @@ two, extra ``rW``/``uW`` keys). Then times, in one process:
 2. ``align``: :func:`mmst.data.mustc.align_segments` (split hygiene + index + interval checks);
 3. ``report``: :func:`mmst.data.mustc.build_report`.
 
-Prints a table and writes ``bench/results/alignment.json``. Pure Python, single-threaded.
+Prints a table and writes ``docs/results/alignment.json``. Pure Python, single-threaded.
 
-Usage: ``python bench/bench_alignment.py [--segments 300000] [--langs 8] [--out bench/results/alignment.json]``
+Usage: ``python bench/bench_alignment.py [--segments 300000] [--langs 8] [--out docs/results/alignment.json]``
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import random
 import shutil
 import tempfile
 import time
+
+from provenance import RESULTS_DIR, run_record
 
 from mmst.data.mustc import AlignParams, align_segments, build_report, read_pair_split
 
@@ -91,8 +93,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--segments", type=int, default=300_000, help="total yaml segments over all pairs (default 300000)")
     ap.add_argument("--langs", type=int, default=8, help="number of pairs (default 8: de..ru)")
     ap.add_argument("--seed", type=int, default=0, help="generator seed")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "alignment.json"),
-                    help="JSON output path (default bench/results/alignment.json)")
+    ap.add_argument("--out", default=str(RESULTS_DIR / "alignment.json"),
+                    help="JSON output path (default docs/results/alignment.json)")
     ap.add_argument("--budget-s", type=float, default=60.0, help="time goal for read+align, seconds (default 60)")
     args = ap.parse_args(argv)
     langs = LANGS[: args.langs]
@@ -127,6 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
         for m in g.matches.values():
             methods[m.method] = methods.get(m.method, 0) + 1
     result = {
+        "provenance": run_record(),
         "segments": len(segs),
         "pairs": len(langs),
         "segments_per_pair": gen["per_pair"],

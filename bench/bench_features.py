@@ -4,7 +4,7 @@
 Measures :func:`mmst.features.fbank` (kaldi-native-fbank + the frame copy) on synthetic 16 kHz audio,
 single process and with ``--jobs N`` worker processes, optionally including decoding the audio from
 PCM16 wav files with :func:`mmst.audio.load_audio` (what the prep does). Prints a table and writes
-JSON (default ``bench/results/features.json``). Goal: >= 500x real time per core.
+JSON (default ``docs/results/features.json``). Goal: >= 500x real time per core.
 
 The machine may be shared: the best of ``--repeats`` runs is reported, both as wall-clock speed per
 core (audio seconds / wall seconds / jobs) and as speed per CPU second actually spent in the workers
@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from provenance import RESULTS_DIR, run_record
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -102,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="worker processes of the parallel run (besides 1)")
     p.add_argument("--repeats", type=int, default=3, help="runs per setting; the best is reported")
     p.add_argument("--no-load", action="store_true", help="skip the load_audio(wav) + fbank measurement")
-    p.add_argument("--out", default=str(REPO / "bench" / "results" / "features.json"), help="JSON result file")
+    p.add_argument("--out", default=str(RESULTS_DIR / "features.json"),
+                   help="JSON result file (default docs/results/features.json)")
     p.add_argument("--goal", type=float, default=500.0, help="goal, x real time per core")
     p.add_argument("--check", action="store_true", help="exit 1 when the single-process fbank misses --goal")
     args = p.parse_args(argv)
@@ -134,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "x_realtime_per_cpu_second": round(audio_s / cpu, 1)})
     single = next(r for r in results if r["task"] == "fbank" and r["jobs"] == 1)
     info = {
+        "provenance": run_record(),
         "benchmark": "fbank80 extraction speed (seconds of audio per second per core)",
         "goal_x_realtime_per_core": args.goal,
         "goal_metric": "x_realtime_per_cpu_second of single-process fbank",

@@ -8,7 +8,7 @@ With ``--data DATA`` it uses real batches from ``DATA/train.tsv`` instead (bucke
 
 Example::
 
-    python bench/bench_train_quick.py --sizes xs s --threads 2 --updates 5 --out bench/results/train_quick.json
+    python bench/bench_train_quick.py --sizes xs s --threads 2 --updates 5 --out docs/results/train_quick.json
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import torch
+from provenance import run_record
 from tqdm import tqdm
 
 from mmst.data.batching import collate
@@ -91,7 +92,8 @@ def main() -> None:
               f"({r['batch_frames']} frames/update, {r['seconds'] / r['updates']:.2f} s/update)")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps({"provenance": run_record(), "meta": meta, "results": results}, indent=2)
+                                  + "\n")
 
 
 if __name__ == "__main__":

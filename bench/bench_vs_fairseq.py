@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""mmst vs fairseq ``s2t_transformer_s``: training throughput and dev loss, same data, same run (issue 9).
+"""mmst vs fairseq ``s2t_transformer_s``: training throughput and dev loss, same data, same run.
 
 Needs the optional extra ``[fairseq]`` (``fairseq-fixed==0.12.3.1``); without it the benchmark prints
 a message and exits 0 (``"skipped"`` in the JSON).
@@ -30,7 +30,7 @@ Method:
    for as many process CPU seconds as fairseq's last run used (equal to wall time with one thread
    on an idle machine) and its dev loss reported.
 
-Results: ``bench/results/vs_fairseq.json`` and a table (ratio ours / fairseq: min, median, max).
+Results: ``docs/results/vs_fairseq.json`` and a table (ratio ours / fairseq: min, median, max).
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from provenance import RESULTS_DIR, run_record
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -296,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--optimizer", default="fused", choices=["fused", "foreach", "for-loop"],
                    help="our AdamW implementation (mmst-train optim.implementation)")
     p.add_argument("--quick", action="store_true", help="smoke test: 6 updates x 1 pair, small batches")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "vs_fairseq.json"), help="JSON output")
+    p.add_argument("--out", default=str(RESULTS_DIR / "vs_fairseq.json"),
+                   help="JSON output (default docs/results/vs_fairseq.json)")
     p.add_argument("--worker-ours", default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-fairseq", default=None, help=argparse.SUPPRESS)
     p.add_argument("fairseq_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -318,7 +321,10 @@ def main(argv: list[str] | None = None) -> int:
         msg = ("bench_vs_fairseq: skipped: fairseq is not importable (install the optional extra: "
                "pip install -e .[fairseq], see bench/NOTES.md)")
         print(msg)
-        out.write_text(json.dumps({"skipped": msg}, indent=2) + "\n")
+        if out.exists() and "skipped" not in json.loads(out.read_text() or "{}"):
+            print(f"bench_vs_fairseq: kept the measured results in {out}")
+        else:
+            out.write_text(json.dumps({"provenance": run_record(), "skipped": msg}, indent=2) + "\n")
         return 0
     work = Path(args.work)
     data = Path(args.data) if args.data else make_data(work, args.n_train)
@@ -422,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{f3(b['cpu_ratio_min'], b['cpu_ratio_median'], b['cpu_ratio_max'])} | "
               + (f"{e['ours_dev_loss']:.3f} ({e['ours_updates']} upd) / {e['fairseq_dev_loss']:.3f} "
                  f"({e['fairseq_updates']} upd, {e['cpu_seconds']:.0f} CPU s) |" if e else "- |"))
-    out.write_text(json.dumps(res, indent=2) + "\n")
+    out.write_text(json.dumps({"provenance": run_record(), **res}, indent=2) + "\n")
     print(f"wrote {out}")
     return 0
 

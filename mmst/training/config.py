@@ -189,7 +189,7 @@ class TrainConfig:
     num_threads: int = _f(0, doc="torch CPU threads (0 = torch default)", min=0)
     precision: str = _f("auto", doc="forward precision: 'auto' (bf16 autocast on CUDA, fp32 on CPU), 'fp32', "
                         "or 'bf16' (bf16 autocast with fp32 weights and loss on any device; pays on CPUs "
-                        "with AMX/AVX512-BF16, see the README's performance section)",
+                        "with AMX/AVX512-BF16, see docs/performance.md)",
                         choices=["auto", "fp32", "bf16"])
     waitk_lagging: list[int | str] | int | str | None = _f(
         None, doc="training wait-k: an int, 'offline'/null (full attention) or a list (multi-k: one "
