@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policy-size", default="xs", help="model size of the per-policy rows (section 7)")
     p.add_argument("--policy-reps", type=int, default=2, help="alternating repetitions of the per-policy rows")
     p.add_argument("--policies-only", action="store_true",
-                   help="run only the per-policy rows (section 7); writes them to --out")
+                   help="run only the per-policy rows (section 7); writes them to --out "
+                        "(default docs/results/streaming_policies.json)")
     args = p.parse_args(argv)
     if args.quick:
         args.size, args.utt_seconds, args.reencode_seconds, args.growth_seconds = "xs", "2", 4.0, 12.0
@@ -254,20 +255,17 @@ def main(argv: list[str] | None = None) -> int:
         args.policy_reps = 1
     torch.set_num_threads(args.threads)
     if args.policies_only:
+        record = run_record()  # at the start: the commit is the code that ran
         t0 = time.perf_counter()
         audios = [speechy(float(s), seed=i) for i, s in enumerate(args.utt_seconds.split(","))]
         pr = policy_rows(args, audios, args.tokens_per_state)
-        from mmst.evaluation.policy_compare import provenance
-
-        prov = provenance(["python"] + sys.argv)
         pr.update(segment_ms=args.segment_ms, tokens_per_state=args.tokens_per_state, utt_seconds=args.utt_seconds,
-                  torch=torch.__version__, cpu=prov["machine"]["cpu"], untrained_forced_length=True,
-                  runtime_s=time.perf_counter() - t0, command=prov["command"], date=prov["date"],
-                  git_commit=prov["git_commit"])
+                  torch=torch.__version__, untrained_forced_length=True, runtime_s=time.perf_counter() - t0)
         print_policy_rows(pr, args.segment_ms)
-        out = Path(args.out)
+        out = Path(args.out if args.out != str(RESULTS_DIR / "streaming.json")
+                   else RESULTS_DIR / "streaming_policies.json")
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"policies": pr}, indent=2) + "\n")
+        out.write_text(json.dumps({"provenance": record, "policies": pr}, indent=2) + "\n")
         print(f"wrote {out}")
         return 0
     from mmst.evaluation.scorer import score_instances

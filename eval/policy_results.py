@@ -28,7 +28,6 @@ import sys
 from pathlib import Path
 
 START, END = "<!-- policies-results:start -->", "<!-- policies-results:end -->"
-SPEED_START, SPEED_END = "<!-- policies-speed:start -->", "<!-- policies-speed:end -->"
 
 
 def replace_section(doc: Path, start: str, end: str, body: str) -> None:
@@ -48,9 +47,7 @@ def replace_section(doc: Path, start: str, end: str, body: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--root", default=None, help="folder with <model>/<policy>/scores.json")
-    p.add_argument("--bench", default=None,
-                   help="bench/bench_streaming.py JSON whose per-policy rows go into the --docs speed section")
+    p.add_argument("--root", required=True, help="folder with <model>/<policy>/scores.json")
     p.add_argument("--models", default="offline,multik", help="model folders; the first is the offline-trained one")
     p.add_argument("--policies", default="waitk,alignatt,edatt,la,holdn,ctc", help="policy folders to read")
     p.add_argument("--ks", default="3,5", help="wait-k points whose latency the policies are compared at")
@@ -80,24 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         summary,
     )
 
-    if args.bench:
-        from mmst.evaluation.policy_compare import render_speed
-
-        if not args.docs:
-            print("error: --bench needs --docs", file=sys.stderr)
-            return 1
-        try:
-            replace_section(Path(args.docs), SPEED_START, SPEED_END,
-                            "<!-- rendered by eval/policy_results.py; do not edit -->\n"
-                            + render_speed(json.loads(Path(args.bench).read_text()), args.bench))
-        except (ValueError, OSError, KeyError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        print(f"wrote the speed section of {args.docs}")
-        if args.root is None:
-            return 0
-    if args.root is None or not (args.out_json and args.out_md and args.plot_dir):
-        print("error: --root, --out-json, --out-md and --plot-dir are needed for the comparison", file=sys.stderr)
+    if not (args.out_json and args.out_md and args.plot_dir):
+        print("error: --out-json, --out-md and --plot-dir are needed", file=sys.stderr)
         return 1
     root = Path(args.root)
     models = [m for m in args.models.split(",") if m]

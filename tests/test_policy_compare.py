@@ -70,22 +70,3 @@ def test_load_sweep_reads_eval_output(tmp_path):
     with pytest.raises(CompareError, match="not found"):
         load_sweep(tmp_path / "none")
 
-
-def test_speed_section_rendered_into_docs(tmp_path, capsys):
-    import policy_results
-
-    bench = {"policies": {"size": "xs", "threads": 1, "segment_ms": 320.0, "loadavg_1m_after": 0.5, "cpus": 2,
-                          "rows": {"waitk:k=3 beam=1": {"policy": "waitk:k=3", "beam": 1, "rtf": 0.1234,
-                                                        "ms_per_segment_mean": 39.5, "ms_per_segment_p90": 50.0}},
-                          "alignatt_over_waitk_ms_per_segment": 1.05, "la_beam4_rtf": 0.42}}
-    b = tmp_path / "b.json"
-    b.write_text(json.dumps(bench))
-    doc = tmp_path / "d.md"
-    doc.write_text("a\n<!-- policies-speed:start -->\nold\n<!-- policies-speed:end -->\nz\n")
-    assert policy_results.main(["--bench", str(b), "--docs", str(doc)]) == 0
-    text = doc.read_text()
-    assert "| waitk:k=3 | 1 | 39.5 | 50.0 | 0.123 |" in text and "old" not in text and text.endswith("z\n")
-    assert "RTF 0.420" in text
-    doc.write_text("no markers\n")
-    assert policy_results.main(["--bench", str(b), "--docs", str(doc)]) == 1
-    assert "markers" in capsys.readouterr().err

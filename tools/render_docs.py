@@ -311,6 +311,19 @@ def vs_fairseq(d: Mapping[str, Any]) -> str:
               f"{c['threads']} thread(s), {params_m(d['params']['ours'])} parameters both.")
 
 
+def streaming_policies(d: Mapping[str, Any]) -> str:
+    """Per-policy streaming cost (``bench/bench_streaming.py --policies-only``): ms per segment and RTF."""
+    pr = d["policies"]
+    rows = [[r["policy"], str(r["beam"]), num(r["ms_per_segment_mean"], "{:.1f}"), num(r["ms_per_segment_p90"], "{:.1f}"),
+             num(r["rtf"], "{:.3f}")] for r in pr["rows"].values()]
+    return (md_table(["policy", "beam", f"ms per {num(pr.get('segment_ms'), '{:.0f}')} ms segment", "p90", "RTF"], rows)
+            + f"\n\n{pr['size']} model, untrained, forced output length, {len(pr['langs'])} languages jointly, "
+              f"{pr['threads']} thread(s); load average {num(pr.get('loadavg_1m_after'), '{:.1f}')} on "
+              f"{pr.get('cpus')} CPUs while it ran. AlignAtt / wait-k per segment: "
+              f"{num(pr['alignatt_over_waitk_ms_per_segment'])} (target <= 1.3); LA with beam 4: RTF "
+              f"{num(pr['la_beam4_rtf'], '{:.3f}')} (target < 1).")
+
+
 @dataclass(frozen=True)
 class Table:
     """A rendered table: its JSON under ``docs/results/`` and the function that formats it."""
@@ -340,6 +353,7 @@ TABLES: dict[str, Table] = {
     "alignment": Table("alignment.json", alignment),
     "streaming": Table("streaming.json", streaming_summary),
     "streaming-growth": Table("streaming.json", streaming_growth),
+    "streaming-policies": Table("streaming_policies.json", streaming_policies),
     "train": Table("train.json", train),
     "train-quick": Table("train_quick.json", train_quick),
     "vs-fairseq": Table("vs_fairseq.json", vs_fairseq),

@@ -238,19 +238,3 @@ def render_markdown(res: Mapping[str, Any]) -> str:
     md += ["A dash: wait-k's latency lies outside that policy's measured latency range (no extrapolation).", ""]
     return "\n".join(md)
 
-
-def render_speed(bench: Mapping[str, Any], source: str) -> str:
-    """Markdown table of the per-policy rows of ``bench/bench_streaming.py`` (its ``policies`` object)."""
-    pr = bench["policies"] if "policies" in bench else bench
-    seg = pr.get("segment_ms", 320.0)
-    md = [f"Rendered from `{source}` (command `{pr.get('command', '?')}`, {pr.get('date', '?')}, commit "
-          f"`{pr.get('git_commit', '?')}`; {pr['size']} model, untrained, forced output length, 4 languages "
-          f"jointly, {pr['threads']} thread(s), {pr.get('cpu', '?')}, torch {pr.get('torch', '?')}, "
-          f"load average {pr.get('loadavg_1m_after', '?')} on {pr.get('cpus', '?')} CPUs while it ran).", "",
-          f"| policy | beam | ms per {seg:.0f} ms segment | p90 | RTF |", "|---|---|---|---|---|"]
-    for r in pr["rows"].values():
-        md.append(f"| {r['policy']} | {r['beam']} | {r['ms_per_segment_mean']:.1f} | {r['ms_per_segment_p90']:.1f} | "
-                  f"{r['rtf']:.3f} |")
-    md += ["", f"AlignAtt / wait-k per segment: {pr['alignatt_over_waitk_ms_per_segment']:.2f} (target <= 1.3); "
-               f"LA with beam 4: RTF {pr['la_beam4_rtf']:.3f} (target < 1)."]
-    return "\n".join(md)
