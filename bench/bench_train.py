@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Training throughput, peak memory and model FLOPs utilisation (MFU) of mmst models (issue 9).
+"""Training throughput, peak memory and model FLOPs utilisation (MFU) of mmst models.
 
 For every (model size, thread count) it times full training updates (forward + backward + clip +
 AdamW step via :class:`mmst.training.strategy.SingleProcessStrategy`, the code path of ``mmst-train``)
@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from mmst.cli_help import HelpFormatter
 
 LANGS8 = ["de", "es", "fr", "it", "nl", "pt", "ro", "ru"]
 
@@ -227,7 +229,7 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: run each (size, threads) in a subprocess, print a table, write JSON."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--sizes", nargs="+", default=["xs", "s"], help="model sizes")
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2], help="torch CPU thread counts")
     p.add_argument("--arch", default="unified", choices=["unified", "separate"], help="model architecture")

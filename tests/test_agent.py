@@ -146,14 +146,10 @@ def test_missing_checkpoint_is_clear_exit():
         MMSTSpeechToTextAgent.from_args(Namespace(tgt_lang="de", checkpoint=None))
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from eval_fixtures import make_tiny_system
-
-    return make_tiny_system(tmp_path_factory.mktemp("agent"), langs=("de", "es"))
+@pytest.fixture
+def tiny(tiny_system):
+    """The shared evaluation system of conftest.py."""
+    return tiny_system
 
 
 def _args(tiny, **kw) -> Namespace:

@@ -1,6 +1,6 @@
 """Multi-process tests of mmst.distributed on CPU with gloo (each < 60 s on a loaded 2-core machine).
 
-Ranks are launched with :func:`mmst.distributed.run.launch_local` (spawn, a free port, the torchrun
+Ranks are launched with :func:`mmst.simulation.run.launch_local` (spawn, a free port, the torchrun
 environment variables) or with ``torchrun`` itself for the restart test.
 """
 
@@ -18,8 +18,8 @@ import torch
 
 from mmst.distributed.env import find_free_port
 from mmst.distributed.param_server import flat_params
-from mmst.distributed.run import launch_local
-from mmst.distributed.toy import ToyTask
+from mmst.simulation.run import launch_local
+from mmst.simulation.toy import ToyTask
 
 COMMON = ["--log-every", "0", "--eval-every", "0", "--dist-timeout", "20"]
 
@@ -117,7 +117,7 @@ def test_torchrun_max_restarts_resumes_from_checkpoint(tmp_path):
     metrics = tmp_path / "m.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{find_free_port()}",
-           "-m", "mmst.distributed.run", "--distributed", "ddp", "--steps", "12", "--save-every", "5",
+           "-m", "mmst.simulation.run", "--distributed", "ddp", "--steps", "12", "--save-every", "5",
            "--fail-at-step", "7", "--fail-rank", "1", "--checkpoint-dir", str(tmp_path / "ckpt"),
            "--metrics-out", str(metrics), *COMMON]
     env = dict(os.environ, OMP_NUM_THREADS="1")

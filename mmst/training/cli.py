@@ -21,6 +21,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from mmst.cli_help import HelpFormatter
 from mmst.training.config import ConfigError, format_config_help, load_config
 
 
@@ -29,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     from mmst.training.strategy import available_strategies
 
     ap = argparse.ArgumentParser(prog="mmst-train", description=__doc__.split("Exit status")[0],
-                                 epilog=format_config_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 epilog=format_config_help(), formatter_class=HelpFormatter)
     ap.add_argument("--config", default=None, help="YAML config file (sections as in the key list below)")
     ap.add_argument("--data", required=True, help="DATA directory written by data_prep/prep_multiway.py")
     ap.add_argument("--save-dir", required=True, help="output directory: checkpoints, train_log.jsonl, tensorboard/")
