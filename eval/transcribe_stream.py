@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit status (1 on a clear input error)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from mmst.atomic import atomic_write_lines
+    from mmst.atomic import atomic_write_lines, atomic_write_text
     from mmst.audio import AudioError, load_audio
     from mmst.evaluation.loading import LoadError, load_system
     from mmst.evaluation.streaming import stream_utterance
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {x['id']} | {x['lang']} | {x['source_length_ms'] / 1000:.2f} | {x['rtf']:.3f} | "
                      f"{x['prediction'] or '(empty)'} |")
     md = "\n".join(lines) + "\n"
-    (out / "hypotheses.md").write_text(md, encoding="utf-8")
+    atomic_write_text(out / "hypotheses.md", md)
     print(md)
     print(f"wrote {out / 'hypotheses.jsonl'} and {out / 'hypotheses.md'}")
     return 0

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mmst.atomic import atomic_write_text
+from mmst.atomic import atomic_path, atomic_write_text
 from mmst.evaluation.latency import LATENCY_METRICS
 
 #: Column order of the Markdown tables.
@@ -176,6 +176,7 @@ def plot_latency_quality(
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
     return path
