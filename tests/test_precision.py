@@ -59,7 +59,7 @@ def test_bf16_training_tracks_fp32(tiny_feature_data, tmp_path):
         start[prec] = tr.validator.run(tr.model)["loss"]
         tr.train()
         losses[prec] = tr.validator.run(tr.model)["loss"]
-    assert start["bf16"] == start["fp32"]  # same seed, same initial model
+    assert start["bf16"] == pytest.approx(start["fp32"], rel=0.01)  # same seed, same initial model
     # 12 updates move the dev loss well away from its initial value ...
     for prec in ("fp32", "bf16"):
         assert losses[prec] < 0.9 * start[prec], (prec, start[prec], losses[prec])
