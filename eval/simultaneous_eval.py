@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "more threads add synchronisation and, on a busy machine, can be 100x slower; 0 = torch's "
                         "choice)")
     p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--simuleval-compat", action="store_true",
+                   help="count reference words as SimulEval 1.1.4 does (split on single spaces, so repeated or "
+                        "trailing spaces add words) to reproduce its AL/LAAL/AP; default: whitespace-separated words")
     p.add_argument("--no-progress", action="store_true", help="disable the tqdm progress bar")
     return p
 
@@ -120,8 +123,7 @@ def run(args: argparse.Namespace) -> int:
     units = {lang: (latency_unit_for(lang) if args.eval_latency_unit == "auto" else args.eval_latency_unit)
              for lang in langs}
     utts = load_utterances(system.data_dir, args.split, langs, args.max_utterances)
-    audios = [read_utterance_audio(u, system.peak_normalize)
-              for u in tqdm(utts, desc="audio", disable=args.no_progress)]
+    audios = [read_utterance_audio(u) for u in tqdm(utts, desc="audio", disable=args.no_progress)]
     if all(a.size == 0 for a in audios):
         raise LoadError(f"no readable audio in {args.split} ({len(utts)} utterances)")
     base_cfg = {
@@ -129,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         "source_segment_size_ms": args.source_segment_size, "max_len_a": args.max_len_a,
         "max_len_b": args.max_len_b, "min_len": args.min_len, "latency_units": units,
         "offline": bool(args.offline), "joint_decoding": True, "fbank": system.fbank_kwargs,
-        "peak_normalize": system.peak_normalize,
+        "peak_normalize": system.peak_normalize, "simuleval_compat": bool(args.simuleval_compat),
     }
     run_sweep(system, utts, audios, ks, Path(args.out), units=units, segment_ms=args.source_segment_size,
               base_config=base_cfg, max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=args.min_len,

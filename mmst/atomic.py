@@ -1,6 +1,6 @@
 """Atomic file writes: the one implementation every mmst output goes through.
 
-The content goes to a temporary file ``.<name>.<random>.tmp`` in the same directory, is flushed
+The content goes to a temporary file ``.<name>.tmp-<pid>-<random>`` in the same directory, is flushed
 and fsync'ed, then ``os.replace``-d onto the final name, and the directory is fsync'ed. A crash
 therefore leaves either the old file or the new one, never a truncated file, and a rerun can trust
 any file whose final name exists. Any library that writes to a path or a file object (torch.save,
@@ -36,11 +36,12 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         path: final destination. Its parent directory is created if missing.
 
     Yields:
-        ``Path`` of the temporary file (same directory, name ``.<name>.<random>.tmp``).
+        ``Path`` of the temporary file (same directory, name ``.<name>.tmp-<pid>-<random>``: the pid
+        lets a clean-up tell the files of dead writers from saves in progress).
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:

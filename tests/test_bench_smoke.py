@@ -26,7 +26,7 @@ def test_bench_train_quick(tmp_path):
     out = tmp_path / "train.json"
     _run(["bench/bench_train.py", "--quick", "--out", str(out)])
     res = json.loads(out.read_text())["results"][0]
-    assert res["frames_per_s"] > 0 and 0 < res["mfu"] < 1.5 and res["model_gflop_per_update"] > 0
+    assert res["frames_per_s"] > 0 and 0 < res["mfu"] <= 1.0 and res["model_gflop_per_update"] > 0
 
 
 @pytest.mark.slow

@@ -31,7 +31,8 @@ DEFAULT_TIMEOUT_S = 300.0
 
 class DistributedError(RuntimeError):
     """A collective or point-to-point operation failed: a peer rank died, hung past the timeout, or the
-    process group could not be formed. The message names this rank, the operation and the timeout."""
+    process group could not be formed. The message names this rank, the operation and the timeout;
+    ``mmst-train`` prints it as one error line and exits 1."""
 
 
 @dataclass

@@ -51,13 +51,14 @@ def check_level(peak: float, n_samples: int, what: str) -> str | None:
     return None
 
 
-def read_utterance_audio(u: dict[str, Any], peak_normalize: float | None = None) -> np.ndarray:
+def read_utterance_audio(u: dict[str, Any]) -> np.ndarray:
     """Audio of one manifest utterance as 16 kHz mono float32.
+
+    No gain here: the DATA's ``fbank.peak_normalize`` is applied causally, chunk by chunk, by the
+    translator (:class:`mmst.evaluation.loading.PeakGainTranslator`), exactly as in the SimulEval agent.
 
     Args:
         u: ``{"id", "wav", "offset", "duration"}`` (seconds; ``duration`` '' or None = to the end).
-        peak_normalize: the DATA's ``fbank.peak_normalize`` (its features were computed on clips scaled
-            to this peak, :mod:`mmst.corpora.multiway`); the same gain is applied here.
 
     Returns:
         float32 ``(N,)``; an empty array (with a warning) when the audio cannot be read.
@@ -69,11 +70,8 @@ def read_utterance_audio(u: dict[str, Any], peak_normalize: float | None = None)
     except (AudioError, ValueError) as e:
         logger.warning("utterance %s: %s: empty hypothesis", u["id"], e)
         return np.zeros(0, dtype=np.float32)
-    peak = float(np.abs(x).max()) if x.size else 0.0
     if x.size:
-        check_level(peak, x.size, f"utterance {u['id']}")
-    if peak_normalize is not None and peak > 0:
-        x = x * np.float32(peak_normalize / peak)
+        check_level(float(np.abs(x).max()), x.size, f"utterance {u['id']}")
     return x
 
 

@@ -58,7 +58,8 @@ def evaluate_setting(
         segment_ms: source segment size in ms.
         offline: decode each whole utterance at once (every delay = source length).
         out_dir: output directory.
-        config: recorded in ``scores.json`` (``waitk`` is used in titles).
+        config: recorded in ``scores.json`` (``waitk`` is used in titles; ``simuleval_compat``: count
+            reference words as SimulEval 1.1.4, see :func:`mmst.evaluation.scorer.score_instances`).
         progress: tqdm bar over utterances.
 
     Returns:
@@ -93,7 +94,8 @@ def evaluate_setting(
     for lang in langs:
         write_instances(out_dir / lang / "instances.log", instances[lang])
         try:
-            sr = score_instances(instances[lang], lang, units[lang], computation_aware=True)
+            sr = score_instances(instances[lang], lang, units[lang], computation_aware=True,
+                                 simuleval_compat=bool(config.get("simuleval_compat", False)))
         except ScoringError as e:
             logger.warning("%s: %s", lang, e)
             per_lang[lang] = {"info": {"error": str(e)}}

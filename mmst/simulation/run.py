@@ -1,7 +1,7 @@
 """``python -m mmst.simulation.run``: stand-alone distributed runner (works under ``torchrun``).
 
 Runs any of the modes on the fixed small task (:mod:`mmst.simulation.toy`); the MMST model itself is
-trained with ``mmst-train --distributed ...`` (see :mod:`mmst.distributed.integration`). Examples::
+trained with ``mmst-train --distributed ...`` (see :mod:`mmst.training.distributed`). Examples::
 
     # 4 CPU workers, DDP with 4 micro-batches per update, lognormal stragglers
     torchrun --nproc-per-node 4 -m mmst.simulation.run --distributed ddp --update-freq 4 \\

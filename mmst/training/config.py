@@ -207,7 +207,7 @@ class DistributedSection:
     """Options of the ``--distributed`` update strategy (see ``mmst.distributed``)."""
 
     options: dict[str, Any] = _f(default_factory=dict, doc="options of the --distributed strategy "
-                                 "(see mmst.distributed.integration): dist_timeout (s), backend, "
+                                 "(see mmst.training.distributed): dist_timeout (s), backend, "
                                  "compute_threshold (TAU s|auto|inf), auto_steps, max_drop_rate, "
                                  "max_staleness, staleness_lr, worker_timeout, straggler_delay, "
                                  "straggler_fraction, straggler_base_ms, slow_rank (R:factor), seed, "

@@ -28,9 +28,10 @@ from typing import Any
 import torch
 
 from mmst.training.distributed import TrainerDDP, TrainerDropCompute, TrainerParamServer
-from mmst.training.step import UpdateResult, compute_loss, merge_stats, optimizer_step
+from mmst.training.step import StrategyError, UpdateResult, compute_loss, merge_stats, optimizer_step
 
-__all__ = ["UpdateResult", "SingleProcessStrategy", "available_strategies", "build_strategy", "register_strategy"]
+__all__ = ["StrategyError", "UpdateResult", "SingleProcessStrategy", "available_strategies", "build_strategy",
+           "register_strategy"]
 
 
 class SingleProcessStrategy:
