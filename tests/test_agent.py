@@ -248,6 +248,7 @@ def _instances(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
+@pytest.mark.slow
 def test_simuleval_cli_mmst_data_option(tiny, tmp_path):
     """The documented command: ``simuleval ... --mmst-data DATA`` uses that DATA, not the checkpoint's."""
     import shutil
@@ -266,6 +267,7 @@ def test_simuleval_cli_mmst_data_option(tiny, tmp_path):
     assert all(len(d["prediction"].split()) >= 1 for d in ins)
 
 
+@pytest.mark.slow
 def test_agent_equals_simultaneous_eval_on_quiet_peak_normalised_data(tiny, tmp_path):
     """Same DATA with ``fbank.peak_normalize``, quiet recordings: the agent (through simuleval) and
     ``eval/simultaneous_eval.py`` write identical hypotheses with identical delays."""

@@ -437,6 +437,7 @@ def test_cli_full_build_min_langs(perturbed, tmp_path):
 SYNTH = os.path.join(REPO, "data_prep", "synthesize_corpus.py")
 
 
+@pytest.mark.slow
 def test_synth_mustc_like_end_to_end(tmp_path):
     """synthesize_corpus.py --grammar --difficulty easy [--mustc-like-perturb] -> prep_mustc_multiway.py.
 

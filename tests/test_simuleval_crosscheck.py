@@ -31,6 +31,8 @@ import pytest
 
 from mmst.evaluation.latency import LATENCY_METRICS
 
+pytestmark = pytest.mark.slow  # the SimulEval CLI and our driver end to end (subprocesses)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SIMULEVAL = Path(sys.executable).parent / "simuleval"
