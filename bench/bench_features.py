@@ -30,6 +30,8 @@ from pathlib import Path
 import numpy as np
 from provenance import RESULTS_DIR, run_record
 
+from mmst.cli_help import HelpFormatter
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -84,20 +86,11 @@ def _time(fn, items, jobs: int, repeats: int) -> tuple[float, float]:
     return best_wall, best_cpu
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Show ``(default: X)`` only for options with a meaningful default not already in the help."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        h = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "default" in h:
-            return h
-        return super()._get_help_string(action)
-
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns 0 (1 if the goal is missed and --check was given)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=_Formatter)
+                                formatter_class=HelpFormatter)
     p.add_argument("--seconds", type=float, default=300.0, help="total seconds of audio per run")
     p.add_argument("--utt-seconds", type=float, default=10.0, help="length of each synthetic utterance (s)")
     p.add_argument("--jobs", type=int, default=2, help="worker processes of the parallel run (besides 1)")
@@ -112,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     import kaldi_native_fbank
     import soundfile as sf
 
-    from mmst.data.atomic import atomic_write_json
+    from mmst.atomic import atomic_write_json
 
     utts = _utterances(args.seconds, args.utt_seconds)
     audio_s = sum(u.size for u in utts) / 16000.0

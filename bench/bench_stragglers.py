@@ -7,10 +7,10 @@ For W in {1, 2, 4, 8} workers and each scenario
 * ``ln0.5``    - lognormal delay, CV 0.5,
 * ``slow``     - deterministic delay, one worker 2x slower (``--slow-rank``),
 
-it trains the fixed small task (:mod:`mmst.distributed.toy`) with each mode and reports samples/s,
+it trains the fixed small task (:mod:`mmst.simulation.toy`) with each mode and reports samples/s,
 scaling efficiency against W x single-worker (the W=1 DDP run of the same delay distribution, without
 the slow rank), the ratio to the cv0 run at the same W, the analytic
-prediction (:mod:`mmst.distributed.straggler_model`), drop rate, staleness and time to the target loss.
+prediction (:mod:`mmst.simulation.step_time`), drop rate, staleness and time to the target loss.
 
 DropCompute uses ``--compute-threshold auto`` capped at an expected drop rate of 15% (``--max-drop-rate``;
 the paper's unconstrained argmax is stored in ``tau_info`` as ``unconstrained_*``). The parameter server
@@ -59,8 +59,8 @@ import numpy as np
 from provenance import RESULTS_DIR, run_record
 
 from mmst.distributed.env import find_free_port
-from mmst.distributed.run import build_parser, train
-from mmst.distributed.straggler_model import expected_max_sum_blom, expected_max_sum_mc
+from mmst.simulation.run import build_parser, train
+from mmst.simulation.step_time import expected_max_sum_blom, expected_max_sum_mc
 
 SCENARIOS = {"cv0": ("const", False), "ln0.3": ("lognormal:cv=0.3", False),
              "ln0.5": ("lognormal:cv=0.5", False), "slow": ("const", True)}

@@ -49,6 +49,8 @@ import numpy as np
 import torch
 from provenance import RESULTS_DIR, run_record
 
+from mmst.cli_help import HelpFormatter
+
 LANGS8 = ["de", "es", "fr", "it", "nl", "pt", "ro", "ru"]
 
 
@@ -221,7 +223,7 @@ def buckets(per_seg: list[float], seg_s: float, width_s: float) -> list[dict[str
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print a table; write JSON."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--size", default="s", help="model size (xs, s, m)")
     p.add_argument("--arch", default="unified", choices=["unified", "separate"], help="model architecture")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")

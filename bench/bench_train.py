@@ -55,6 +55,8 @@ from typing import Any
 import torch
 from provenance import RESULTS_DIR, run_record
 
+from mmst.cli_help import HelpFormatter
+
 LANGS8 = ["de", "es", "fr", "it", "nl", "pt", "ro", "ru"]
 
 
@@ -234,7 +236,7 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: run each (size, threads) in a subprocess, print a table, write JSON."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--sizes", nargs="+", default=["xs", "s"], help="model sizes")
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2], help="torch CPU thread counts")
     p.add_argument("--arch", default="unified", choices=["unified", "separate"], help="model architecture")

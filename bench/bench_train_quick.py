@@ -23,6 +23,7 @@ import torch
 from provenance import run_record
 from tqdm import tqdm
 
+from mmst.cli_help import HelpFormatter
 from mmst.data.batching import collate
 from mmst.losses import MultilingualCriterion
 from mmst.models import build_model, model_config_for_size
@@ -70,7 +71,7 @@ def bench_size(size: str, arch: str, batch, updates: int, warmup: int, ctc: bool
 
 def main() -> None:
     """CLI entry point."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--sizes", nargs="+", default=["xs", "s"], help="model sizes to time")
     ap.add_argument("--arch", default="unified", choices=["unified", "separate"], help="model architecture")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")

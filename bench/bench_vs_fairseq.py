@@ -7,7 +7,7 @@ a message and exits 0 (``"skipped"`` in the JSON).
 Method:
 
 1. DATA: ``--data DATA`` (our data-pipeline output), or a synthetic feature-space corpus
-   (``tests/fixtures_data.build_feature_corpus``, 3 languages; English "speech" of word templates)
+   (:func:`mmst.corpora.feature_corpus.build_feature_corpus`, 3 languages; English "speech" of word templates)
    written under ``--work``.
 2. fairseq inputs are derived from DATA: every utterance's fbank is written as ``.npy`` (raw; CMVN
    via fairseq's ``global_cmvn`` transform with our ``gcmvn.npz``), speech_to_text manifests
@@ -49,6 +49,8 @@ from typing import Any
 
 from provenance import RESULTS_DIR, run_record
 
+from mmst.cli_help import HelpFormatter
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -61,8 +63,7 @@ def fairseq_available() -> bool:
 
 def make_data(work: Path, n_train: int) -> Path:
     """A synthetic DATA dir (feature-space corpus of the test fixtures) under ``work/data``."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from fixtures_data import build_feature_corpus
+    from mmst.corpora.feature_corpus import build_feature_corpus
 
     d = work / "data"
     if not (d / "config.yaml").exists():
@@ -278,7 +279,7 @@ def throughput(walls: list[float], frames: list[float]) -> float | None:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--data", default=None, help="our DATA dir (default: a synthetic corpus under --work)")
     p.add_argument("--work", default="/tmp/mmst_vs_fairseq", help="scratch directory")
     p.add_argument("--lang", default="de", help="target language (fairseq s2t is bilingual)")

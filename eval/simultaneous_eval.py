@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Simultaneous evaluation of an mmst checkpoint with joint multilingual decoding, under any policy.
+"""Simultaneous (wait-k) evaluation of an mmst checkpoint with joint multilingual decoding.
 
 Usage::
 
@@ -9,11 +9,12 @@ Usage::
     python eval/simultaneous_eval.py ... --policy la --policy-args n=2 --beam 4 \\
         --policy-per-lang ja=alignatt:frames=4 --out OUT
 
-Policies (``--policy``; ``docs/policies.md``): ``waitk`` (k), ``alignatt`` (frames, layer), ``edatt``
-(alpha, frames, layer), ``la`` (n), ``holdn`` (n), ``ctc`` (k). Several values for one parameter
-(``--policy-args frames=2,4,6``, or ``--waitk-lagging 1,3,5`` for wait-k) sweep it in one run.
+Policies (``--policy``; ``docs/policies.md``): ``waitk`` (k), ``alignatt`` (frames, layer, heads),
+``edatt`` (alpha, frames, layer, heads), ``la`` (n), ``holdn`` (n), ``ctc`` (k). Several values for one
+parameter (``--policy-args frames=2,4,6``, or ``--waitk-lagging 1,3,5`` for wait-k) sweep it in one run.
 
-Each utterance's audio is re-read from the manifest's ``wav``/``offset``/``duration`` columns
+A thin command line over :mod:`mmst.evaluation` (:mod:`~mmst.evaluation.utterances`,
+:mod:`~mmst.evaluation.frontend`, :mod:`~mmst.evaluation.runner`). Each utterance's audio is re-read from the manifest's ``wav``/``offset``/``duration`` columns
 (``mmst.audio.load_audio``: any rate, mono or stereo -> 16 kHz mono), streamed in segments of
 ``--source-segment-size`` ms through ONE streaming translator that decodes every requested language
 in lockstep (joint decoding), and timed exactly as SimulEval 1.1 times an agent.  Outputs:
@@ -35,22 +36,20 @@ exit with status 1; unreadable, empty or silent audio and missing references giv
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 from tqdm import tqdm
+
+from mmst.cli_help import HelpFormatter
 
 logger = logging.getLogger("simultaneous_eval")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
     p.add_argument("--data", default=None, help="DATA directory (default: the data_dir stored in the checkpoint)")
     p.add_argument("--split", default="tst-COMMON", help="manifest split to evaluate (DATA/<split>.tsv)")
@@ -58,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--waitk-lagging",
         default="3",
-        help="wait-k lagging in pre-decision chunks; a comma list (1,3,5,7,9) sweeps k into OUT/k<k>/",
+        help="wait-k lagging in pre-decision chunks; a comma list (1,3,5,7,9) sweeps k into OUT/k<k>/; "
+        "'offline' = full-sentence decoding",
     )
     from mmst.simultaneous.policy_spec import add_policy_arguments
 
@@ -96,288 +96,74 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_ks(value: str) -> list[int]:
-    """``"1,3,5"`` -> ``[1, 3, 5]``; raises ValueError for non-positive or non-integer values."""
-    ks = []
-    for part in str(value).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        k = int(part)
-        if k < 1:
-            raise ValueError(f"--waitk-lagging values must be >= 1, got {k}")
-        ks.append(k)
-    if not ks:
-        raise ValueError("--waitk-lagging is empty")
-    return ks
-
-
-class EvalError(RuntimeError):
-    """A configuration or input error reported as one line (exit status 1)."""
-
-
-def load_utterances(data_dir: Path, split: str, langs: list[str], limit: int | None) -> list[dict[str, Any]]:
-    """Rows of ``DATA/<split>.tsv`` with ``id``, ``wav``, ``offset``, ``duration`` and ``refs`` ``{lang: str | None}``.
-
-    Raises:
-        EvalError: missing manifest or columns, or a requested language without a reference column.
-    """
-    from mmst.data.manifest import read_manifest
-
-    path = data_dir / f"{split}.tsv"
-    if not path.is_file():
-        raise EvalError(f"manifest not found: {path} (is --data/--split right?)")
-    rows = read_manifest(path)
-    if not rows:
-        raise EvalError(f"{path}: no utterances")
-    cols = set(rows[0])
-    missing = [c for c in ("id", "wav", "offset", "duration") if c not in cols]
-    if missing:
-        raise EvalError(f"{path}: missing column(s) {', '.join(missing)} (needed to re-read the audio)")
-    no_ref = [lang for lang in langs if f"tgt_text_{lang}" not in cols]
-    if len(no_ref) == len(langs):
-        raise EvalError(f"{path}: no reference column for {', '.join(no_ref)}")
-    if no_ref:
-        logger.warning("%s: no reference column for %s: BLEU not computed for them", path, ", ".join(no_ref))
-    out = []
-    for r in rows[:limit] if limit else rows:
-        refs = {}
-        for lang in langs:
-            v = r.get(f"tgt_text_{lang}")
-            refs[lang] = v if v else None
-        out.append({"id": r["id"], "wav": r["wav"], "offset": r["offset"], "duration": r["duration"], "refs": refs})
-    for lang in langs:
-        n_missing = sum(1 for u in out if u["refs"][lang] is None)
-        if n_missing:
-            logger.warning("%s: %d of %d utterances have no %s reference (left out of BLEU)", split, n_missing,
-                           len(out), lang)
-    return out
-
-
-def read_audio(u: dict[str, Any]) -> np.ndarray:
-    """Audio of one utterance (16 kHz mono float32); unreadable/empty audio -> warning + empty array.
-
-    No gain here: the DATA's ``fbank.peak_normalize`` is applied causally, chunk by chunk, by the
-    translator (``mmst.evaluation.loading.PeakGainTranslator``), exactly as in the SimulEval agent.
-    """
-    from mmst.audio import AudioError, load_audio
-
-    try:
-        offset = float(u["offset"] or 0.0)
-        duration = float(u["duration"]) if u["duration"] not in ("", None) else None
-        x = load_audio(u["wav"], offset_s=offset, duration_s=duration, end_tolerance_s=0.05)
-    except (AudioError, ValueError) as e:
-        logger.warning("utterance %s: %s: empty hypothesis", u["id"], e)
-        return np.zeros(0, dtype=np.float32)
-    peak = float(np.abs(x).max()) if x.size else 0.0
-    if x.size and peak < 1e-4:
-        logger.warning("utterance %s: silent audio (peak %.1e); translating it anyway", u["id"], peak)
-    return x
-
-
-def run_one(
-    translator: Any,
-    utts: list[dict[str, Any]],
-    audios: list[np.ndarray],
-    langs: list[str],
-    units: dict[str, str],
-    segment_ms: float,
-    offline: bool,
-    out_dir: Path,
-    config: dict[str, Any],
-    progress: bool,
-) -> dict[str, Any]:
-    """Evaluate one setting (one k, or offline); write instances, scores.json and scores.md under ``out_dir``."""
-    from mmst.evaluation.instances import make_instance, write_instances
-    from mmst.evaluation.report import write_scores
-    from mmst.evaluation.scorer import ScoringError, average_scores, score_instances
-    from mmst.evaluation.streaming import stream_utterance
-
-    instances: dict[str, list[dict[str, Any]]] = {lang: [] for lang in langs}
-    total_compute = 0.0
-    total_audio_s = 0.0
-    seg_ms: list[float] = []
-    desc = "offline" if offline else str(config.get("policy_label", f"k={config.get('waitk')}"))
-    for i, (u, audio) in enumerate(tqdm(list(zip(utts, audios)), desc=desc, disable=not progress)):
-        res = stream_utterance(translator, audio, langs, units, segment_ms, whole=offline, utt_id=u["id"])
-        total_compute += res.compute_s
-        total_audio_s += audio.size / 16000.0
-        seg_ms += res.segment_compute_ms
-        for lang in langs:
-            ls = res.per_lang[lang]
-            instances[lang].append(
-                make_instance(
-                    i, ls.units, ls.delays, ls.elapsed, u["refs"][lang],
-                    [u["wav"], f"offset={u['offset']}", f"duration={u['duration']}", f"id={u['id']}"],
-                    res.source_length_ms, units[lang],
-                )
-            )
-    per_lang: dict[str, dict[str, Any]] = {}
-    for lang in langs:
-        write_instances(out_dir / lang / "instances.log", instances[lang])
-        try:
-            sr = score_instances(instances[lang], lang, units[lang], computation_aware=True,
-                                 simuleval_compat=bool(config.get("simuleval_compat", False)))
-        except ScoringError as e:
-            logger.warning("%s: %s", lang, e)
-            per_lang[lang] = {"info": {"error": str(e)}}
-            continue
-        per_lang[lang] = sr.to_dict()
-    scored = {lang: {k: v for k, v in d.items() if k != "info"} for lang, d in per_lang.items()
-              if any(k != "info" for k in d)}
-    avg = average_scores(scored) if scored else {}
-    rtf = total_compute / total_audio_s if total_audio_s > 0 else None
-    extra = {
-        "timing": {
-            "compute_s": total_compute,
-            "audio_s": total_audio_s,
-            "ms_per_segment_mean": float(np.mean(seg_ms)) if seg_ms else None,
-            "n_utterances": len(utts),
-        }
-    }
-    title = "Offline evaluation" if offline else f"Simultaneous evaluation ({config.get('policy_title')})"
-    return write_scores(out_dir, per_lang, avg, rtf=rtf, config=config, extra=extra, title=title)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status."""
+    """Entry point; returns the exit status (1 with a one-line error for bad options or input)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    from mmst.evaluation.loading import LoadError
+
     try:
-        return _main(args)
-    except EvalError as e:
+        return run(args)
+    except (LoadError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
 
 
-def _main(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """Load the system and the utterances, evaluate every k (see the module docstring).
+
+    Raises:
+        mmst.evaluation.loading.LoadError: bad checkpoint, DATA, languages, manifest or audio.
+        ValueError: bad ``--waitk-lagging`` or ``--source-segment-size``.
+    """
     import torch
 
+    from mmst.evaluation.frontend import read_utterance_audio
     from mmst.evaluation.loading import LoadError, load_system
     from mmst.evaluation.quality import latency_unit_for
-    from mmst.evaluation.report import plot_latency_quality
+    from mmst.evaluation.runner import run_sweep
+    from mmst.evaluation.utterances import load_utterances
     from mmst.simultaneous.policy_spec import specs_from_args
+    from mmst.simultaneous.waitk import parse_waitk_list
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    try:
-        ks = [None] if args.offline else parse_ks(args.waitk_lagging)
-        swept, specs, per_lang = (None, [None], {}) if args.offline else specs_from_args(args, ks)
-    except ValueError as e:
-        raise EvalError(str(e)) from None
+    ks = [None] if args.offline else parse_waitk_list(args.waitk_lagging, "--waitk-lagging")
+    settings: list = list(ks)
+    swept, per_lang = ("k" if len(ks) > 1 else None), {}
+    if args.offline or (args.policy is None and not args.policy_per_lang):
+        specs_from_args(args, [3])  # --policy-args or an alias without --policy: a clear error
+    else:
+        swept, settings, per_lang = specs_from_args(args, ks)
     if args.source_segment_size <= 0:
-        raise EvalError("--source-segment-size must be > 0")
+        raise ValueError("--source-segment-size must be > 0")
     beam = args.beam if args.beam is not None else (5 if args.offline else 1)
     if beam < 1:
-        raise EvalError(f"--beam must be >= 1, got {beam}")
+        raise ValueError(f"--beam must be >= 1, got {beam}")
     langs = [x.strip() for x in args.tgt_langs.split(",") if x.strip()] if args.tgt_langs else None
-    out = Path(args.out)
-    try:
-        system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, device=args.device)
-    except LoadError as e:
-        raise EvalError(str(e)) from None
+    system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, device=args.device)
     langs = list(system.tgt_langs)
     unknown = [lang for lang in per_lang if lang not in langs]
     if unknown:
-        raise EvalError(f"--policy-per-lang names {', '.join(unknown)}, not among the decoded languages {langs}")
-    data_dir = system.data_dir
+        raise ValueError(f"--policy-per-lang names {', '.join(unknown)}, not among the decoded languages {langs}")
     units = {lang: (latency_unit_for(lang) if args.eval_latency_unit == "auto" else args.eval_latency_unit)
              for lang in langs}
-    utts = load_utterances(data_dir, args.split, langs, args.max_utterances)
-    audios = [read_audio(u) for u in tqdm(utts, desc="audio", disable=args.no_progress)]
+    utts = load_utterances(system.data_dir, args.split, langs, args.max_utterances)
+    audios = [read_utterance_audio(u) for u in tqdm(utts, desc="audio", disable=args.no_progress)]
     if all(a.size == 0 for a in audios):
-        raise EvalError(f"no readable audio in {args.split} ({len(utts)} utterances)")
+        raise LoadError(f"no readable audio in {args.split} ({len(utts)} utterances)")
     base_cfg = {
-        "checkpoint": str(args.checkpoint), "data": str(data_dir), "split": args.split, "tgt_langs": langs,
+        "checkpoint": str(args.checkpoint), "data": str(system.data_dir), "split": args.split, "tgt_langs": langs,
         "source_segment_size_ms": args.source_segment_size, "max_len_a": args.max_len_a,
         "max_len_b": args.max_len_b, "min_len": args.min_len, "latency_units": units,
         "offline": bool(args.offline), "joint_decoding": True, "fbank": system.fbank_kwargs,
         "peak_normalize": system.peak_normalize, "simuleval_compat": bool(args.simuleval_compat),
         "n_utterances": len(utts),
     }
-    results: dict[str, Any] = {}
-    keys: list[str] = []
-    for spec in specs:
-        key = "offline" if spec is None else _point_key(spec)
-        policy = None if spec is None else {lang: per_lang.get(lang, spec) for lang in langs}
-        try:
-            translator = system.translator(None if spec is None else 3, max_len_a=args.max_len_a,
-                                           max_len_b=args.max_len_b, beam=beam, min_len=args.min_len, policy=policy)
-        except LoadError as e:
-            raise EvalError(str(e)) from None
-        cfg = dict(base_cfg, beam=beam, **_policy_config(spec, per_lang, langs))
-        sub = out if len(specs) == 1 else out / key
-        t0 = time.perf_counter()
-        obj = run_one(translator, utts, audios, langs, units, args.source_segment_size, args.offline, sub, cfg,
-                      not args.no_progress)
-        results[key] = obj
-        keys.append(key)
-        avg = obj.get("average", {})
-        logger.info("%s: BLEU %.2f AL %.1f ms AL_CA %.1f ms RTF %.3f (%.1fs) -> %s",
-                    cfg.get("policy_title", key), avg.get("BLEU", float("nan")),
-                    avg.get("AL", float("nan")), avg.get("AL_CA", float("nan")), obj.get("rtf") or float("nan"),
-                    time.perf_counter() - t0, sub / "scores.md")
-    if len(specs) > 1:
-        for metric, name in (("AL", "latency_quality.png"), ("AL_CA", "latency_quality_ca.png")):
-            points = {lang: [] for lang in langs}
-            for spec, key in zip(specs, keys):
-                pl = results[key]["per_lang"]
-                for lang in langs:
-                    if metric in pl[lang] and "BLEU" in pl[lang]:
-                        points[lang].append((pl[lang][metric], pl[lang]["BLEU"], f"{swept}={spec.kwargs[swept]}"))
-            plot_latency_quality(points, out / name, latency_metric=metric,
-                                 title=f"BLEU vs {metric} ({specs[0].name} sweep over {swept})")
-        _write_sweep(out, specs, keys, swept, results, langs, per_lang)
+    run_sweep(system, utts, audios, settings, Path(args.out), units=units, segment_ms=args.source_segment_size,
+              base_config=base_cfg, max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=args.min_len,
+              beam=beam, progress=not args.no_progress, swept=swept, per_lang=per_lang)
     return 0
-
-
-def _point_key(spec: Any) -> str:
-    """Folder / JSON key of one sweep point: ``k3`` for wait-k (as before policies existed), else the label."""
-    return f"k{spec.kwargs.get('k', 3)}" if spec.name == "waitk" else spec.label()
-
-
-def _policy_config(spec: Any, per_lang: dict[str, Any], langs: list[str]) -> dict[str, Any]:
-    """Config entries naming the policy (and the per-language ones) for scores.json / scores.md."""
-    if spec is None:
-        return {"waitk": None, "policy": None}
-    pols = {lang: per_lang.get(lang, spec) for lang in langs}
-    title = spec.describe() + "".join(f"; {lang}: {p.describe()}" for lang, p in per_lang.items())
-    return {"policy": spec.name, "policy_params": spec.kwargs, "policy_label": spec.label(), "policy_title": title,
-            "policy_per_lang": {lang: {"policy": p.name, "params": p.kwargs} for lang, p in pols.items()},
-            "waitk": spec.kwargs.get("k", 3) if spec.name == "waitk" else None}
-
-
-def _write_sweep(out: Path, specs: list[Any], keys: list[str], swept: str | None, results: dict[str, Any],
-                 langs: list[str], per_lang: dict[str, Any]) -> None:
-    from mmst.evaluation.report import format_metrics_table
-
-    sweep = {key: {"per_lang": {lang: {m: v for m, v in results[key]["per_lang"][lang].items() if m != "info"}
-                                for lang in langs},
-                   "average": results[key]["average"], "rtf": results[key].get("rtf"),
-                   "policy": spec.name, "params": spec.kwargs} for spec, key in zip(specs, keys)}
-    obj: dict[str, Any] = {"policy": specs[0].name, "swept_param": swept,
-                           "values": [spec.kwargs.get(swept) for spec in specs],
-                           "policy_per_lang": {lang: p.describe() for lang, p in per_lang.items()},
-                           "sweep": sweep, "langs": langs}
-    if specs[0].name == "waitk":
-        obj["ks"] = [spec.kwargs["k"] for spec in specs]
-    (out / "scores.json").write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
-    extra = "".join(f" ({lang}: {p.describe()})" for lang, p in per_lang.items())
-    md = [f"# {specs[0].name} sweep over {swept}{extra}", "",
-          "Latency in ms (SimulEval 1.1 definitions, `_CA` = computation-aware); "
-          "BLEU: sacrebleu. Per-point details: `<point>/scores.md`.", ""]
-    for lang in langs + ["avg"]:
-        rows = {}
-        for spec, key in zip(specs, keys):
-            r = results[key]["average"] if lang == "avg" else results[key]["per_lang"][lang]
-            rows[f"{swept}={spec.kwargs.get(swept)}"] = r
-        md += [f"## {lang}", "", format_metrics_table(rows, ("BLEU", "AL", "LAAL", "AP", "DAL", "ATD"),
-                                                     ca=True, row_header=swept or "point"), ""]
-    rtfs = ", ".join(f"{swept}={spec.kwargs.get(swept)}: {results[key].get('rtf') or float('nan'):.3f}"
-                     for spec, key in zip(specs, keys))
-    md += [f"Real-time factor: {rtfs}", "", "![BLEU vs AL](latency_quality.png)",
-           "![BLEU vs AL_CA](latency_quality_ca.png)", ""]
-    (out / "scores.md").write_text("\n".join(md))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ import os
 import random
 from collections.abc import Sequence
 
-from mmst.data.mustc import normalize_text, parse_yaml_line, split_paths
+from mmst.atomic import atomic_path, atomic_write_json, atomic_write_lines
+from mmst.corpora.mustc_layout import normalize_text, parse_yaml_line, split_paths
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,7 @@ def _read(path: str) -> list[str]:
 
 
 def _write(path: str, lines: Sequence[str]) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(ln + "\n" for ln in lines))
-    os.replace(tmp, path)
+    atomic_write_lines(path, lines)
 
 
 def _fmt(x: float) -> str:
@@ -114,9 +112,8 @@ def _pad_wav(path: str, pad_s: float, done: set) -> None:
     data, sr = sf.read(real, dtype="float32", always_2d=True)
     n = int(round(pad_s * sr))
     data = np.concatenate([np.zeros((n, data.shape[1]), dtype=data.dtype), data], axis=0)
-    tmp = real + ".tmp.wav"
-    sf.write(tmp, data, sr, subtype=info.subtype, format=info.format)
-    os.replace(tmp, real)
+    with atomic_path(real) as tmp:
+        sf.write(tmp, data, sr, subtype=info.subtype, format=info.format)
 
 
 def _split_row(r: dict) -> tuple[dict, dict] | None:
@@ -324,9 +321,6 @@ def perturb_mustc_like(
     for lang in langs:
         for split, rows in data[lang].items():
             _save_pair_split(raw_root, lang, split, rows)
-    tmp = marker + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2, sort_keys=True)
-    os.replace(tmp, marker)
+    atomic_write_json(marker, summary)
     log.info("MuST-C-like perturbation: %s", json.dumps(summary, sort_keys=True))
     return summary

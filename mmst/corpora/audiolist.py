@@ -29,8 +29,8 @@ import numpy as np
 import soundfile as sf
 
 from mmst.audio import AudioError, audio_info
+from mmst.corpora.mustc_layout import RawCorpusError, read_text_lines
 from mmst.data.manifest import TGT_PREFIX
-from mmst.data.rawcorpus import RawCorpusError, read_text_lines
 
 _LANG_RE = re.compile(r"[a-z]{2,3}")
 DURATION_TOLERANCE_S = 0.1
@@ -54,7 +54,7 @@ def infer_tgt_langs(columns: list[str], src_col: str = "en") -> list[str]:
 
 def read_audio_list(tsv: str | os.PathLike[str], tgt_langs: list[str] | None = None,
                     src_col: str = "en") -> tuple[list[dict[str, Any]], list[str]]:
-    """Parse the TSV into multi-way rows for :func:`mmst.data.multiway.build_from_rows`.
+    """Parse the TSV into multi-way rows for :func:`mmst.corpora.multiway.build_from_rows`.
 
     Args:
         tsv: the list file.

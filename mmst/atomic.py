@@ -1,9 +1,10 @@
-"""Atomic file writing helpers.
+"""Atomic file writes: the one implementation every mmst output goes through.
 
-Every output file of the data preparation is written through these helpers: the content goes to a
-temporary file in the same directory, is flushed and fsync'ed, then ``os.replace``-d onto the final
-name. A crash therefore leaves either the old file or the new one, never a truncated file, and a
-rerun can trust any file whose final name exists.
+The content goes to a temporary file ``.<name>.tmp-<pid>-<random>`` in the same directory, is flushed
+and fsync'ed, then ``os.replace``-d onto the final name, and the directory is fsync'ed. A crash
+therefore leaves either the old file or the new one, never a truncated file, and a rerun can trust
+any file whose final name exists. Any library that writes to a path or a file object (torch.save,
+soundfile, matplotlib) goes through :func:`atomic_path`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +36,12 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         path: final destination. Its parent directory is created if missing.
 
     Yields:
-        ``Path`` of the temporary file (same directory, name ``.<name>.<random>.tmp``).
+        ``Path`` of the temporary file (same directory, name ``.<name>.tmp-<pid>-<random>``: the pid
+        lets a clean-up tell the files of dead writers from saves in progress).
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -51,6 +54,21 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         raise
+    _fsync_dir(final.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename in it survives a power loss (no-op where unsupported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. Windows
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
@@ -67,6 +85,17 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     """Write ``obj`` as indented, key-sorted UTF-8 JSON to ``path`` atomically."""
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def atomic_write_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> None:
+    """Write ``lines`` to ``path`` atomically, each followed by ``\n`` (UTF-8)."""
+    atomic_write_text(path, "".join(ln + "\n" for ln in lines))
+
+
+def atomic_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """Copy the file ``src`` to ``dst`` atomically (streamed, 4 MiB blocks)."""
+    with atomic_path(dst) as tmp, open(src, "rb") as fi, open(tmp, "wb") as fo:
+        shutil.copyfileobj(fi, fo, length=1 << 22)
 
 
 def atomic_save_npy(path: str | os.PathLike[str], array: np.ndarray) -> None:

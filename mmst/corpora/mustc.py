@@ -19,9 +19,9 @@ tolerance is given in **milliseconds** (``tolerance_ms``); IoU is a unitless rat
 
 Design: everything is pure functions over :class:`Segment` records, so it is fast and testable.
 
-1. :func:`read_pair_split` reads one pair/split into records (fast line parser for the yaml, unknown
-   keys such as ``rW``/``uW`` ignored) and returns :class:`PrepIssue` entries (file + line) for bad
-   input instead of raising, so a run finishes with the rest.
+1. :func:`mmst.corpora.mustc_layout.read_pair_split` (lenient mode) reads one pair/split into records
+   and returns :class:`PrepIssue` entries (file + line) for bad input instead of raising, so a run
+   finishes with the rest.
 2. :func:`resolve_split_conflicts` enforces split hygiene: a talk found in more than one split across
    pairs is assigned to one split by the rule test > dev > train.
 3. :func:`align_talk` / :func:`align_segments` build the cross-pair alignment: per talk, an index
@@ -37,13 +37,25 @@ Design: everything is pure functions over :class:`Segment` records, so it is fas
 
 from __future__ import annotations
 
+import bisect
 import logging
+import math
 import os
-import re
-import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+from mmst.corpora.mustc_layout import (  # noqa: F401  (re-exported: the lenient reader's API)
+    PrepIssue,
+    Segment,
+    YamlLineError,
+    find_pairs,
+    normalize_text,
+    pair_path,
+    parse_yaml_line,
+    read_pair_split,
+    split_paths,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,190 +83,8 @@ DROP_REASONS = (
 
 
 # ----------------------------------------------------------------------------------------------
-# Records and issues
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Segment:
-    """One line of one pair's yaml with its English and target text.
-
-    Attributes:
-        lang: target language of the pair (``de`` for ``en-de``).
-        split: the split directory the line was read from (``train``, ``dev``, ``tst-COMMON``...).
-        talk: talk id = wav file name without extension (``ted_1``).
-        wav: absolute path of the talk wav (may not exist; see ``missing_wav`` checks).
-        offset: segment start inside the wav, seconds.
-        duration: segment length, seconds.
-        speaker: ``speaker_id`` from the yaml ('' when absent).
-        src: English transcript line (stripped).
-        tgt: translation line (stripped).
-        file: path of the yaml file the line came from.
-        line: 1-based line number in the yaml (and in the text files).
-        norm: normalised English (:func:`normalize_text`), the alignment key.
-    """
-
-    lang: str
-    split: str
-    talk: str
-    wav: str
-    offset: float
-    duration: float
-    speaker: str
-    src: str
-    tgt: str
-    file: str
-    line: int
-    norm: str = ""
-
-    @property
-    def end(self) -> float:
-        """Segment end, seconds (``offset + duration``)."""
-        return self.offset + self.duration
-
-
-@dataclass(slots=True)
-class PrepIssue:
-    """A problem found in the input; the run continues and the issue goes to the report.
-
-    Attributes:
-        kind: one of :data:`DROP_REASONS` (or ``pair_missing``).
-        message: human-readable message naming the file and line.
-        file: the offending file ('' when not file-specific).
-        line: 1-based line number (0 when the whole file/pair is concerned).
-        lang: target language of the pair.
-        split: split name ('' when the whole pair is concerned).
-        n_segments: number of segments skipped because of this issue.
-    """
-
-    kind: str
-    message: str
-    file: str = ""
-    line: int = 0
-    lang: str = ""
-    split: str = ""
-    n_segments: int = 0
-
-    def as_dict(self) -> dict:
-        """JSON-serialisable form for ``prep_report.json``."""
-        return {
-            "kind": self.kind,
-            "message": self.message,
-            "file": self.file,
-            "line": self.line,
-            "lang": self.lang,
-            "split": self.split,
-            "n_segments": self.n_segments,
-        }
-
-
-class YamlLineError(ValueError):
-    """A MuST-C yaml line could not be parsed (message names file and line)."""
-
-
-# ----------------------------------------------------------------------------------------------
 # Parsing and normalisation
 # ----------------------------------------------------------------------------------------------
-
-_NUM_KEYS = ("offset", "duration")
-
-
-def _parse_value(v: str) -> str:
-    v = v.strip()
-    if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"":
-        v = v[1:-1]
-    return v
-
-
-def parse_yaml_line(line: str, path: str = "<yaml>", lineno: int = 0) -> dict[str, str | float]:
-    """Parse one MuST-C yaml segment line, e.g. ``- {duration: 3.5, offset: 16.61, rW: 10, wav: t.wav}``.
-
-    A fast string parser (about 1 us per line, ~50x faster than ``yaml.safe_load`` on the whole
-    file); unusual lines (quoted values containing ``, `` or ``: ``, block style) fall back to
-    ``yaml.safe_load`` of that line. Unknown keys (``rW``, ``uW``, ...) are kept but ignored by
-    callers.
-
-    Args:
-        line: the raw line.
-        path: file name for error messages.
-        lineno: 1-based line number for error messages.
-
-    Returns:
-        dict with at least ``offset`` and ``duration`` as float **seconds** and ``wav`` as str.
-
-    Raises:
-        YamlLineError: unparsable line, or missing ``offset``/``duration``/``wav``, or a
-            non-numeric offset/duration. The message names ``path:lineno``.
-    """
-    s = line.strip()
-    out: dict[str, str | float] = {}
-    if s.startswith("- {") and s.endswith("}") and "'" not in s and '"' not in s:
-        for part in s[3:-1].split(","):
-            k, sep, v = part.partition(":")
-            if not sep:
-                out = {}
-                break
-            out[k.strip()] = v.strip()
-    if not out:
-        import yaml  # slow path, rare
-
-        try:
-            parsed = yaml.safe_load(s)
-        except yaml.YAMLError as e:
-            raise YamlLineError(f"{path}:{lineno}: cannot parse yaml line {s[:80]!r}: {e}") from None
-        if isinstance(parsed, list) and len(parsed) == 1:
-            parsed = parsed[0]
-        if not isinstance(parsed, dict):
-            raise YamlLineError(f"{path}:{lineno}: expected '- {{duration: .., offset: .., wav: ..}}', got {s[:80]!r}")
-        out = {str(k): (str(v) if not isinstance(v, str) else _parse_value(v)) for k, v in parsed.items()}
-    for key in ("offset", "duration", "wav"):
-        if key not in out or out[key] == "":
-            raise YamlLineError(f"{path}:{lineno}: missing key {key!r} in yaml line {s[:80]!r}")
-    for key in _NUM_KEYS:
-        try:
-            out[key] = float(out[key])
-        except (TypeError, ValueError):
-            raise YamlLineError(f"{path}:{lineno}: {key} is not a number: {out[key]!r}") from None
-    return out
-
-
-class _NormTable(dict):
-    """``str.translate`` table built lazily: apostrophes deleted, other punctuation/symbols -> space."""
-
-    _APOSTROPHES = "'\u2019\u2018`\u00b4\u02bc"
-
-    def __missing__(self, code: int):
-        ch = chr(code)
-        if ch in self._APOSTROPHES:
-            val = None
-        elif unicodedata.category(ch)[0] in "PSZC" and ch not in " ":
-            val = " "
-        else:
-            val = ch
-        self[code] = val
-        return val
-
-
-_NORM_TABLE = _NormTable()
-_WS = re.compile(r"\s+")
-
-
-def normalize_text(text: str) -> str:
-    """Normalise an English transcript for cross-pair matching.
-
-    Steps: Unicode NFKC; casefold; delete apostrophes (``don't`` -> ``dont``, so ``don't``/``don’t``
-    agree); every other punctuation, symbol, control or separator character -> space; collapse
-    whitespace; strip. Digits and letters (any script) are kept.
-
-    Example: ``"Hello,  World -- it's (Laughter)!"`` -> ``"hello world its laughter"``.
-    """
-    if text.isascii():
-        t = text.lower()
-    else:
-        t = unicodedata.normalize("NFKC", text).casefold()
-    t = t.translate(_NORM_TABLE)
-    return " ".join(t.split())
-
 
 def fairseq_string_sort_differs(offsets: Sequence[float | str]) -> bool:
     """True when sorting the offsets as yaml strings gives another order than sorting them as numbers.
@@ -269,189 +99,6 @@ def fairseq_string_sort_differs(offsets: Sequence[float | str]) -> bool:
 # ----------------------------------------------------------------------------------------------
 # Reading
 # ----------------------------------------------------------------------------------------------
-
-
-def pair_dir(root: str, lang: str) -> str:
-    """``ROOT/en-XX`` for target language ``lang``."""
-    return os.path.join(root, f"en-{lang}")
-
-
-def split_paths(root: str, lang: str, split: str) -> dict[str, str]:
-    """Paths of one pair/split: keys ``yaml``, ``en``, ``tgt``, ``wav_dir``."""
-    base = os.path.join(pair_dir(root, lang), "data", split)
-    txt = os.path.join(base, "txt")
-    return {
-        "yaml": os.path.join(txt, f"{split}.yaml"),
-        "en": os.path.join(txt, f"{split}.en"),
-        "tgt": os.path.join(txt, f"{split}.{lang}"),
-        "wav_dir": os.path.join(base, "wav"),
-    }
-
-
-def _read_lines(path: str) -> list[str]:
-    with open(path, encoding="utf-8", newline="") as f:
-        data = f.read()
-    lines = data.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [ln.rstrip("\r") for ln in lines]
-
-
-def find_pairs(root: str, langs: Sequence[str]) -> tuple[list[str], list[PrepIssue]]:
-    """Which requested pairs exist under ``root``.
-
-    Returns:
-        (present languages in the requested order, issues of kind ``pair_missing`` for the others).
-    """
-    present, issues = [], []
-    for lang in langs:
-        d = pair_dir(root, lang)
-        if os.path.isdir(d):
-            present.append(lang)
-        else:
-            issues.append(
-                PrepIssue("pair_missing", f"{d}: pair en-{lang} missing from --mustc-root; skipping it", d, 0, lang)
-            )
-    return present, issues
-
-
-def read_pair_split(
-    root: str,
-    lang: str,
-    split: str,
-    check_wavs: bool = True,
-) -> tuple[list[Segment], list[PrepIssue], int]:
-    """Read one pair/split into :class:`Segment` records.
-
-    Bad input never raises: each problem becomes a :class:`PrepIssue` naming file and line, and the
-    affected segments are skipped:
-
-    - split directory or one of its 3 text files missing -> ``split_missing`` (nothing read);
-    - a file that is not valid UTF-8 -> ``bad_encoding`` (pair/split skipped; message gives the line);
-    - yaml/en/tgt line counts differ -> ``line_count_mismatch`` (the whole pair/split is skipped,
-      because line alignment cannot be trusted; the message gives the three counts and the first
-      line that exists in one file but not the other);
-    - unparsable yaml line / missing key -> ``bad_yaml``; negative offset or duration <= 0 ->
-      ``bad_interval``;
-    - wav named in the yaml but absent -> ``missing_wav`` (one issue per wav, all its lines skipped);
-    - the same (wav, offset, duration) twice -> ``duplicate`` (later line skipped, message names both).
-
-    Args:
-        root: MuST-C root (contains ``en-XX``).
-        lang: target language.
-        split: split name (directory name, also the file stem).
-        check_wavs: check that each named wav exists (one ``os.path.isfile`` per talk).
-
-    Returns:
-        (segments in yaml order, issues, number of yaml lines = "segments in").
-    """
-    p = split_paths(root, lang, split)
-    issues: list[PrepIssue] = []
-    missing = [p[k] for k in ("yaml", "en", "tgt") if not os.path.isfile(p[k])]
-    if missing:
-        n_in = len(_read_lines(p["yaml"])) if os.path.isfile(p["yaml"]) else 0
-        issues.append(
-            PrepIssue(
-                "split_missing",
-                f"{missing[0]}: split {split!r} missing for pair en-{lang}; skipping en-{lang}/{split}",
-                missing[0], 0, lang, split, n_in,
-            )
-        )
-        return [], issues, n_in
-    texts = {}
-    for k in ("yaml", "en", "tgt"):
-        try:
-            texts[k] = _read_lines(p[k])
-        except UnicodeDecodeError as e:
-            with open(p[k], "rb") as f:
-                raw = f.read()
-            lineno = raw[: e.start].count(b"\n") + 1
-            n_in = len(texts["yaml"]) if "yaml" in texts else raw.count(b"\n")
-            issues.append(
-                PrepIssue(
-                    "bad_encoding",
-                    f"{p[k]}:{lineno}: not valid UTF-8 (byte {e.start}: {e.reason}); skipping en-{lang}/{split}",
-                    p[k], lineno, lang, split, n_in,
-                )
-            )
-            return [], issues, n_in
-    yl, el, tl = texts["yaml"], texts["en"], texts["tgt"]
-    n_in = len(yl)
-    if not (len(yl) == len(el) == len(tl)):
-        counts = {p["yaml"]: len(yl), p["en"]: len(el), p["tgt"]: len(tl)}
-        short = min(counts, key=counts.get)
-        first_bad = counts[short] + 1
-        issues.append(
-            PrepIssue(
-                "line_count_mismatch",
-                f"{short}:{first_bad}: line counts differ for en-{lang}/{split} "
-                + ", ".join(f"{os.path.basename(k)}={v}" for k, v in counts.items())
-                + f"; line {first_bad} is missing from {os.path.basename(short)}; skipping en-{lang}/{split}",
-                short, first_bad, lang, split, n_in,
-            )
-        )
-        return [], issues, n_in
-    segs: list[Segment] = []
-    wav_ok: dict[str, bool] = {}
-    wav_missing_lines: dict[str, list[int]] = defaultdict(list)
-    seen: dict[tuple[str, float, float], int] = {}
-    yaml_path = p["yaml"]
-    wav_dir = p["wav_dir"]
-    for i, (y, en, tg) in enumerate(zip(yl, el, tl)):
-        lineno = i + 1
-        try:
-            d = parse_yaml_line(y, yaml_path, lineno)
-        except YamlLineError as e:
-            issues.append(PrepIssue("bad_yaml", str(e), yaml_path, lineno, lang, split, 1))
-            continue
-        off, dur, wav = d["offset"], d["duration"], str(d["wav"])
-        if off < 0 or dur <= 0:
-            issues.append(
-                PrepIssue(
-                    "bad_interval",
-                    f"{yaml_path}:{lineno}: bad interval offset={off} duration={dur} (need offset >= 0, duration > 0)",
-                    yaml_path, lineno, lang, split, 1,
-                )
-            )
-            continue
-        wav_path = os.path.join(wav_dir, wav)
-        if check_wavs:
-            ok = wav_ok.get(wav)
-            if ok is None:
-                ok = wav_ok[wav] = os.path.isfile(wav_path)
-            if not ok:
-                wav_missing_lines[wav].append(lineno)
-                continue
-        key = (wav, off, dur)
-        prev = seen.get(key)
-        if prev is not None:
-            issues.append(
-                PrepIssue(
-                    "duplicate",
-                    f"{yaml_path}:{lineno}: duplicate segment (wav={wav}, offset={off}, duration={dur}) "
-                    f"already at line {prev}; keeping line {prev}",
-                    yaml_path, lineno, lang, split, 1,
-                )
-            )
-            continue
-        seen[key] = lineno
-        src = en.strip()
-        segs.append(
-            Segment(
-                lang, split, os.path.splitext(wav)[0], wav_path, off, dur, str(d.get("speaker_id", "")),
-                src, tg.strip(), yaml_path, lineno, normalize_text(src),
-            )
-        )
-    for wav, lines in wav_missing_lines.items():
-        issues.append(
-            PrepIssue(
-                "missing_wav",
-                f"{yaml_path}:{lines[0]}: wav {os.path.join(wav_dir, wav)} named in the yaml is absent; "
-                f"skipping its {len(lines)} segment(s) (lines {lines[0]}..{lines[-1]})",
-                yaml_path, lines[0], lang, split, len(lines),
-            )
-        )
-    return segs, issues, n_in
 
 
 # ----------------------------------------------------------------------------------------------
@@ -583,6 +230,9 @@ class AlignParams:
         merge_splits: when a segment of a later pair has no match, try it joined with the next
             segment of the same pair (English texts concatenated, intervals united): recovers
             segments that one pair split in two. The translations are joined with a space.
+        match_text: ``True``: candidates must have the same normalised English. ``False``: the
+            interval alone decides, within ``tolerance_ms`` (the exact join of
+            :func:`mmst.corpora.multiway.join_pairs`); needs ``min_iou=1`` and ``merge_splits=False``.
     """
 
     min_iou: float = 0.9
@@ -590,6 +240,7 @@ class AlignParams:
     interval: str = "first"
     min_langs: int | None = None
     merge_splits: bool = True
+    match_text: bool = True
 
     def __post_init__(self):
         if not 0.0 < self.min_iou <= 1.0:
@@ -600,6 +251,8 @@ class AlignParams:
             raise ValueError(f"interval must be 'first' or 'union', got {self.interval!r}")
         if self.min_langs is not None and self.min_langs < 1:
             raise ValueError(f"min_langs must be >= 1, got {self.min_langs}")
+        if not self.match_text and (self.min_iou < 1.0 or self.merge_splits):
+            raise ValueError("match_text=False (exact join) needs min_iou=1 and merge_splits=False")
 
 
 def iou(a_start: float, a_end: float, b_start: float, b_end: float) -> float:
@@ -677,19 +330,30 @@ class AlignedGroup:
 
 
 def _find(cands, groups, seg_off, seg_dur, taken, tol_s, min_iou):
-    """Best candidate group index for an interval, or (None, reason)."""
+    """Best candidate group index for an interval, or (None, reason).
+
+    A candidate whose offset and duration are both within ``tol_s`` wins (the nearest one, by the
+    sum of the two differences); else the highest IoU when >= ``min_iou``.
+    """
     if not cands:
         return None, "no_text_match", 0.0
     best, best_iou, seg_end = None, -1.0, seg_off + seg_dur
+    exact, exact_d = None, math.inf
     for gi in cands:
         if gi in taken:
             continue
         g = groups[gi]
-        if abs(g.offset - seg_off) <= tol_s and abs(g.duration - seg_dur) <= tol_s:
-            return gi, "exact", iou(g.offset, g.offset + g.duration, seg_off, seg_end)
+        d_off, d_dur = abs(g.offset - seg_off), abs(g.duration - seg_dur)
+        if d_off <= tol_s and d_dur <= tol_s:
+            if d_off + d_dur < exact_d:
+                exact, exact_d = gi, d_off + d_dur
+            continue
         v = iou(g.offset, g.offset + g.duration, seg_off, seg_end)
         if v > best_iou:
             best, best_iou = gi, v
+    if exact is not None:
+        g = groups[exact]
+        return exact, "exact", iou(g.offset, g.offset + g.duration, seg_off, seg_end)
     if best is not None and best_iou >= min_iou - 1e-9:
         return best, "iou", best_iou
     return None, "iou_below_min", best_iou
@@ -704,10 +368,11 @@ def align_talk(
 
     1. Languages are visited in ``langs`` order; each language's records are sorted once by numeric
        (offset, duration).
-    2. The index maps normalised English -> group indices. A record joins the first candidate group
-       whose reference interval matches within ``tolerance_ms`` (fast path), else the candidate with
-       the highest IoU if >= ``min_iou``; a group takes at most one record (or merged pair) per
-       language.
+    2. Candidates: the groups with the same normalised English (an index), or with
+       ``match_text=False`` the groups whose offset is within ``tolerance_ms`` (a sorted offset
+       list). A record joins the nearest candidate whose reference interval matches within
+       ``tolerance_ms`` (fast path), else the candidate with the highest IoU if >= ``min_iou``; a
+       group takes at most one record (or merged pair) per language.
     3. With ``merge_splits``, two consecutive unmatched records are tried as one (texts joined with
        a space, intervals united).
     4. Records still unmatched start new groups (so a talk or segment missing from the first pair
@@ -725,6 +390,15 @@ def align_talk(
     tol_s = params.tolerance_ms / 1000.0
     groups: list[AlignedGroup] = []
     index: dict[str, list[int]] = {}
+    by_offset: list[tuple[float, int]] = []  # (offset, group index), sorted; candidates when not match_text
+
+    def candidates(norm: str, offset: float) -> list[int] | None:
+        if params.match_text:
+            return index.get(norm)
+        lo = bisect.bisect_left(by_offset, (offset - tol_s, -1))
+        hi = bisect.bisect_right(by_offset, (offset + tol_s, len(groups)))
+        return [gi for _, gi in by_offset[lo:hi]]
+
     for lang in langs:
         segs = by_lang.get(lang)
         if not segs:
@@ -733,7 +407,8 @@ def align_talk(
         taken: set[int] = set()
         unmatched: list[tuple[int, str]] = []  # (position in segs, reason)
         for pos, s in enumerate(segs):
-            gi, how, v = _find(index.get(s.norm), groups, s.offset, s.duration, taken, tol_s, params.min_iou)
+            gi, how, v = _find(candidates(s.norm, s.offset), groups, s.offset, s.duration, taken, tol_s,
+                               params.min_iou)
             if gi is not None:
                 groups[gi].matches[lang] = Match([s], how, v)
                 taken.add(gi)
@@ -764,6 +439,7 @@ def align_talk(
                              offset=s.offset, duration=s.duration)
             g.matches[lang] = Match([s], "reference", 1.0)
             index.setdefault(s.norm, []).append(len(groups))
+            bisect.insort(by_offset, (s.offset, len(groups)))
             groups.append(g)
     if params.interval == "union":
         for g in groups:
@@ -1097,7 +773,7 @@ def read_corpus(
     n_in: dict[tuple[str, str], int] = {}
     jobs = [(lang, split) for split in splits for lang in present]
     have_split = {
-        split: [lang for lang in present if os.path.isdir(os.path.join(pair_dir(root, lang), "data", split))]
+        split: [lang for lang in present if os.path.isdir(os.path.join(pair_path(root, lang), "data", split))]
         for split in splits
     }
     it: Iterable = jobs

@@ -23,7 +23,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from mmst.data.synthetic import lexicon
+from mmst.corpora.synthetic import lexicon
 
 LANGS = ("en", "de", "nl", "es", "fr", "it", "pt", "ja")
 """Languages the grammar realises (``en`` is the source)."""

@@ -1,4 +1,4 @@
-"""English ASR view of a multi-way DATA directory (encoder pretraining, issue 5).
+"""English ASR view of a multi-way DATA directory (encoder pretraining).
 
 TED-MMST and fairseq SimulST initialise the speech-translation encoder from an English ASR model
 trained with CTC + attention on the same audio. :func:`make_asr_view` turns a multi-way DATA
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mmst.data.atomic import atomic_write_json, atomic_write_text
+from mmst.atomic import atomic_write_json, atomic_write_text
 from mmst.data.corpus import load_data_config
 from mmst.data.manifest import manifest_columns, read_manifest, write_manifest
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue-3 acceptance on the `easy` grammar corpus (en -> de, es, fr, ja), with one corpus that has
+# Offline unified vs separate decoders on the `easy` grammar corpus (en -> de, es, fr, ja), with one corpus that has
 # test voices seen in training (tst-COMMON) and voices never heard in training (tst-unseen):
 #   unified_offline   xs unified, trained offline for 10 min of training wall time (2 CPU cores)
 #   separate_offline  xs separate, same
@@ -19,7 +19,7 @@ source recipes/lib/stages.sh
 stage=0
 stop_stage=4
 force=false
-exp_dir=exp/synthetic_acceptance
+exp_dir=exp/synthetic_offline_archs
 tgt_langs=de,es,fr,ja
 num_train=4000
 num_dev=200

@@ -1,17 +1,17 @@
-"""``python -m mmst.distributed.run``: stand-alone distributed runner (works under ``torchrun``).
+"""``python -m mmst.simulation.run``: stand-alone distributed runner (works under ``torchrun``).
 
-Runs any of the modes on the fixed small task (:mod:`mmst.distributed.toy`); the MMST model itself is
-trained with ``mmst-train --distributed ...`` (see :mod:`mmst.distributed.integration`). Examples::
+Runs any of the modes on the fixed small task (:mod:`mmst.simulation.toy`); the MMST model itself is
+trained with ``mmst-train --distributed ...`` (see :mod:`mmst.training.distributed`). Examples::
 
     # 4 CPU workers, DDP with 4 micro-batches per update, lognormal stragglers
-    torchrun --nproc-per-node 4 -m mmst.distributed.run --distributed ddp --update-freq 4 \\
+    torchrun --nproc-per-node 4 -m mmst.simulation.run --distributed ddp --update-freq 4 \\
         --straggler-delay lognormal:cv=0.5 --steps 100
     # DropCompute with an automatic threshold
-    torchrun --nproc-per-node 4 -m mmst.distributed.run --distributed dropcompute --compute-threshold auto
+    torchrun --nproc-per-node 4 -m mmst.simulation.run --distributed dropcompute --compute-threshold auto
     # parameter server: rank 0 = server, ranks 1..3 = workers, SSP bound 4
-    torchrun --nproc-per-node 4 -m mmst.distributed.run --distributed param-server --max-staleness 4
+    torchrun --nproc-per-node 4 -m mmst.simulation.run --distributed param-server --max-staleness 4
     # restart on failure, resuming from the last checkpoint
-    torchrun --nproc-per-node 2 --max-restarts 2 -m mmst.distributed.run --checkpoint-dir exp/ckpt
+    torchrun --nproc-per-node 2 --max-restarts 2 -m mmst.simulation.run --checkpoint-dir exp/ckpt
 
 Without torchrun (no ``RANK`` in the environment) it runs as one process. :func:`launch_local` spawns
 ``nprocs`` local processes with the same environment torchrun would set (used by tests and the bench).
@@ -38,6 +38,8 @@ from typing import Any
 
 import torch
 
+from mmst.atomic import atomic_path
+from mmst.cli_help import HelpFormatter
 from mmst.distributed.ddp import DDPStrategy
 from mmst.distributed.dropcompute import DropComputeStrategy, parse_threshold
 from mmst.distributed.env import (
@@ -50,16 +52,16 @@ from mmst.distributed.env import (
 )
 from mmst.distributed.param_server import ParamServer, ParamWorker, flat_params
 from mmst.distributed.stragglers import StragglerInjector, parse_delay_spec, parse_slow_rank
-from mmst.distributed.toy import ToyTask
+from mmst.simulation.toy import ToyTask
 
-log = logging.getLogger("mmst.distributed.run")
+log = logging.getLogger("mmst.simulation.run")
 MODES = ("none", "ddp", "dropcompute", "param-server")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of the runner (every option has help)."""
-    p = argparse.ArgumentParser(prog="python -m mmst.distributed.run", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m mmst.simulation.run", description=__doc__.split("\n")[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--distributed", choices=MODES, default="ddp", help="training mode")
     p.add_argument("--update-freq", type=int, default=4, help="M: micro-batches per rank per update")
     p.add_argument("--compute-threshold", default="auto", help="DropCompute tau: seconds, 'inf' or 'auto'")
@@ -115,10 +117,8 @@ def _die(rank: int, step: int) -> None:
 
 
 def _save_ckpt(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, step: int, extra: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, **extra}, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, **extra}, tmp)
 
 
 def train(cfg: argparse.Namespace) -> dict[str, Any]:

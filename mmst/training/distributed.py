@@ -1,4 +1,4 @@
-"""``mmst-train --distributed ddp|dropcompute|param-server``: strategies for the MMST trainer.
+"""``mmst-train --distributed ddp|dropcompute|param-server``: the trainer's adapters over :mod:`mmst.distributed`.
 
 The trainer (:mod:`mmst.training.strategy`) calls, per update,
 ``strategy.run_update(model, criterion, optimizer, scheduler, micro_batches, waitks, clip_norm)``, and
@@ -36,21 +36,14 @@ from mmst.distributed.dropcompute import DropComputeStrategy, parse_threshold
 from mmst.distributed.env import DEFAULT_TIMEOUT_S, init_distributed
 from mmst.distributed.param_server import ParamServer, ParamWorker
 from mmst.distributed.stragglers import StragglerInjector, parse_delay_spec, parse_slow_rank
+from mmst.training.step import UpdateResult, clip_grad_norm, compute_loss, merge_stats, optimizer_step
 
 _KNOWN = {"dist_timeout", "backend", "compute_threshold", "auto_steps", "max_drop_rate", "max_staleness",
           "staleness_lr", "worker_timeout", "straggler_delay", "straggler_fraction", "straggler_base_ms",
           "slow_rank", "seed", "find_unused_parameters"}
 
 
-def _merge(acc: dict[str, float], new: dict[str, Any]) -> None:
-    for k, v in new.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            acc[k] = acc.get(k, 0.0) + float(v)
-
-
-def _result(stats: dict[str, float], gnorm: float, ids: list[str]) -> Any:
-    from mmst.training.strategy import UpdateResult
-
+def _result(stats: dict[str, float], gnorm: float, ids: list[str]) -> UpdateResult:
     return UpdateResult(stats=stats, grad_norm=gnorm, skipped=not math.isfinite(gnorm), batch_ids=ids)
 
 
@@ -105,8 +98,6 @@ class _Base:
         self._shard(trainer, self.env.rank, self.env.world_size)
 
     def _loss_fn(self, criterion: Any, collected: list[dict[str, Any]]) -> Any:
-        from mmst.training.step import compute_loss
-
         def fn(model: torch.nn.Module, item: tuple[Any, int | None]) -> tuple[torch.Tensor, dict[str, Any]]:
             batch, k = item
             loss, st = compute_loss(model, batch, criterion, k,
@@ -136,8 +127,6 @@ class TrainerDDP(_Base):
     def run_update(self, model: torch.nn.Module, criterion: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                    micro_batches: list[Any], waitks: list[int | None], clip_norm: float) -> Any:
         """One synchronous update (see module docstring); returns ``UpdateResult``."""
-        from mmst.training.step import optimizer_step
-
         wrapped = self._wrapped if self._wrapped is not None else self.core.wrap(model)
         self._wrapped = wrapped
         collected: list[dict[str, Any]] = []
@@ -147,7 +136,7 @@ class TrainerDDP(_Base):
                                         scale)
         stats: dict[str, float] = {}
         for st in collected:
-            _merge(stats, st)
+            merge_stats(stats, st)
         gnorm = optimizer_step(model, optimizer, scheduler, clip_norm)
         return _result(stats, gnorm, [i for b in micro_batches for i in b.ids])
 
@@ -207,7 +196,6 @@ class TrainerParamServer(_Base):
         """Server (rank 0): run the whole server loop once. Worker: compute the gradient of this update,
         push it, load the returned parameters."""
         from mmst.distributed.param_server import PULL, PUSH, flat_grads
-        from mmst.training.step import clip_grad_norm
 
         if self.env.rank == 0:
             if self.trainer is None:
@@ -234,7 +222,7 @@ class TrainerParamServer(_Base):
             p.grad = None
         stats: dict[str, float] = {}
         for st in collected:
-            _merge(stats, st)
+            merge_stats(stats, st)
         self._version, self._stopped = self.worker._exchange(PUSH, self._version, float(stats.get("nsentences", 0)),
                                                              float(stats.get("loss", 0.0)), g)
         if self._stopped:
@@ -248,11 +236,3 @@ class TrainerParamServer(_Base):
         if self.trainer is not None:  # the server has spent the budget: end this worker's loop
             self.trainer.state.num_updates = max(self.trainer.state.num_updates, int(self.trainer.cfg.optim.max_update) - 1)
 
-
-def register() -> None:
-    """Register ``ddp``, ``dropcompute`` and ``param-server`` with :mod:`mmst.training.strategy`."""
-    from mmst.training.strategy import register_strategy
-
-    register_strategy("ddp", lambda **kw: TrainerDDP(**kw))
-    register_strategy("dropcompute", lambda **kw: TrainerDropCompute(**kw))
-    register_strategy("param-server", lambda **kw: TrainerParamServer(**kw))

@@ -35,8 +35,9 @@ import numpy as np
 import soundfile as sf
 from tqdm import tqdm
 
-from mmst.data.synthetic.grammar import LANGS, Grammar
-from mmst.data.synthetic.tts import (
+from mmst.atomic import atomic_copy, atomic_path, atomic_write_text
+from mmst.corpora.synthetic.grammar import LANGS, Grammar
+from mmst.corpora.synthetic.tts import (
     SAMPLE_RATE,
     Speaker,
     espeak_binary,
@@ -55,19 +56,8 @@ class CorpusConfigError(ValueError):
 
 
 # ----------------------------------------------------------------------------- small utilities
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    _atomic_write_bytes(path, text.encode("utf-8"))
-
-
 def _link_or_copy(src: Path, dst: Path) -> None:
-    """Hard-link ``src`` to ``dst`` atomically (copy if hard links are not supported)."""
+    """Hard-link ``src`` to ``dst`` atomically (an atomic copy if hard links are not supported)."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
     if tmp.exists():
@@ -75,7 +65,8 @@ def _link_or_copy(src: Path, dst: Path) -> None:
     try:
         os.link(src, tmp)
     except OSError:
-        tmp.write_bytes(src.read_bytes())
+        atomic_copy(src, dst)
+        return
     os.replace(tmp, dst)
 
 
@@ -233,9 +224,8 @@ def _work(args) -> tuple[str, str, list, int]:
     pcm, segs = render_talk(talk, seed, dither)
     master = Path(master)
     master.parent.mkdir(parents=True, exist_ok=True)
-    tmp = master.with_name(f".{master.name}.tmp{os.getpid()}.wav")
-    sf.write(str(tmp), pcm, SAMPLE_RATE, subtype="PCM_16", format="WAV")
-    os.replace(tmp, master)
+    with atomic_path(master) as tmp:
+        sf.write(str(tmp), pcm, SAMPLE_RATE, subtype="PCM_16", format="WAV")
     return talk["split"], talk["talk"], segs, len(talk["texts"])
 
 
@@ -274,7 +264,7 @@ def synthesize_corpus(out_dir: str | Path, tgt_langs: Sequence[str], segments: d
             raise CorpusConfigError(f"{out} holds a synthetic corpus made with other parameters "
                                     f"({cfg_path}); use a fresh --out directory")
     else:
-        _atomic_write_text(cfg_path, json.dumps(cfg, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+        atomic_write_text(cfg_path, json.dumps(cfg, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
     meta_dir = out / "_synth" / "meta"
     master = {t["talk"]: out / "_synth" / "wav" / t["split"] / f"{t['talk']}.wav" for t in talks}
@@ -289,7 +279,7 @@ def synthesize_corpus(out_dir: str | Path, tgt_langs: Sequence[str], segments: d
             pool, it = None, map(_work, args)
         try:
             for _split, name, segs, n in it:
-                _atomic_write_text(meta_dir / f"{name}.json", json.dumps({"segments": segs}) + "\n")
+                atomic_write_text(meta_dir / f"{name}.json", json.dumps({"segments": segs}) + "\n")
                 bar.update(n)
         finally:
             if pool is not None:
@@ -321,12 +311,12 @@ def synthesize_corpus(out_dir: str | Path, tgt_langs: Sequence[str], segments: d
                 dst = base / "wav" / f"{t['talk']}.wav"
                 if not (dst.exists() and os.path.samefile(dst, master[t["talk"]])):
                     _link_or_copy(master[t["talk"]], dst)
-            _atomic_write_text(base / "txt" / f"{split}.yaml", "\n".join(yaml_lines) + "\n")
-            _atomic_write_text(base / "txt" / f"{split}.en", "".join(segs[i]["en"] + "\n" for i in idx))
-            _atomic_write_text(base / "txt" / f"{split}.{lang}", "".join(segs[i][lang] + "\n" for i in idx))
+            atomic_write_text(base / "txt" / f"{split}.yaml", "\n".join(yaml_lines) + "\n")
+            atomic_write_text(base / "txt" / f"{split}.en", "".join(segs[i]["en"] + "\n" for i in idx))
+            atomic_write_text(base / "txt" / f"{split}.{lang}", "".join(segs[i][lang] + "\n" for i in idx))
     summary = {"segments": counts, "talks": len(talks), "talks_synthesized": len(todo),
                "talks_skipped": len(talks) - len(todo), "speech_s": round(total_s, 3)}
-    _atomic_write_text(out / "_synth" / "summary.json", json.dumps(summary, indent=1) + "\n")
+    atomic_write_text(out / "_synth" / "summary.json", json.dumps(summary, indent=1) + "\n")
     return summary
 
 

@@ -2,11 +2,11 @@
 
 Two layers, both reusable:
 
-1. :func:`join_pairs` joins per-pair segments (:class:`mmst.data.rawcorpus.PairSegment`, e.g. from
+1. :func:`join_pairs` joins per-pair segments (:class:`mmst.corpora.mustc_layout.Segment`, e.g. from
    the MuST-C layout) on *identical* segments: same talk (wav file name), offset and duration equal
    within ``tolerance_ms``. Offsets are compared as numbers and sorted numerically, never as strings.
    Output: rows (dicts) per split, one per multi-way utterance. (The MuST-C IoU alignment of
-   ``mmst.data.mustc`` produces the same kind of rows with its own matching.)
+   ``mmst.corpora.mustc`` produces the same kind of rows with its own matching.)
 2. :func:`build_from_rows` turns rows into a DATA directory (see docs/CONTRACTS.md):
    features (``fbank80.zip``, via a resumable per-utterance ``.npy`` cache, ``jobs`` processes),
    filtering with report entries, manifests (``<split>.tsv`` and fairseq ``<split>_st_<lang>.tsv``),
@@ -52,11 +52,9 @@ features with ``OnlineFbank(**mmst.features.fbank_kwargs_from_config(cfg))``.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
 import logging
-import math
 import multiprocessing as mp
 import os
 import re
@@ -71,10 +69,11 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from mmst.atomic import atomic_copy, atomic_save_npy, atomic_write_json, atomic_write_text
 from mmst.audio import AudioError, load_audio
-from mmst.data.atomic import atomic_save_npy, atomic_write_bytes, atomic_write_json, atomic_write_text
+from mmst.corpora.mustc import AlignParams, align_talk
+from mmst.corpora.mustc_layout import PairSegment, RawCorpusError, pair_dir, read_pair_split_strict
 from mmst.data.manifest import FAIRSEQ_ST_COLUMNS, TGT_PREFIX, clean_text, manifest_columns, write_manifest
-from mmst.data.rawcorpus import PairSegment, RawCorpusError, read_pair_split
 from mmst.data.store import pack_npy_files, zip_member_offsets
 from mmst.data.vocab import NO_SPACE_LANGS, PRETOKENIZE_DELIMITER, lang_tag, pretokenize, train_sentencepiece
 from mmst.features import (
@@ -144,6 +143,8 @@ def join_pairs(
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
     """Join per-pair segments into multi-way rows on identical segments.
 
+    The exact special case of the MuST-C aligner (:func:`mmst.corpora.mustc.align_talk` with
+    ``match_text=False, min_iou=1, merge_splits=False``), plus the strict checks of the builder.
     Two segments of different pairs are the same utterance when they are in the same split, name
     the same talk wav (file name), and their offsets and durations both differ by at most
     ``tolerance_ms``. The first language (``tgt_langs`` order) that has an utterance provides its
@@ -151,7 +152,7 @@ def join_pairs(
     counted (``src_text_conflicts``), not an error.
 
     Args:
-        pairs: ``{lang: segments of all splits}`` (from :func:`mmst.data.rawcorpus.read_pair_split`).
+        pairs: ``{lang: segments of all splits}`` (from :func:`mmst.corpora.mustc_layout.read_pair_split_strict`).
         tgt_langs: languages, in output column order.
         tolerance_ms: matching tolerance in milliseconds.
         how: ``"inner"`` keeps utterances present in every language; ``"outer"`` keeps all, with
@@ -170,6 +171,7 @@ def join_pairs(
     if how not in ("inner", "outer"):
         raise ValueError(f"join how must be 'inner' or 'outer', got {how!r}")
     tol = tolerance_ms / 1000.0
+    params = AlignParams(min_iou=1.0, tolerance_ms=tolerance_ms, merge_splits=False, match_text=False)
     by_talk: dict[tuple[str, str], dict[str, list[PairSegment]]] = defaultdict(lambda: defaultdict(list))
     talk_split: dict[str, tuple[str, str]] = {}
     for lang in tgt_langs:
@@ -180,7 +182,8 @@ def join_pairs(
             if prev is not None and prev[0] != s.split:
                 raise RawCorpusError(
                     f"{s.source}: talk {s.talk!r} is in split {s.split!r} but also in split {prev[0]!r} "
-                    f"({prev[1]}); utterance ids would be duplicated and test data would leak into training"
+                    f"({prev[1]}); utterance ids would be duplicated and test data would leak into training",
+                    s.file, s.line,
                 )
             talk_split.setdefault(s.talk, (s.split, s.source))
             by_talk[(s.split, s.talk)][lang].append(s)
@@ -191,53 +194,34 @@ def join_pairs(
         rep = report["splits"].setdefault(split, {
             "segments": Counter(), "unmatched": Counter(), "utterances": 0, "incomplete_dropped": 0,
             "src_text_conflicts": 0, "examples_src_text_conflict": []})
-        groups: list[dict[str, Any]] = []  # each: offset, duration, segs{lang: seg}
-        offsets: list[float] = []
+        by_lang = by_talk[(split, talk)]
         for lang in tgt_langs:
-            segs = sorted(by_talk[(split, talk)].get(lang, []), key=lambda s: (s.offset, s.duration))
+            segs = sorted(by_lang.get(lang, []), key=lambda s: (s.offset, s.duration))
             rep["segments"][lang] += len(segs)
             for a, b in zip(segs, segs[1:]):
                 if abs(a.offset - b.offset) <= tol and abs(a.duration - b.duration) <= tol:
                     raise RawCorpusError(
                         f"{b.source}: duplicate segment (talk {talk}, offset {b.offset}, duration {b.duration}) "
-                        f"also at {a.source}; ids would be duplicated"
+                        f"also at {a.source}; ids would be duplicated", b.file, b.line,
                     )
-            for s in segs:
-                lo = bisect.bisect_left(offsets, s.offset - tol)
-                best, best_d = None, math.inf
-                for gi in range(lo, len(groups)):
-                    g = groups[gi]
-                    if g["offset"] > s.offset + tol:
-                        break
-                    if lang in g["segs"] or abs(g["duration"] - s.duration) > tol:
-                        continue
-                    d = abs(g["offset"] - s.offset) + abs(g["duration"] - s.duration)
-                    if d < best_d:
-                        best, best_d = gi, d
-                if best is None:
-                    gi = bisect.bisect_right(offsets, s.offset)
-                    offsets.insert(gi, s.offset)
-                    groups.insert(gi, {"offset": s.offset, "duration": s.duration, "segs": {lang: s}})
-                else:
-                    groups[best]["segs"][lang] = s
         k = 0
-        for g in groups:
-            segs = g["segs"]
+        for g in align_talk(by_lang, tgt_langs, params, split, talk):
+            segs = {lang: g.matches[lang].segments[0] for lang in tgt_langs if lang in g.matches}
             if how == "inner" and len(segs) != len(tgt_langs):
                 rep["incomplete_dropped"] += 1
                 for lang in segs:
                     rep["unmatched"][lang] += 1
                 continue
-            ref = next(segs[lang] for lang in tgt_langs if lang in segs)
-            srcs = {segs[lang].src_text for lang in segs}
+            ref = g.ref
+            srcs = {seg.src_text for seg in segs.values()}
             if len(srcs) > 1:
                 rep["src_text_conflicts"] += 1
                 if len(rep["examples_src_text_conflict"]) < 5:
-                    rep["examples_src_text_conflict"].append({lang: segs[lang].source for lang in segs})
+                    rep["examples_src_text_conflict"].append({lang: seg.source for lang, seg in segs.items()})
             row: dict[str, Any] = {
                 "id": f"{talk}_{k}", "wav": ref.wav, "offset": ref.offset, "duration": ref.duration,
                 "speaker": ref.speaker, "src_text": ref.src_text, "talk": talk,
-                "source": ";".join(segs[lang].source for lang in tgt_langs if lang in segs),
+                "source": ";".join(seg.source for seg in segs.values()),
             }
             for lang in tgt_langs:
                 row[TGT_PREFIX + lang] = segs[lang].tgt_text if lang in segs else ""
@@ -253,19 +237,17 @@ def join_pairs(
 def read_and_join(root: str | os.PathLike[str], tgt_langs: Sequence[str], splits: Sequence[str],
                   tolerance_ms: float = 10.0, how: str = "inner", src_lang: str = "en",
                   progress: bool = True) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
-    """Read every ``RAW/en-XX`` pair and split (strictly, see :mod:`mmst.data.rawcorpus`) and join them.
+    """Read every ``RAW/en-XX`` pair and split (strictly, see :mod:`mmst.corpora.mustc_layout`) and join them.
 
     Raises:
         RawCorpusError: any bad-input case of the raw layout (missing language lists the pairs present).
     """
     for lang in tgt_langs:  # fail fast on a missing language before reading anything
-        from mmst.data.rawcorpus import pair_dir
-
         pair_dir(root, lang, src_lang)
     pairs: dict[str, list[PairSegment]] = {lang: [] for lang in tgt_langs}
     jobs = [(lang, split) for lang in tgt_langs for split in splits]
     for lang, split in tqdm(jobs, desc="read pairs", unit="file", disable=not progress):
-        pairs[lang].extend(read_pair_split(root, lang, split, src_lang))
+        pairs[lang].extend(read_pair_split_strict(root, lang, split, src_lang))
     return join_pairs(pairs, tgt_langs, tolerance_ms, how)
 
 
@@ -386,7 +368,7 @@ class BuildOptions:
     fit_split: str = "train"
     src_lang: str = "en"
     progress: bool = True
-    tool: str = "mmst.data.multiway"
+    tool: str = "mmst.corpora.multiway"
     extra_config: dict[str, Any] = field(default_factory=dict)
 
 
@@ -430,10 +412,6 @@ def _validate_rows(rows_by_split: Mapping[str, Sequence[Mapping[str, Any]]], tgt
                     raise BuildError(f"{where}: missing field {TGT_PREFIX + lang!r}")
 
 
-def _copy_atomic(src: Path, dst: Path) -> None:
-    atomic_write_bytes(dst, src.read_bytes())
-
-
 def build_from_rows(
     rows_by_split: Mapping[str, Sequence[Mapping[str, Any]]],
     out_dir: str | os.PathLike[str],
@@ -444,6 +422,11 @@ def build_from_rows(
     **options: Any,
 ) -> dict[str, Any]:
     """Build a DATA directory from multi-way rows (see module docstring for formats and rules).
+
+    The steps, each a function of this module: :func:`read_rows` (validate, clean),
+    :func:`featurize` (fbank cache), :func:`filter_rows`, :func:`pack_features` (``fbank80.zip``),
+    :func:`fit_vocab` (gcmvn, SentencePiece), :func:`write_outputs` (manifests, ``config.yaml``),
+    then ``prep_report.json``.
 
     Args:
         rows_by_split: ``{split: rows}``, rows in output order; split order = ``config.yaml`` order.
@@ -469,14 +452,40 @@ def build_from_rows(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / ".cache" / "fbank80").mkdir(parents=True, exist_ok=True)
-    _validate_rows(rows_by_split, tgt_langs)
     nofilter = set(no_filter_splits)
-    splits = list(rows_by_split)
     state = _State(out)
-    end_tol_s = opts.end_tolerance_ms / 1000.0
-    need_fit = opts.vocab_from is None
+    rows = read_rows(rows_by_split, tgt_langs)
+    feats = featurize(rows, out, tgt_langs, opts, nofilter, jobs)
+    kept, filt = filter_rows(rows, feats.results, tgt_langs, opts, nofilter)
+    h_zip, zip_reused = pack_features(kept, out, state, opts.progress)
+    vocab_cfg, vocab_rep, cmvn_rep = fit_vocab(kept, feats, h_zip, out, tgt_langs, opts, state, jobs, list(rows))
+    write_outputs(kept, out, tgt_langs, list(rows), vocab_cfg, opts)
+    report: dict[str, Any] = {
+        "tool": opts.tool, "out_dir": os.fspath(out.resolve()), "tgt_langs": tgt_langs, "src_lang": opts.src_lang,
+        "splits": filt["splits"], "skipped": filt["skipped"], "warnings": filt["warnings"],
+        "features": {"file": FEATURES_ZIP, "utterances": sum(len(rs) for rs in kept.values()), "extracted": sum(
+            1 for x in feats.results.values() if not x["cached"] and not x["error"]),
+            "from_cache": sum(1 for x in feats.results.values() if x["cached"]), "zip_reused": zip_reused,
+            "seconds": round(feats.seconds, 2), "jobs": jobs, "dither": opts.dither,
+            "peak_normalize": opts.peak_normalize},
+        "gcmvn": cmvn_rep, "vocab": vocab_rep,
+        "options": {k: v for k, v in opts.__dict__.items() if k not in ("extra_config",)},
+        "seconds": round(time.time() - t0, 2),
+    }
+    if extra_report:
+        report.update(dict(extra_report))
+    atomic_write_json(out / "prep_report.json", report)
+    return report
 
-    # ---- clean rows
+
+def read_rows(rows_by_split: Mapping[str, Sequence[Mapping[str, Any]]],
+              tgt_langs: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """Step 1, read: validate the rows and return cleaned copies (absolute wav, float seconds, clean text).
+
+    Raises:
+        BuildError: a missing field, a duplicate id or an id unusable as a file name.
+    """
+    _validate_rows(rows_by_split, tgt_langs)
     rows: dict[str, list[dict[str, Any]]] = {}
     for split, rs in rows_by_split.items():
         rows[split] = []
@@ -492,9 +501,34 @@ def build_from_rows(
                 c[TGT_PREFIX + lang] = clean_text(str(r.get(TGT_PREFIX + lang) or ""))
             c["source"] = str(r.get("source") or f"{c['wav']}:{_fmt_s(c['offset'])}")
             rows[split].append(c)
+    return rows
 
-    # ---- features
+
+@dataclass
+class Featurized:
+    """Output of :func:`featurize`.
+
+    Attributes:
+        results: ``{id: {"n_frames", "error", "cached"}}`` per utterance.
+        talk_stats: float64 CMVN sums per audio file (``count``, ``sum``, ``sumsq``, ``ids``) over the
+            fit split's utterances that pass the filter.
+        seconds: wall time of the extraction.
+    """
+
+    results: dict[str, dict[str, Any]]
+    talk_stats: dict[str, dict[str, Any]]
+    seconds: float
+
+
+def featurize(rows: dict[str, list[dict[str, Any]]], out: Path, tgt_langs: Sequence[str], opts: BuildOptions,
+              nofilter: Iterable[str], jobs: int = 1) -> Featurized:
+    """Step 2, featurize: fbank of every row into the resumable ``.cache/fbank80`` (``jobs`` processes).
+
+    Sets ``row["_cache"]`` (the cached ``.npy`` path) on every row.
+    """
     cache_dir = out / ".cache" / "fbank80"
+    end_tol_s = opts.end_tolerance_ms / 1000.0
+    need_fit = opts.vocab_from is None
     by_wav: dict[str, list[_Item]] = defaultdict(list)
     fit_nofilter = is_no_filter_split(opts.fit_split, nofilter)
     fit_range = (0, None) if fit_nofilter else (
@@ -512,26 +546,34 @@ def build_from_rows(
     n_utts = sum(len(t[0]) for t in tasks)
     bar = tqdm(total=n_utts, desc="fbank", unit="utt", disable=not opts.progress, mininterval=1.0)
     t_feat = time.time()
+
+    def collect(res: list[dict[str, Any]], st: dict[str, Any]) -> None:
+        for x in res:
+            results[x["id"]] = x
+        if st["ids"]:
+            talk_stats[res[0]["id"]] = st
+        bar.update(len(res))
+
     if jobs > 1 and len(tasks) > 1:
         with mp.get_context("forkserver" if os.name == "posix" else "spawn").Pool(jobs) as pool:
             for res, st in pool.imap_unordered(_extract_group, tasks, chunksize=1):
-                for x in res:
-                    results[x["id"]] = x
-                if st["ids"]:
-                    talk_stats[res[0]["id"]] = st
-                bar.update(len(res))
+                collect(res, st)
     else:
         for t in tasks:
-            res, st = _extract_group(t)
-            for x in res:
-                results[x["id"]] = x
-            if st["ids"]:
-                talk_stats[res[0]["id"]] = st
-            bar.update(len(res))
+            collect(*_extract_group(t))
     bar.close()
-    t_feat = time.time() - t_feat
+    return Featurized(results, talk_stats, time.time() - t_feat)
 
-    # ---- filter
+
+def filter_rows(rows: dict[str, list[dict[str, Any]]], results: Mapping[str, Mapping[str, Any]],
+                tgt_langs: Sequence[str], opts: BuildOptions,
+                nofilter: Iterable[str]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    """Step 3, filter (rules in the module docstring): kept rows per split, and the report parts
+    ``splits``, ``skipped``, ``warnings``.
+
+    Raises:
+        BuildError: an audio error in a no-filter (test) split.
+    """
     skipped: list[dict[str, Any]] = []
     warnings: list[dict[str, Any]] = []
     split_rep: dict[str, dict[str, Any]] = {}
@@ -574,24 +616,79 @@ def build_from_rows(
         raise BuildError(
             f"{len(fatal)} audio error(s) in test split(s), which are never filtered:\n  " + "\n  ".join(fatal[:20])
         )
+    return kept, {"splits": split_rep, "skipped": skipped, "warnings": warnings}
 
-    # ---- pack features
+
+def pack_features(kept: dict[str, list[dict[str, Any]]], out: Path, state: _State,
+                  progress: bool = True) -> tuple[str, bool]:
+    """Step 4, pack: the kept utterances' features into ``fbank80.zip`` (skipped when unchanged).
+
+    Sets ``row["audio"]`` (``fbank80.zip:offset:size``). Returns (input hash, whether the zip was reused).
+    """
     members = sorted((f"{r['id']}.npy", r["_cache"]) for rs in kept.values() for r in rs)
     zip_path = out / FEATURES_ZIP
     h_zip = _hash([(m, os.path.basename(c)) for m, c in members])
     if state.done("features", h_zip, zip_path):
         offs = zip_member_offsets(zip_path)
         fields = {name: f"{FEATURES_ZIP}:{o}:{s}" for name, (o, s) in offs.items()}
-        zip_skipped = True
+        reused = True
     else:
-        fields = pack_npy_files(zip_path, members, progress=opts.progress)
+        fields = pack_npy_files(zip_path, members, progress=progress)
         state.mark("features", h_zip)
-        zip_skipped = False
+        reused = False
     for rs in kept.values():
         for r in rs:
             r["audio"] = fields[f"{r['id']}.npy"]
+    return h_zip, reused
 
-    # ---- manifests
+
+def fit_vocab(kept: dict[str, list[dict[str, Any]]], feats: Featurized, h_zip: str, out: Path,
+              tgt_langs: list[str], opts: BuildOptions, state: _State, jobs: int,
+              splits: list[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Step 5, vocab: global CMVN and SentencePiece models from the fit split (or copied, ``vocab_from``).
+
+    Returns:
+        (``vocab`` section of config.yaml, vocab report, gcmvn report).
+
+    Raises:
+        BuildError: no kept utterance in the fit split (and no ``vocab_from``), bad ``vocab_from``.
+    """
+    if opts.vocab_from is not None:
+        return _reuse_vocab(Path(opts.vocab_from), out, tgt_langs)
+    fit = kept.get(opts.fit_split, [])
+    if not fit:
+        raise BuildError(
+            f"no kept utterance in fit split {opts.fit_split!r} (splits: {splits}); the vocabulary and "
+            "CMVN need training data, or pass vocab_from=<DATA of a trained model>"
+        )
+    fit = sorted(fit, key=lambda r: r["id"])
+    h_cmvn = _hash([h_zip, [r["id"] for r in fit]])
+    if state.done("gcmvn", h_cmvn, out / GCMVN_FILE):
+        g = GlobalCMVN.load(out / GCMVN_FILE)
+    else:
+        counted = sorted(i for st in feats.talk_stats.values() for i in st["ids"])
+        expected = sorted(r["id"] for r in fit if r["n_frames"] > 0)
+        if counted != expected:  # the workers' pre-filter must agree with the filter
+            raise RuntimeError(f"internal error: CMVN counted {len(counted)} utterances, {len(expected)} kept")
+        acc = CMVNAccumulator()
+        for key in sorted(feats.talk_stats):  # fixed order: bit-identical gcmvn.npz for any --jobs
+            st = feats.talk_stats[key]
+            acc.add_stats(st["count"], st["sum"], st["sumsq"])
+        g = acc.finalize()
+        g.save(out / GCMVN_FILE)
+        state.mark("gcmvn", h_cmvn)
+    cmvn_rep = {"file": GCMVN_FILE, "frames": g.count, "utterances": len(fit), "split": opts.fit_split,
+                "mean_range": [float(g.mean.min()), float(g.mean.max())],
+                "std_range": [float(g.std.min()), float(g.std.max())]}
+    vocab_cfg, vocab_rep = _train_vocabs(fit, out, tgt_langs, opts, state, jobs)
+    return vocab_cfg, vocab_rep, cmvn_rep
+
+
+def write_outputs(kept: dict[str, list[dict[str, Any]]], out: Path, tgt_langs: list[str], splits: list[str],
+                  vocab_cfg: dict[str, Any], opts: BuildOptions) -> None:
+    """Step 6, write: manifests (``<split>.tsv`` and fairseq ``<split>_st_<lang>.tsv``) and ``config.yaml``."""
+    import yaml
+
     cols = manifest_columns(tgt_langs)
     for split, rs in kept.items():
         mrows = [{**r, "offset": _fmt_s(r["offset"]),
@@ -603,62 +700,8 @@ def build_from_rows(
                         "tgt_text": r[TGT_PREFIX + lang], "speaker": r["speaker"], "src_text": r["src_text"],
                         "tgt_lang": lang} for r in rs if r[TGT_PREFIX + lang]]
             write_manifest(out / f"{split}_st_{lang}.tsv", st_rows, FAIRSEQ_ST_COLUMNS)
-
-    # ---- gcmvn + vocab
-    vocab_cfg: dict[str, Any] = {}
-    vocab_rep: dict[str, Any] = {}
-    cmvn_rep: dict[str, Any] = {}
-    if opts.vocab_from is not None:
-        vocab_cfg, vocab_rep, cmvn_rep = _reuse_vocab(Path(opts.vocab_from), out, tgt_langs)
-    else:
-        fit = kept.get(opts.fit_split, [])
-        if not fit:
-            raise BuildError(
-                f"no kept utterance in fit split {opts.fit_split!r} (splits: {splits}); the vocabulary and "
-                "CMVN need training data, or pass vocab_from=<DATA of a trained model>"
-            )
-        fit = sorted(fit, key=lambda r: r["id"])
-        h_cmvn = _hash([h_zip, [r["id"] for r in fit]])
-        if state.done("gcmvn", h_cmvn, out / GCMVN_FILE):
-            g = GlobalCMVN.load(out / GCMVN_FILE)
-        else:
-            counted = sorted(i for st in talk_stats.values() for i in st["ids"])
-            expected = sorted(r["id"] for r in fit if r["n_frames"] > 0)
-            if counted != expected:  # the workers' pre-filter must agree with the filter above
-                raise RuntimeError(f"internal error: CMVN counted {len(counted)} utterances, {len(expected)} kept")
-            acc = CMVNAccumulator()
-            for key in sorted(talk_stats):  # fixed order: bit-identical gcmvn.npz for any --jobs
-                st = talk_stats[key]
-                acc.add_stats(st["count"], st["sum"], st["sumsq"])
-            g = acc.finalize()
-            g.save(out / GCMVN_FILE)
-            state.mark("gcmvn", h_cmvn)
-        cmvn_rep = {"file": GCMVN_FILE, "frames": g.count, "utterances": len(fit), "split": opts.fit_split,
-                    "mean_range": [float(g.mean.min()), float(g.mean.max())],
-                    "std_range": [float(g.std.min()), float(g.std.max())]}
-        vocab_cfg, vocab_rep = _train_vocabs(fit, out, tgt_langs, opts, state, jobs)
-
-    # ---- config.yaml
     cfg = _config(out, tgt_langs, splits, vocab_cfg, opts)
-    import yaml
-
     atomic_write_text(out / "config.yaml", yaml.safe_dump(cfg, sort_keys=False, allow_unicode=True))
-
-    report: dict[str, Any] = {
-        "tool": opts.tool, "out_dir": os.fspath(out.resolve()), "tgt_langs": tgt_langs, "src_lang": opts.src_lang,
-        "splits": split_rep, "skipped": skipped, "warnings": warnings,
-        "features": {"file": FEATURES_ZIP, "utterances": len(members), "extracted": sum(
-            1 for x in results.values() if not x["cached"] and not x["error"]),
-            "from_cache": sum(1 for x in results.values() if x["cached"]), "zip_reused": zip_skipped,
-            "seconds": round(t_feat, 2), "jobs": jobs, "dither": opts.dither, "peak_normalize": opts.peak_normalize},
-        "gcmvn": cmvn_rep, "vocab": vocab_rep,
-        "options": {k: v for k, v in opts.__dict__.items() if k not in ("extra_config",)},
-        "seconds": round(time.time() - t0, 2),
-    }
-    if extra_report:
-        report.update(dict(extra_report))
-    atomic_write_json(out / "prep_report.json", report)
-    return report
 
 
 def _train_vocabs(fit: list[dict[str, Any]], out: Path, tgt_langs: list[str], opts: BuildOptions,
@@ -725,12 +768,12 @@ def _reuse_vocab(src: Path, out: Path, tgt_langs: list[str]) -> tuple[dict[str, 
         for ext in (".model", ".txt"):
             p = src / (os.path.splitext(f)[0] + ext)
             if p.exists() and p.resolve() != (out / p.name).resolve():
-                _copy_atomic(p, out / p.name)
+                atomic_copy(p, out / p.name)
     g = src / cfg.get("gcmvn", GCMVN_FILE)
     if not g.exists():
         raise BuildError(f"--vocab-from {src}: {g} missing")
     if g.resolve() != (out / GCMVN_FILE).resolve():
-        _copy_atomic(g, out / GCMVN_FILE)
+        atomic_copy(g, out / GCMVN_FILE)
     if vocab.get("joint"):
         have = Vocab.load(out / os.path.basename(vocab["joint"])).langs
         missing = [lang for lang in tgt_langs if lang not in have]

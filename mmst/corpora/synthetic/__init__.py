@@ -1,8 +1,8 @@
 """Synthetic multi-way speech-translation corpora: grammar (text), espeak-ng TTS, MuST-C layout writer."""
 
-from mmst.data.synthetic.grammar import LANGS, PRESETS, Difficulty, Grammar, realize
-from mmst.data.synthetic.tts import EspeakNotFoundError, Speaker, speaker_pool, synthesize
-from mmst.data.synthetic.writer import (
+from mmst.corpora.synthetic.grammar import LANGS, PRESETS, Difficulty, Grammar, realize
+from mmst.corpora.synthetic.tts import EspeakNotFoundError, Speaker, speaker_pool, synthesize
+from mmst.corpora.synthetic.writer import (
     CorpusConfigError,
     grammar_segments,
     read_multiway_text,
