@@ -41,7 +41,9 @@ def replace_section(doc: Path, start: str, end: str, body: str) -> None:
         raise ValueError(f"{doc}: markers {start} / {end} not found")
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
-    doc.write_text(f"{head}{start}\n{body.rstrip()}\n{end}{tail}")
+    from mmst.atomic import atomic_write_text
+
+    atomic_write_text(doc, f"{head}{start}\n{body.rstrip()}\n{end}{tail}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,11 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         plot_policies(sweeps[m], langs, png, f"{args.title}: {m} model")
         info["plot"] = str(Path("..") / png.relative_to(png.parents[1])) if len(png.parents) > 1 else str(png)
         res["models"][m] = info
-    Path(args.out_json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out_json).write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n")
+    from mmst.atomic import atomic_write_text
+
+    atomic_write_text(Path(args.out_json), json.dumps(res, indent=1, ensure_ascii=False) + "\n")
     md = render_markdown(res)
-    out_md.parent.mkdir(parents=True, exist_ok=True)
-    out_md.write_text(md)
+    atomic_write_text(out_md, md)
     if args.docs:
         section = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
         body = (f"<!-- rendered by eval/policy_results.py from {args.out_json}; do not edit -->\n"
