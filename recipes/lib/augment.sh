@@ -48,3 +48,11 @@ asr_pretrain() {
   launch_train --config "$config" --data "$asr_data" --save-dir "$asr_dir" $extra < /dev/null
   touch "$asr_dir/.train_done"
 }
+
+# config_speed_factors CONFIG: the data.augment.speed_perturb factors of a training config, comma-separated
+#   (empty when the config does not perturb).
+config_speed_factors() {
+  python -c "import sys, yaml; c = yaml.safe_load(open(sys.argv[1])) or {}
+f = ((c.get('data') or {}).get('augment') or {}).get('speed_perturb')
+print(','.join(f'{x:g}' for x in f) if f else '')" "$1"
+}

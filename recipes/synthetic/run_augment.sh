@@ -14,7 +14,7 @@
 #   2  ASR view + ASR pretraining, one per seed       (only for *_asr systems)
 #   3  train every (system, seed)                     (mmst-train, conf/train_xs.yaml)
 #   4  evaluate checkpoint_best.pt on both test sets   (eval/simultaneous_eval.py)
-#   5  tables and the summary JSON                     (eval/compare_systems.py, eval/unseen_gap.py)
+#   5  table and the summary JSON                      (eval/unseen_gap.py)
 # Stages 2-5 skip finished items, so a rerun (or more seeds) only does what is new.
 set -euo pipefail
 cd "$(dirname "$0")/../.."   # repository root
@@ -125,24 +125,13 @@ stage4() {
   done
 }
 stage5() {
-  local split sys seed dirs args
-  for split in tst-COMMON tst-unseen; do
-    args=()
-    for sys in ${systems//,/ }; do
-      dirs=""
-      for seed in ${seeds//,/ }; do
-        [ -f "$evals_dir/$split/$sys/seed$seed/scores.json" ] && dirs="${dirs:+$dirs,}$evals_dir/$split/$sys/seed$seed"
-      done
-      [ -n "$dirs" ] && args+=(--system "$sys=$dirs")
-    done
-    [ ${#args[@]} -gt 0 ] || { echo "nothing evaluated yet"; return 0; }
-    python eval/compare_systems.py --out "$exp_dir/compare/$split" --no-plots \
-      --title "Augmentation, $split (k = $eval_k)" "${args[@]}" > /dev/null
-  done
-  python eval/unseen_gap.py --seen "$exp_dir/compare/tst-COMMON/comparison.json" \
-    --unseen "$exp_dir/compare/tst-unseen/comparison.json" --baseline none --k "$eval_k" \
-    --expected-systems "$systems" --expected-seeds "$seeds" \
-    --command "bash recipes/synthetic/run_augment.sh $recipe_args" --out "$exp_dir/augment" ${results:+--copy-to "$results"}
+  python eval/unseen_gap.py --evals-dir "$evals_dir" --systems "$systems" --seeds "$seeds" --baseline none \
+    --k "$eval_k" --models-dir "$models_dir" --command "bash recipes/synthetic/run_augment.sh $recipe_args" \
+    --describe "none=no augmentation" --describe "specaugment=SpecAugment $specaugment" \
+    --describe "speed=speed perturbation $speed_factors (prep-time copies, soxr)" \
+    --describe "both=SpecAugment $specaugment + speed perturbation $speed_factors" \
+    --describe "both_asr=both, encoder pretrained on English ASR with the same augmentation ($asr_config)" \
+    --out "$exp_dir/augment" ${results:+--copy-to "$results"}
   cat "$exp_dir/augment.md"
 }
 
