@@ -39,7 +39,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--command", default="", help="the command that produced the results (recorded)")
     p.add_argument("--out", required=True, help="output prefix: writes OUT.json and OUT.md")
     p.add_argument("--copy-to", default=None, help="also copy both files to this prefix (e.g. docs/results/augment)")
+    p.add_argument("--cost-json", default=None,
+                   help="bench/bench_train.py JSON whose augmentation row is rendered with --inject")
+    p.add_argument("--inject", default=None, metavar="DOC",
+                   help="replace the block between <!-- augment-results:begin --> and <!-- augment-results:end --> "
+                        "of this Markdown file by the main table (and the --cost-json row)")
     return p
+
+
+def cost_table(bench: dict) -> str:
+    """Markdown table of the augmentation rows of a ``bench/bench_train.py`` JSON."""
+    m = bench.get("meta", {})
+    lines = [f"Augmentation cost per batch (`bench/bench_train.py`, {m.get('cpu')} x{m.get('cpu_count')}, torch "
+             f"{m.get('torch')}, ~{m.get('frames_per_batch')} frames per batch"
+             + (f" of {m['data']}" if m.get("data") else "") + "):", "",
+             "| model | threads | utterances | update s | SpecAugment ms | % of update | on-the-fly speed perturbation "
+             "(soxr + fbank) ms | % of update | loader wait % |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in bench.get("results", []):
+        if "specaugment_pct" not in r:
+            continue
+        lw = r.get("loader_wait_pct")
+        lines.append(f"| {r['size']} {r['precision']} | {r['threads']} | {r['batch_utts']} | {r['s_per_update']:.2f} | "
+                     f"{1000 * r['specaugment_s_per_batch']:.1f} ({r['specaugment']}) | {r['specaugment_pct']:.2f}% | "
+                     f"{1000 * r['speed_onthefly_s_per_batch']:.0f} | {r['speed_onthefly_pct']:.1f}% | "
+                     + ("-" if lw is None else f"{lw:.2f}") + " |")
+    return "\n".join(lines) + "\n"
+
+
+def inject(doc: Path, block: str) -> None:
+    """Replace the marked results block of ``doc`` (markers kept)."""
+    begin, end = "<!-- augment-results:begin -->", "<!-- augment-results:end -->"
+    text = doc.read_text(encoding="utf-8")
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < i:
+        raise ValueError(f"{doc}: no {begin} ... {end} block")
+    doc.write_text(text[: i + len(begin)] + "\n" + block + text[j:], encoding="utf-8")
 
 
 def loader_wait(models_dir: Path, system: str) -> float | None:
@@ -86,6 +120,16 @@ def main(argv: list[str] | None = None) -> int:
         dst.parent.mkdir(parents=True, exist_ok=True)
         for suf in (".json", ".md"):
             shutil.copyfile(out.with_suffix(suf), dst.with_suffix(suf))
+    if args.inject:
+        md = render_markdown(report, args.title, desc or None, extra)
+        body = md.split("\n", 2)[2]  # without the title line
+        if args.cost_json:
+            body += "\n" + cost_table(json.loads(Path(args.cost_json).read_text(encoding="utf-8")))
+        try:
+            inject(Path(args.inject), body)
+        except (OSError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     print(json.dumps(report["summary"]))
     return 0
 

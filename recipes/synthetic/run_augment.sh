@@ -41,8 +41,10 @@ eval_k=3
 eval_threads=""
 source_segment_size=320          # ms
 results=""                       # also write the summary here as <results>.{md,json} (e.g. docs/results/augment)
+doc=""                           # also render the tables into this Markdown file's results block (docs/augmentation.md)
+cost_json=""                     # with --doc: the bench/bench_train.py JSON of the augmentation cost row
 RECIPE_OPTIONS=(stage stop_stage force data exp_dir systems seeds config asr_config specaugment speed_factors
-  train_overrides jobs nproc eval_k eval_threads source_segment_size results)
+  train_overrides jobs nproc eval_k eval_threads source_segment_size results doc cost_json)
 recipe_args="$*"
 parse_options "$@"
 
@@ -131,7 +133,8 @@ stage5() {
     --describe "speed=speed perturbation $speed_factors (prep-time copies, soxr)" \
     --describe "both=SpecAugment $specaugment + speed perturbation $speed_factors" \
     --describe "both_asr=both, encoder pretrained on English ASR with the same augmentation ($asr_config)" \
-    --out "$exp_dir/augment" ${results:+--copy-to "$results"}
+    --out "$exp_dir/augment" ${results:+--copy-to "$results"} ${doc:+--inject "$doc"} \
+    ${cost_json:+--cost-json "$cost_json"}
   cat "$exp_dir/augment.md"
 }
 
