@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--copy-to", default=None, help="also copy both files to this prefix (e.g. docs/results/augment)")
     p.add_argument("--cost-json", default=None,
                    help="bench/bench_train.py JSON whose augmentation row is rendered with --inject")
+    p.add_argument("--prep-json", default=None,
+                   help="speed_perturb_<split>.json of data_prep/speed_perturb.py, rendered with --inject (prep cost)")
     p.add_argument("--inject", default=None, metavar="DOC",
                    help="replace the block between <!-- augment-results:begin --> and <!-- augment-results:end --> "
                         "of this Markdown file by the main table (and the --cost-json row)")
@@ -64,6 +66,16 @@ def cost_table(bench: dict) -> str:
                      f"{1000 * r['speed_onthefly_s_per_batch']:.0f} | {r['speed_onthefly_pct']:.1f}% | "
                      + ("-" if lw is None else f"{lw:.2f}") + " |")
     return "\n".join(lines) + "\n"
+
+
+def prep_line(rep: dict) -> str:
+    """One sentence on the prep-time cost of the speed-perturbed copies (``speed_perturb_<split>.json``)."""
+    pf = rep.get("per_factor", {})
+    n = sum(v["utterances"] for k, v in pf.items() if k != "1")
+    frames = {k: v["frames"] for k, v in pf.items()}
+    return (f"Speed-perturbed copies at prep time: {n} copies ({rep.get('resampler')}, {rep.get('jobs')} process) in "
+            f"{rep.get('feature_seconds')} s of feature extraction; frames per factor {frames} "
+            f"(`{rep.get('manifest')}`).\n")
 
 
 def inject(doc: Path, block: str) -> None:
@@ -125,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         body = md.split("\n", 2)[2]  # without the title line
         if args.cost_json:
             body += "\n" + cost_table(json.loads(Path(args.cost_json).read_text(encoding="utf-8")))
+        if args.prep_json:
+            body += "\n" + prep_line(json.loads(Path(args.prep_json).read_text(encoding="utf-8")))
         try:
             inject(Path(args.inject), body)
         except (OSError, ValueError) as e:

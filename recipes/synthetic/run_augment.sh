@@ -127,6 +127,8 @@ stage4() {
   done
 }
 stage5() {
+  local prep=()
+  [ -n "$doc" ] && [ -f "$work_data/speed_perturb_train.json" ] && prep=(--prep-json "$work_data/speed_perturb_train.json")
   python eval/unseen_gap.py --evals-dir "$evals_dir" --systems "$systems" --seeds "$seeds" --baseline none \
     --k "$eval_k" --models-dir "$models_dir" --command "bash recipes/synthetic/run_augment.sh $recipe_args" \
     --describe "none=no augmentation" --describe "specaugment=SpecAugment $specaugment" \
@@ -134,7 +136,7 @@ stage5() {
     --describe "both=SpecAugment $specaugment + speed perturbation $speed_factors" \
     --describe "both_asr=both, encoder pretrained on English ASR with the same augmentation ($asr_config)" \
     --out "$exp_dir/augment" ${results:+--copy-to "$results"} ${doc:+--inject "$doc"} \
-    ${cost_json:+--cost-json "$cost_json"}
+    ${cost_json:+--cost-json "$cost_json"} "${prep[@]}"
   cat "$exp_dir/augment.md"
 }
 
