@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models-dir", default=None, help="MODELS/<system>/seed<S>/train_log.jsonl: report loader wait")
     p.add_argument("--describe", action="append", default=[], metavar="NAME=TEXT", help="system description")
     p.add_argument("--title", default="Augmentation: voices heard in training vs never heard", help="Markdown title")
+    p.add_argument("--note", default=None, help="a sentence shown above the tables and stored as 'note' "
+                   "(e.g. which checkpoints were evaluated when they are not the final ones)")
     p.add_argument("--command", default="", help="the command that produced the results (recorded)")
     p.add_argument("--out", required=True, help="output prefix: writes OUT.json and OUT.md")
     p.add_argument("--copy-to", default=None, help="also copy both files to this prefix (e.g. docs/results/augment)")
@@ -123,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     report["provenance"] = provenance(args.command or " ".join(sys.argv))
     if desc:
         report["descriptions"] = desc
+    if args.note:
+        report["note"] = args.note
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -157,6 +157,8 @@ def render_markdown(report: dict[str, Any], title: str, descriptions: dict[str, 
         m = p.get("machine", {})
         lines += [f"`{p.get('command')}` ({p.get('date')}, commit {str(p.get('git_commit'))[:10]}, "
                   f"{m.get('cpu')}, {m.get('cores')} cores, torch {m.get('torch')}).", ""]
+    if report.get("note"):
+        lines += [f"**Note**: {report['note']}", ""]
     if not s["complete"]:
         lines += ["**Partial results**: not every system and seed has been evaluated. Missing: "
                   + "; ".join(report["missing"]) + ".", ""]
