@@ -177,7 +177,8 @@ def render_markdown(report: dict[str, Any], title: str, descriptions: dict[str, 
     lines += ["", f"Summary: the gap is {s['unseen_gap_none']:.2f} BLEU without augmentation and "
               f"{s['unseen_gap_best']:.2f} with the best system on {unseen} (`{s['best_system']}`), whose {seen} "
               f"BLEU changes by {s['seen_bleu_change_best']:+.2f}. Goal (halve the gap, lose at most 0.5 {seen} "
-              f"BLEU): {'met' if s['goal_met'] else 'not met'}.", ""]
+              f"BLEU): {'met' if s['goal_met'] else 'not met'}"
+              + ("" if s["complete"] else " on the evaluations that exist so far (partial)") + ".", ""]
     if descriptions:
         lines += ["| system | what |", "|---|---|"] + [f"| {n} | {d} |" for n, d in descriptions.items()] + [""]
     lines += [f"BLEU per language (k = {k}):", "",
