@@ -17,10 +17,16 @@ and reports:
 * ``peak_gflops``: the machine's measured peak matmul rate at the same dtype and thread count
   (best of several ``torch.mm`` of ``--peak-n`` x ``--peak-n`` matrices in the dtype of the step's
   matmuls: fp32, or bf16 for ``--precision bf16`` and on CUDA);
-* ``mfu`` = (model FLOPs per update / seconds per update) / peak matmul FLOP/s;
+* ``mfu`` = (model FLOPs per update / seconds per update) / peak matmul FLOP/s. An MFU above 100% is
+  a measurement bug: the row gets ``mfu: null`` (value kept as ``mfu_invalid``), the table says BUG
+  and the exit status is 1.
 * augmentation row (``--specaugment``, default LB): seconds of SpecAugment on the utterances of one
   batch, and of what on-the-fly speed perturbation (soxr + fbank) would cost, each as % of the update
   time (``specaugment_pct``, ``speed_onthefly_pct``).
+
+bf16 rows on a CPU without native bf16 (no AVX512-BF16/AMX, :func:`mmst.training.step.bf16_warning`)
+are skipped with a message: bf16 is emulated there, on a different kernel path for the model than for
+the peak ``torch.mm``, so its MFU would be meaningless (and the row takes many times the fp32 time).
 
 Batches are synthetic with realistic shapes (no corpus needed): about ``--frames`` fbank frames per
 batch (default 20000 = 200 s of speech), utterances of ``--utt-frames`` frames (lengths spread
@@ -318,11 +324,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         base += ["--frames", str(args.frames), "--utt-frames", str(args.utt_frames), "--updates", "1",
                  "--warmup", "1", "--peak-n", "1024"]
-    results = []
+    from mmst.training.step import bf16_warning
+
+    results, skipped, bugs = [], [], []
     t_start = time.perf_counter()
     for size in args.sizes:
         for th in args.threads:
             for prec in args.precision:
+                slow_bf16 = bf16_warning(args.device, prec)
+                if slow_bf16:  # the peak torch.mm and the model would not take the same (emulated) path
+                    print(f"  {size} {th}t {prec}: skipped: {slow_bf16}", flush=True)
+                    skipped.append({"size": size, "threads": th, "precision": prec, "reason": slow_bf16})
+                    continue
                 env = dict(os.environ, OMP_NUM_THREADS=str(th), MKL_NUM_THREADS=str(th))
                 if args.omp_wait_policy:
                     env["OMP_WAIT_POLICY"] = args.omp_wait_policy
@@ -333,13 +346,20 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"error: {size}/{th} threads/{prec} failed:\n{r.stderr[-2000:]}", file=sys.stderr)
                     return 1
                 res = json.loads(line[-1][7:])
+                if res["mfu"] > 1.0:  # cannot happen when FLOPs and peak are measured right: report, not print
+                    msg = (f"BUG: MFU {100 * res['mfu']:.0f}% > 100% for {size}/{th} threads/{prec}: the model "
+                           f"FLOPs or the peak ({res['peak_gflops']:.1f} GFLOP/s, {res['matmul_dtype']}) are wrong")
+                    print(msg, file=sys.stderr, flush=True)
+                    bugs.append(msg)
+                    res["mfu_invalid"], res["mfu"] = res["mfu"], None
                 results.append(res)
-                print(f"  {size} {th}t {prec}: {res['s_per_update']:.2f} s/update, MFU {100 * res['mfu']:.1f}%",
-                      flush=True)
+                mfu = "invalid (see BUG)" if res["mfu"] is None else f"{100 * res['mfu']:.1f}%"
+                print(f"  {size} {th}t {prec}: {res['s_per_update']:.2f} s/update, MFU {mfu}", flush=True)
     meta = {"torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "device": args.device, "loadavg_1min": os.getloadavg()[0],
             "frames_per_batch": args.frames, "utt_frames": args.utt_frames, "langs": args.langs,
-            "vocab": args.vocab, "waitk": args.waitk, "omp_wait_policy": args.omp_wait_policy, "data": args.data, "runtime_s": time.perf_counter() - t_start}
+            "vocab": args.vocab, "waitk": args.waitk, "omp_wait_policy": args.omp_wait_policy, "data": args.data, "runtime_s": time.perf_counter() - t_start,
+            "skipped": skipped, "bugs": bugs}
     print(f"bench_train: {args.arch}, {args.langs} langs, vocab {args.vocab}, ~{args.frames} frames/batch, "
           f"device {args.device}, torch {torch.__version__}")
     print("| size | params | threads | precision | s/update | frames/s | tokens/s | GFLOP/update | GFLOP/s | "
@@ -348,7 +368,10 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         print(f"| {r['size']} | {r['params'] / 1e6:.1f}M | {r['threads']} | {r['precision']} | {r['s_per_update']:.2f} | "
               f"{r['frames_per_s']:.0f} | {r['tokens_per_s']:.0f} | {r['model_gflop_per_update']:.1f} | "
-              f"{r['achieved_gflops']:.1f} | {r['peak_gflops']:.1f} | {100 * r['mfu']:.1f}% | {r['peak_rss_mb']:.0f} |")
+              f"{r['achieved_gflops']:.1f} | {r['peak_gflops']:.1f} | "
+              f"{'BUG (>100%)' if r['mfu'] is None else format(100 * r['mfu'], '.1f') + '%'} | {r['peak_rss_mb']:.0f} |")
+    for sk in skipped:
+        print(f"skipped {sk['size']} {sk['threads']}t {sk['precision']}: {sk['reason']}")
     if any("specaugment_pct" in r for r in results):
         print()
         print("Augmentation cost per batch (per utterance, on CPU, as in the data pipeline), % of the update time:")
@@ -364,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
     print(f"wrote {out}")
-    return 0
+    return 1 if bugs else 0
 
 
 if __name__ == "__main__":

@@ -326,7 +326,14 @@ def main(argv: list[str] | None = None) -> int:
     info = write_fairseq_inputs(data, fs_dir, args.lang)
     pairs = []
     t_start = time.perf_counter()
+    from mmst.training.step import bf16_warning
+
     precs = list(dict.fromkeys(args.precision))
+    for prec_name in list(precs):
+        slow_bf16 = bf16_warning("cpu", prec_name)
+        if slow_bf16 and len(precs) > 1:
+            print(f"ours {prec_name}: skipped: {slow_bf16}", flush=True)
+            precs.remove(prec_name)
     runs = [f"ours_{p}" for p in precs] + ["fairseq"]
     for i in range(args.pairs):
         order = runs if i % 2 == 0 else runs[::-1]

@@ -24,6 +24,10 @@ run() {  # name, command...
 run features   "$PY" bench/bench_features.py --seconds 120 --repeats 2 --out "$R/features.json"
 run alignment  "$PY" bench/bench_alignment.py --segments 100000 --out "$R/alignment.json"
 run streaming  "$PY" bench/bench_streaming.py --growth-reps 1 --rtf-reps 1 --out "$R/streaming.json"
+note=$("$PY" -c 'from mmst.training.step import bf16_warning as w; print(w("cpu", "bf16") or "")' 2>/dev/null)
+if [ -n "$note" ]; then
+  echo "note: bf16 rows of train and vs_fairseq are skipped on this CPU ($note)"
+fi
 run train      "$PY" bench/bench_train.py --frames 8000 --updates 2 --warmup 1 --precision fp32 bf16 --out "$R/train.json"
 run stragglers "$PY" bench/bench_stragglers.py --quick --out "$R/stragglers.json"
 if [ "${1:-}" != "--skip-fairseq" ]; then

@@ -62,7 +62,10 @@ def rows(results: Path) -> list[tuple[str, str, str, str]]:
         prec = r.get("precision", "fp32")
         goal = ">= 40% (s, 2t, fp32)" if r["size"] == "s" and r["threads"] == 2 and prec in ("fp32", "auto") else ""
         out.append(("train", f"{r['size']} {r['threads']}t {r['device']} {prec}: frames/s, tokens/s, MFU (same-dtype peak)",
-                    f"{r['frames_per_s']:.0f}, {r['tokens_per_s']:.0f}, {100 * r['mfu']:.1f}%", goal))
+                    f"{r['frames_per_s']:.0f}, {r['tokens_per_s']:.0f}, "
+                    f"{'BUG (>100%)' if r.get('mfu') is None else format(100 * r['mfu'], '.1f') + '%'}", goal))
+    for sk in t.get("meta", {}).get("skipped", []):
+        out.append(("train", f"{sk['size']} {sk['threads']}t {sk['precision']}", "skipped", sk["reason"]))
     g = load("stragglers")
     if g:
         out.append(("stragglers", "table in stragglers.json (table_markdown)", f"{len(g.get('rows', []))} rows", ""))

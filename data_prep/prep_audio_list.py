@@ -4,7 +4,12 @@
 The output has the same layout as prep_multiway.py's: ``<split>.tsv`` (columns id, audio, n_frames,
 speaker, src_text, tgt_text_<lang>..., wav, offset, duration), ``<split>_st_<lang>.tsv``,
 ``fbank80.zip``, ``gcmvn.npz``, SentencePiece models, ``config.yaml``, ``prep_report.json``. The split
-is never filtered (it is test data); an unreadable clip is an error.
+is never filtered (it is test data): a bad clip (unreadable, silent, or decoding to a length that
+differs from the list's ``duration_s`` by more than 0.1 s, e.g. a truncated Ogg/Opus file) is an
+error naming each bad row, unless ``--skip-bad`` is given: then those rows are left out (every other
+row keeps its own translations), each one is logged with its reason and listed under
+``skipped_bad_audio`` in ``prep_report.json``. Near-silent clips (peak below -40 dBFS) are kept with a
+warning.
 
 Use ``--vocab-from DATA_TRAIN`` so a model trained on DATA_TRAIN can be evaluated: its vocabularies
 and gcmvn.npz are copied instead of being estimated on the evaluation list itself (without it the
@@ -23,7 +28,9 @@ import logging
 import os
 import sys
 
-from mmst.data.audiolist import AudioListError, read_audio_list
+from tqdm import tqdm
+
+from mmst.data.audiolist import AudioListError, check_audio, read_audio_list
 from mmst.data.corpus import load_data_config
 from mmst.data.multiway import BuildError, build_from_rows, format_summary
 
@@ -63,13 +70,44 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="deterministic dither std in 16-bit units (same default as prep_multiway.py so eval "
                         "features match training features)")
     p.add_argument("--peak-normalize", type=float, default=None, metavar="PEAK",
-                   help="scale each clip so its peak amplitude is PEAK (e.g. 0.5) before fbank; off by default. "
+                   help="scale each clip towards peak amplitude PEAK (e.g. 0.5) before fbank with the causal "
+                        "running-peak gain (mmst.features.CausalPeakGain) that the streaming evaluation and the "
+                        "SimulEval agent apply too; off by default. "
                         "Log-mel features shift by 2*ln(gain) under a gain change, which global CMVN does not "
                         "remove, so very quiet real clips (FLEURS peaks 0.003-0.04) can be brought to the level of "
                         "synthetic training speech. Record it with the results.")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="leave out bad clips (unreadable, silent, or shorter/longer than duration_s by more than "
+                        "0.1 s) with a report naming each one and its reason, instead of stopping; off by default")
     p.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
     p.add_argument("--log-level", default="INFO", help="logging level")
     return p.parse_args(argv)
+
+
+def drop_bad_audio(rows: list[dict], skip_bad: bool, progress: bool = True) -> tuple[list[dict], list[dict]]:
+    """Decode every clip (:func:`mmst.data.audiolist.check_audio`); returns ``(good rows, skipped)``.
+
+    ``skipped`` holds ``{"id", "source", "reason"}`` per bad row (empty unless ``skip_bad``). Each
+    kept row loses its ``listed_duration_s`` key.
+
+    Raises:
+        AudioListError: bad clips and not ``skip_bad`` (the message lists every one).
+    """
+    good, bad = [], []
+    for r in tqdm(rows, desc="check audio", unit="clip", disable=not progress):
+        problem, warning = check_audio(r["wav"], r.pop("listed_duration_s", None))
+        if problem:
+            bad.append({"id": r["id"], "source": r["source"], "reason": problem})
+            continue
+        if warning:
+            log.warning("%s (id %s): %s", r["source"], r["id"], warning)
+        good.append(r)
+    if bad and not skip_bad:
+        lines = "\n".join(f"  {b['source']} (id {b['id']}): {b['reason']}" for b in bad)
+        raise AudioListError(f"{len(bad)} bad clip(s) (use --skip-bad to leave them out):\n{lines}")
+    for b in bad:
+        log.warning("skipped %s (id %s): %s", b["source"], b["id"], b["reason"])
+    return good, bad
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,9 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         rows, langs = read_audio_list(args.tsv, langs, args.src_col)
         if not rows:
             raise AudioListError(f"{args.tsv}: no data rows")
+        rows, skipped = drop_bad_audio(rows, args.skip_bad, progress=not args.no_progress)
+        if not rows:
+            raise AudioListError(f"{args.tsv}: every clip is bad audio")
         report = build_from_rows(
             {split: rows}, args.out, langs, jobs=args.jobs, no_filter_splits=[split],
-            extra_report={"tsv": os.path.abspath(args.tsv)},
+            extra_report={"tsv": os.path.abspath(args.tsv), "skipped_bad_audio": skipped},
             vocab_size=args.vocab_size, per_lang_vocab=args.per_lang_vocab, vocab_from=args.vocab_from,
             dither=args.dither, peak_normalize=args.peak_normalize, fit_split=split,
             progress=not args.no_progress, tool="prep_audio_list",

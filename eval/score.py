@@ -8,7 +8,9 @@ Usage::
 
 Prints BLEU (with the sacrebleu signature), AL, LAAL, AP, DAL, ATD, StartOffset, EndOffset and,
 with ``--computation-aware``, the same metrics from ``elapsed`` (``AL_CA``, ...).  Unlike SimulEval
-1.1.4 (its issue 44), the plain metrics always come from ``delays``, so one run gives both.
+1.1.4 (its issue 44), the plain metrics always come from ``delays``, so one run gives both.  The
+reference length in AL/LAAL/AP is its number of whitespace-separated words; SimulEval 1.1.4 counts
+``len(ref.split(" "))`` instead (``--simuleval-compat`` to reproduce it).
 ``--json`` prints one JSON object ``{"BLEU": .., "AL": .., "AL_CA": .., ...}`` on stdout; notes and
 warnings go to stderr.  Empty hypotheses are reported, counted as "" in BLEU and left out of latency
 (as SimulEval does); a file where every hypothesis is empty is an error (exit status 1).
@@ -56,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="use the hypothesis length instead of the reference length in AL/LAAL/AP (SimulEval option)",
     )
     p.add_argument(
+        "--simuleval-compat",
+        action="store_true",
+        help="count reference words as SimulEval 1.1.4 does, len(ref.split(' ')): repeated, leading or trailing "
+        "spaces add empty words and change AL/LAAL/AP; use it only to reproduce SimulEval's numbers "
+        "(default: whitespace-separated words, len(ref.split()))",
+    )
+    p.add_argument(
         "--sacrebleu-tokenizer",
         default=None,
         help="override the sacrebleu tokenizer chosen from --tgt-lang (e.g. 13a, zh, ja-mecab, char, intl)",
@@ -83,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             use_ref_len=not args.no_use_ref_len,
             tokenize=args.sacrebleu_tokenizer,
             input_type=args.input_type,
+            simuleval_compat=args.simuleval_compat,
         )
     except (OSError, InstancesFormatError, ScoringError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

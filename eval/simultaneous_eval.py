@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "more threads add synchronisation and, on a busy machine, can be 100x slower; 0 = torch's "
                         "choice)")
     p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--simuleval-compat", action="store_true",
+                   help="count reference words as SimulEval 1.1.4 does (split on single spaces, so repeated or "
+                        "trailing spaces add words) to reproduce its AL/LAAL/AP; default: whitespace-separated words")
     p.add_argument("--no-progress", action="store_true", help="disable the tqdm progress bar")
     return p
 
@@ -138,11 +141,11 @@ def load_utterances(data_dir: Path, split: str, langs: list[str], limit: int | N
     return out
 
 
-def read_audio(u: dict[str, Any], peak_normalize: float | None = None) -> np.ndarray:
+def read_audio(u: dict[str, Any]) -> np.ndarray:
     """Audio of one utterance (16 kHz mono float32); unreadable/empty audio -> warning + empty array.
 
-    ``peak_normalize``: the DATA's ``fbank.peak_normalize`` (its features were computed on clips scaled
-    to this peak, ``mmst.data.multiway``); the same gain is applied here so the streamed audio matches.
+    No gain here: the DATA's ``fbank.peak_normalize`` is applied causally, chunk by chunk, by the
+    translator (``mmst.evaluation.loading.PeakGainTranslator``), exactly as in the SimulEval agent.
     """
     from mmst.audio import AudioError, load_audio
 
@@ -156,8 +159,6 @@ def read_audio(u: dict[str, Any], peak_normalize: float | None = None) -> np.nda
     peak = float(np.abs(x).max()) if x.size else 0.0
     if x.size and peak < 1e-4:
         logger.warning("utterance %s: silent audio (peak %.1e); translating it anyway", u["id"], peak)
-    if peak_normalize is not None and peak > 0:
-        x = x * np.float32(peak_normalize / peak)
     return x
 
 
@@ -202,7 +203,8 @@ def run_one(
     for lang in langs:
         write_instances(out_dir / lang / "instances.log", instances[lang])
         try:
-            sr = score_instances(instances[lang], lang, units[lang], computation_aware=True)
+            sr = score_instances(instances[lang], lang, units[lang], computation_aware=True,
+                                 simuleval_compat=bool(config.get("simuleval_compat", False)))
         except ScoringError as e:
             logger.warning("%s: %s", lang, e)
             per_lang[lang] = {"info": {"error": str(e)}}
@@ -261,7 +263,7 @@ def _main(args: argparse.Namespace) -> int:
     units = {lang: (latency_unit_for(lang) if args.eval_latency_unit == "auto" else args.eval_latency_unit)
              for lang in langs}
     utts = load_utterances(data_dir, args.split, langs, args.max_utterances)
-    audios = [read_audio(u, system.peak_normalize) for u in tqdm(utts, desc="audio", disable=args.no_progress)]
+    audios = [read_audio(u) for u in tqdm(utts, desc="audio", disable=args.no_progress)]
     if all(a.size == 0 for a in audios):
         raise EvalError(f"no readable audio in {args.split} ({len(utts)} utterances)")
     base_cfg = {
@@ -269,7 +271,7 @@ def _main(args: argparse.Namespace) -> int:
         "source_segment_size_ms": args.source_segment_size, "max_len_a": args.max_len_a,
         "max_len_b": args.max_len_b, "min_len": args.min_len, "latency_units": units,
         "offline": bool(args.offline), "joint_decoding": True, "fbank": system.fbank_kwargs,
-        "peak_normalize": system.peak_normalize,
+        "peak_normalize": system.peak_normalize, "simuleval_compat": bool(args.simuleval_compat),
     }
     results: dict[str, Any] = {}
     for k in ks:

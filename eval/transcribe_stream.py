@@ -81,8 +81,6 @@ def main(argv: list[str] | None = None) -> int:
         except AudioError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-        if system.peak_normalize and audio.size and abs(audio).max() > 0:
-            audio = audio * (system.peak_normalize / float(abs(audio).max()))
         res = stream_utterance(translator, audio, system.tgt_langs, segment_ms=args.source_segment_size,
                                whole=waitk is None, utt_id=r["id"])
         rtf = res.compute_s * 1000.0 / max(res.source_length_ms, 1e-9)

@@ -3,11 +3,13 @@
 Usage (SimulEval's own evaluator)::
 
     simuleval --agent-class mmst.agents.MMSTSpeechToTextAgent \\
-        --checkpoint CKPT --data DATA --tgt-lang de --waitk-lagging 3 \\
+        --checkpoint CKPT --mmst-data DATA --tgt-lang de --waitk-lagging 3 \\
         --source SRC.list --target TGT.de.txt --source-segment-size 320 --output OUT
 
 ``--source`` lists one audio file per line (any rate, mono or stereo), ``--target`` one reference
-per line.  ``--tgt-lang`` is a language code (``de``) or, as in plain SimulEval, a file with one
+per line.  The DATA option is ``--mmst-data``, not ``--data``: SimulEval's first-stage parser
+prefix-matches ``--data`` against its own ``--dataloader``/``--dataloader-class`` and exits with
+"ambiguous option" before the agent sees it.  ``--tgt-lang`` is a language code (``de``) or, as in plain SimulEval, a file with one
 code per line (one per source).  Importing this module registers :class:`MMSTSpeechToTextDataloader`
 as SimulEval's ``speech-to-text`` dataloader: it accepts both forms of ``--tgt-lang`` (plain
 SimulEval 1.1.4 would try to open a file called ``de``) and downmixes stereo files to mono with a
@@ -117,10 +119,11 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
         """Agent options (added to SimulEval's parser)."""
         parser.add_argument("--checkpoint", type=str, default=None, help="mmst checkpoint (.pt)")
         parser.add_argument(
-            "--data",
+            "--mmst-data",
             type=str,
             default=None,
-            help="DATA directory (config.yaml, vocab, gcmvn); default: the data_dir stored in the checkpoint",
+            help="DATA directory (config.yaml, vocab, gcmvn); default: the data_dir stored in the checkpoint "
+            "(named --mmst-data because SimulEval's own parser takes --data as a prefix of --dataloader)",
         )
         parser.add_argument(
             "--tgt-lang",
@@ -263,7 +266,7 @@ def build_translator_from_args(args: Namespace | None, tgt_langs: list[str]) -> 
     try:
         return load_streaming_translator(
             args.checkpoint,
-            data_dir=getattr(args, "data", None),
+            data_dir=getattr(args, "mmst_data", None),
             tgt_langs=tgt_langs or None,
             waitk=getattr(args, "waitk_lagging", 3),
             max_len_a=getattr(args, "max_len_a", 0.0),

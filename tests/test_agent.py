@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from argparse import Namespace
 from pathlib import Path
 
@@ -157,7 +161,7 @@ def tiny(tmp_path_factory):
 
 
 def _args(tiny, **kw) -> Namespace:
-    base = dict(checkpoint=str(tiny["ckpt"]), data=None, tgt_lang="de", waitk_lagging=3, max_len_a=0.0,
+    base = dict(checkpoint=str(tiny["ckpt"]), mmst_data=None, tgt_lang="de", waitk_lagging=3, max_len_a=0.0,
                 max_len_b=8, min_len=0, input_scale="auto")
     base.update(kw)
     return Namespace(**base)
@@ -189,7 +193,7 @@ def test_other_vocab_exits_cleanly(tiny, tmp_path):
     train_sentencepiece(["voellig andere saetze", "frases muy distintas"] * 3, other / "spm_joint.model", 40,
                         user_defined_symbols=[lang_tag("de"), lang_tag("es")])
     with pytest.raises(SystemExit, match="another vocabulary"):
-        MMSTSpeechToTextAgent.from_args(_args(tiny, data=str(other)))
+        MMSTSpeechToTextAgent.from_args(_args(tiny, mmst_data=str(other)))
 
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -220,3 +224,84 @@ def test_real_44k_stereo_clip_through_dataloader_and_agent(tiny):
     writes = _run(agent, samples, sr=info.samplerate)
     assert writes[-1][1] is True
     assert abs(sum(seen) - info.frames * 16000 / info.samplerate) <= 2  # resampled to 16 kHz
+
+
+# ------------------------------------------------------------------ through the real simuleval CLI
+SIMULEVAL = Path(sys.executable).parent / "simuleval"
+ROOT = Path(__file__).resolve().parents[1]
+CLI_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+CLI_COMMON = ["--waitk-lagging", "3", "--max-len-b", "6", "--min-len", "6", "--source-segment-size", "320"]
+
+
+def _simuleval_cli(ckpt: Path, data: Path, wavs: list, refs: list, out: Path) -> subprocess.CompletedProcess:
+    if not SIMULEVAL.is_file():
+        pytest.skip(f"simuleval CLI not found at {SIMULEVAL}")
+    src, tgt = out.parent / f"{out.name}.src", out.parent / f"{out.name}.tgt"
+    src.write_text("".join(f"{w}\n" for w in wavs))
+    tgt.write_text("".join(f"{r}\n" for r in refs))
+    cmd = [str(SIMULEVAL), "--agent-class", "mmst.agents.MMSTSpeechToTextAgent", "--checkpoint", str(ckpt),
+           "--mmst-data", str(data), "--tgt-lang", "de", "--source", str(src), "--target", str(tgt),
+           "--output", str(out), "--no-progress-bar", *CLI_COMMON]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=CLI_ENV, cwd=str(out.parent))
+
+
+def _instances(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_simuleval_cli_mmst_data_option(tiny, tmp_path):
+    """The documented command: ``simuleval ... --mmst-data DATA`` uses that DATA, not the checkpoint's."""
+    import shutil
+
+    import torch
+
+    data = tmp_path / "moved_DATA"
+    shutil.copytree(tiny["data"], data)
+    ckpt = torch.load(tiny["ckpt"], map_location="cpu", weights_only=False)
+    ckpt["data_dir"] = str(tmp_path / "no_such_DATA")  # only --mmst-data can make this work
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    r = _simuleval_cli(tmp_path / "ckpt.pt", data, tiny["wavs"], tiny["refs"]["de"], tmp_path / "out")
+    assert r.returncode == 0, r.stderr[-3000:]
+    ins = _instances(tmp_path / "out" / "instances.log")
+    assert len(ins) == len(tiny["wavs"])
+    assert all(len(d["prediction"].split()) >= 1 for d in ins)
+
+
+def test_agent_equals_simultaneous_eval_on_quiet_peak_normalised_data(tiny, tmp_path):
+    """Same DATA with ``fbank.peak_normalize``, quiet recordings: the agent (through simuleval) and
+    ``eval/simultaneous_eval.py`` write identical hypotheses with identical delays."""
+    import yaml
+
+    from mmst.data.manifest import manifest_columns, write_manifest
+
+    data = tmp_path / "DATA"
+    data.mkdir()
+    for name in ("gcmvn.npz", "spm_joint.model", "spm_joint.vocab"):
+        if (Path(tiny["data"]) / name).exists():
+            (data / name).write_bytes((Path(tiny["data"]) / name).read_bytes())
+    cfg = yaml.safe_load((Path(tiny["data"]) / "config.yaml").read_text())
+    cfg["fbank"] = {"dither": 0.0, "dither_mode": "all", "peak_normalize": 0.5}
+    (data / "config.yaml").write_text(yaml.safe_dump(cfg))
+    wavs, rows = [], []
+    for i, (w, row) in enumerate(zip(tiny["wavs"], tiny["rows"])):
+        x = sf.read(w, dtype="float32")[0] * np.float32(0.004)  # peak ~ 0.0013 (-58 dBFS): very quiet
+        q = tmp_path / f"quiet{i}.wav"
+        sf.write(q, x, 16000, subtype="FLOAT")
+        wavs.append(q)
+        rows.append(dict(row, wav=str(q)))
+    write_manifest(data / "tst-COMMON.tsv", rows, manifest_columns(["de", "es"]))
+
+    ev = tmp_path / "eval"
+    r = subprocess.run([sys.executable, str(ROOT / "eval" / "simultaneous_eval.py"), "--checkpoint",
+                        str(tiny["ckpt"]), "--data", str(data), "--tgt-langs", "de", "--out", str(ev), "--threads",
+                        "1", "--no-progress", *CLI_COMMON], capture_output=True, text=True, timeout=180, env=CLI_ENV)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ag = _simuleval_cli(tiny["ckpt"], data, wavs, tiny["refs"]["de"], tmp_path / "agent")
+    assert ag.returncode == 0, ag.stderr[-3000:]
+    ours = _instances(ev / "de" / "instances.log")
+    theirs = _instances(tmp_path / "agent" / "instances.log")
+    assert len(ours) == len(theirs) == len(wavs)
+    for a, b in zip(ours, theirs):
+        assert a["prediction"] == b["prediction"]
+        assert a["delays"] == pytest.approx(b["delays"], abs=1e-6)
+    assert "very quiet input" in r.stderr and "very quiet input" in ag.stderr

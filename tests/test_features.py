@@ -183,3 +183,24 @@ def test_utterance_cmvn() -> None:
     torch = pytest.importorskip("torch")
     np.testing.assert_allclose(utterance_cmvn(torch.from_numpy(x)).numpy(), y, atol=1e-4)
     np.testing.assert_allclose(utterance_cmvn(x, norm_vars=False).std(0), x.std(0), rtol=1e-5)
+
+
+def test_causal_peak_gain_is_chunk_invariant_and_causal():
+    from mmst.features import PEAK_GAIN_FLOOR, CausalPeakGain, causal_peak_normalize
+
+    rng = np.random.default_rng(3)
+    x = (0.004 * rng.standard_normal(16000)).astype(np.float32)
+    x[9000] = 0.02  # the loudest sample arrives late
+    whole = causal_peak_normalize(x, 0.5)
+    g = CausalPeakGain(0.5)
+    chunked = np.concatenate([g(x[i : i + 777]) for i in range(0, x.size, 777)])
+    np.testing.assert_array_equal(chunked, whole)
+    assert np.abs(whole).max() <= 0.5 + 1e-6
+    # causal: before sample 9000 the gain ignores the future peak; from it on it is the clip gain
+    p = max(float(np.abs(x[:9000]).max()), PEAK_GAIN_FLOOR)
+    np.testing.assert_allclose(whole[8999], x[8999] * 0.5 / p, rtol=1e-6)
+    np.testing.assert_allclose(whole[9000:], x[9000:] * (0.5 / 0.02), rtol=1e-6)
+    # digital silence is not blown up past target / floor
+    assert np.abs(causal_peak_normalize(np.full(100, 1e-5, np.float32), 0.5)).max() <= 0.5 * 1e-5 / PEAK_GAIN_FLOOR + 1e-9
+    with pytest.raises(ValueError, match="in \\(0, 1\\]"):
+        CausalPeakGain(2.0)

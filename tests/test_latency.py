@@ -97,7 +97,10 @@ def test_computation_aware_speech():
 
 
 def test_reference_length_and_units():
-    assert reference_length("a b  c", "word") == 4  # SimulEval splits on single spaces
+    assert reference_length("a b  c", "word") == 3  # whitespace-separated words
+    assert reference_length(" a b  c ", "word") == 3
+    assert reference_length("a b  c", "word", simuleval_compat=True) == 4  # SimulEval splits on single spaces
+    assert reference_length(" a b  c ", "word", simuleval_compat=True) == 6
     assert reference_length(" 你好 世界 ", "char") == 5  # inner space counts, like SimulEval
     assert split_units("你好 世界", "char") == ["你", "好", "世", "界"]
     with pytest.raises(ValueError):
@@ -165,3 +168,42 @@ def test_matches_simuleval_scorers_on_random_instances(unit):
         for name in ("AL", "LAAL", "AP"):
             ref = get_scorer_class("latency", name)(computation_aware=False, use_ref_len=False)(logs)
             assert nr[name] == pytest.approx(ref, abs=1e-6)
+
+
+def test_reference_word_count_default_and_simuleval_compat(tmp_path):
+    """References with repeated/trailing spaces: by default AL/LAAL/AP use the real word count;
+    --simuleval-compat reproduces SimulEval 1.1.4's scorers (split on single spaces)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from simuleval.evaluator.instance import LogInstance
+    from simuleval.evaluator.scorers import get_scorer_class
+
+    raw = [
+        {"index": 0, "prediction": "x y z", "delays": [500.0, 1000.0, 2000.0], "elapsed": [510.0, 1020.0, 2050.0],
+         "prediction_length": 3, "reference": "a b  c  d ", "source": ["x"], "source_length": 2000.0},
+        {"index": 1, "prediction": "x y", "delays": [700.0, 1500.0], "elapsed": [700.0, 1600.0],
+         "prediction_length": 2, "reference": "a  b", "source": ["x"], "source_length": 1500.0},
+    ]
+    plain_refs = [dict(r, reference=" ".join(r["reference"].split())) for r in raw]
+    ours = corpus_latency(raw, "word").scores
+    assert ours == pytest.approx(corpus_latency(plain_refs, "word").scores)  # spaces do not change latency
+    compat = corpus_latency(raw, "word", simuleval_compat=True).scores
+    logs = {i: LogInstance(json.dumps(r), "word") for i, r in enumerate(raw)}
+    for name in ("AL", "LAAL", "AP"):
+        theirs = get_scorer_class("latency", name)(computation_aware=False, use_ref_len=True)(logs)
+        assert compat[name] == pytest.approx(theirs, abs=1e-6), name
+        assert ours[name] != pytest.approx(theirs, abs=1e-3), name
+    log = tmp_path / "instances.log"
+    log.write_text("".join(json.dumps(r) + "\n" for r in raw))
+    score = Path(__file__).resolve().parents[1] / "eval" / "score.py"
+
+    def cli(*extra):
+        r = subprocess.run([sys.executable, str(score), "--instances", str(log), "--tgt-lang", "de", "--json",
+                            *extra], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    assert cli()["AL"] == pytest.approx(ours["AL"])
+    assert cli("--simuleval-compat")["AL"] == pytest.approx(compat["AL"])

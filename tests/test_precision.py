@@ -93,3 +93,38 @@ def test_optimizer_implementation_is_validated_and_reapplied_after_load():
     assert new.param_groups[0]["fused"] is False  # load_state_dict restored the checkpoint's flags
     set_optimizer_implementation(new, "fused")
     assert new.param_groups[0]["fused"] is True and new.param_groups[0]["foreach"] is False
+
+
+def test_bf16_on_cpu_without_native_bf16_warns(tiny_feature_data, tmp_path, monkeypatch, caplog):  # noqa: F811
+    """The capability check is mocked: without native bf16, precision=bf16 on CPU warns and names fp32;
+    with it (or for fp32 / CUDA) nothing is said."""
+    import mmst.training.step as step
+
+    monkeypatch.setattr(step, "cpu_has_native_bf16", lambda: False)
+    msg = step.bf16_warning("cpu", "bf16")
+    assert msg and "without native bf16" in msg and "--precision fp32" in msg
+    assert step.bf16_warning("cpu", "fp32") is None and step.bf16_warning("cpu", "auto") is None
+    assert step.bf16_warning("cuda", "bf16") is None
+    caplog.set_level("WARNING")
+    build_trainer(load_config(None, [*TINY, "optim.max_update=1", "precision=bf16"]), tiny_feature_data, tmp_path / "a")
+    assert "without native bf16" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(step, "cpu_has_native_bf16", lambda: True)
+    assert step.bf16_warning("cpu", "bf16") is None
+    build_trainer(load_config(None, [*TINY, "optim.max_update=1", "precision=bf16"]), tiny_feature_data, tmp_path / "b")
+    assert "without native bf16" not in caplog.text
+
+
+def test_cpu_bf16_flags_parsed(monkeypatch, tmp_path):
+    import builtins
+
+    import mmst.training.step as step
+
+    real_open = builtins.open
+    for flags, want in (("fpu avx2 fma", False), ("avx2 avx512f avx512_bf16", True), ("fp asimd bf16", True)):
+        info = tmp_path / "cpuinfo"
+        info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        monkeypatch.setattr(builtins, "open",
+                            lambda p, *a, _info=info, **k: real_open(_info if p == "/proc/cpuinfo" else p, *a, **k))
+        assert step.cpu_has_native_bf16() is want, flags
+        monkeypatch.setattr(builtins, "open", real_open)

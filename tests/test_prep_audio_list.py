@@ -42,7 +42,8 @@ def _write_list(tmp_path: Path, rows: list[tuple[str, str, str, str, str]] | Non
     for i, (cid, ext, fmt, sub, peak) in enumerate(specs):
         sf.write(d / "audio" / f"{cid}.{ext}", _quiet_speechlike(16000 + 4000 * i, peak, i), 16000, format=fmt,
                  subtype=sub)
-        lines.append(f"{cid}\taudio/{cid}.{ext}\t1.0\tenglish {i}\tx\tdeutsch {i}\tespañol {i}")
+        dur = (16000 + 4000 * i) / 16000
+        lines.append(f"{cid}\taudio/{cid}.{ext}\t{dur:g}\tenglish {i}\tx\tdeutsch {i}\tespañol {i}")
     p = d / "list.tsv"
     p.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return p
@@ -86,6 +87,13 @@ def test_audio_list_without_vocab_from_and_peak_normalize(tmp_path) -> None:
     # log-mel shifts by 2 ln(gain) under a gain change (up to opus rounding and the dither floor)
     assert abs(float(np.median(fb - fa)) - 2 * np.log(gain)) < 0.5
     assert load_data_config(out2)["fbank"]["peak_normalize"] == 0.5
+    # the stored features are the causal gain's (the rule the evaluation and the agent apply chunk by chunk)
+    from mmst.audio import load_audio
+    from mmst.features import causal_peak_normalize, dither_seed_for
+
+    wave = causal_peak_normalize(load_audio(b["wav"]), 0.5)
+    want = fbank(wave, dither=1.0, dither_seed=dither_seed_for(b["id"]), dither_mode="silence")
+    np.testing.assert_allclose(fb, want, atol=1e-4)
 
 
 def test_audio_list_bad_input(tmp_path) -> None:
@@ -138,3 +146,45 @@ def test_real_fleurs_list(shared_data, tmp_path) -> None:
         plain = fbank(load_audio(r["wav"]))
         top = np.argsort(plain.mean(axis=1))[f.shape[0] // 2:]
         assert np.abs(plain[top] - f[top]).mean() < 0.15  # Kaldi-style dither: 0.2-0.7
+
+
+def test_bad_audio_truncated_opus_and_silence_reported_and_skipped(tmp_path, caplog) -> None:
+    """A truncated Ogg/Opus clip (decodes short of duration_s) and an all-zero clip are bad audio:
+    an error naming both without --skip-bad; with it, both are left out and reported, others aligned."""
+    tsv = _write_list(tmp_path)
+    d = tsv.parent
+    x = _quiet_speechlike(int(2.13 * 16000), 0.3, 7)
+    sf.write(d / "audio" / "cut.ogg", x, 16000, format="OGG", subtype="OPUS")
+    raw = (d / "audio" / "cut.ogg").read_bytes()
+    pages = [i for i in range(len(raw)) if raw.startswith(b"OggS", i)]
+    assert len(pages) > 4
+    # cut at an Ogg page boundary: libsndfile opens and decodes it without error, about 1 s of 2.13 s
+    (d / "audio" / "cut.ogg").write_bytes(raw[: pages[3]])
+    assert sf.read(d / "audio" / "cut.ogg")[0].shape[0] < 1.5 * 16000
+    sf.write(d / "audio" / "zero.wav", np.zeros(16000, np.float32), 16000, subtype="PCM_16")
+    text = tsv.read_text(encoding="utf-8").splitlines()
+    text.insert(2, "cut\taudio/cut.ogg\t2.13\tenglish cut\tx\tdeutsch cut\tespañol cut")
+    text.append("zero\taudio/zero.wav\t1.0\tenglish zero\tx\tdeutsch zero\tespañol zero")
+    tsv.write_text("\n".join(text) + "\n", encoding="utf-8")
+
+    caplog.set_level("WARNING")
+    assert _main()(["--tsv", str(tsv), "--out", str(tmp_path / "strict"), "--split", "fl", "--no-progress"]) == 1
+    msg = caplog.text
+    assert "2 bad clip(s)" in msg and "list.tsv:3 (id cut)" in msg and "duration_s=2.13" in msg
+    assert "list.tsv:6 (id zero)" in msg and "silent audio" in msg
+    assert not (tmp_path / "strict" / "fl.tsv").exists()
+
+    caplog.clear()
+    out = tmp_path / "skip"
+    assert _main()(["--tsv", str(tsv), "--out", str(out), "--split", "fl", "--skip-bad", "--no-progress"]) == 0
+    rows = read_manifest(out / "fl.tsv")
+    assert [r["id"] for r in rows] == ["c0", "c1", "c2"]
+    assert [(r["src_text"], r["tgt_text_de"], r["tgt_text_es"]) for r in rows] == [
+        (f"english {i}", f"deutsch {i}", f"español {i}") for i in range(3)]
+    for lang in ("de", "es"):
+        st = read_manifest(out / f"fl_st_{lang}.tsv")
+        assert [r["id"] for r in st] == ["c0", "c1", "c2"]
+    rep = json.loads((out / "prep_report.json").read_text())
+    assert sorted(b["id"] for b in rep["skipped_bad_audio"]) == ["cut", "zero"]
+    assert "(id cut)" in caplog.text and "(id zero)" in caplog.text
+    assert "near-silent audio" in caplog.text  # c0 peaks at 0.004

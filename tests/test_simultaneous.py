@@ -226,3 +226,24 @@ def test_special_tokens_are_never_generated(strategy):
     for lang in LANGS:
         for toks in (tr.tokens[lang], greedy[lang][0], beam_search(m, enc, lang, beam=2, max_len_b=6)[0]):
             assert toks and not set(toks) & set(banned), (lang, toks)
+
+
+def test_last_word_flushed_when_language_writes_eos(monkeypatch):
+    """A language that writes EOS long before the source ends gets its last word at that moment:
+    its delay is when it was written, not the source length."""
+    import mmst.simultaneous.joint as joint_mod
+    from mmst.evaluation.streaming import stream_utterance
+
+    script = iter([7, 8, 2])  # "▁hel" "lo" </s>: the word "hello" is only complete at EOS
+
+    def forced(lg, banned, eos, suppress_eos):
+        out = torch.full_like(lg, -1e9)
+        out[next(script)] = 0.0
+        return out
+
+    monkeypatch.setattr(joint_mod, "constrain_logits", forced)
+    tr = StreamingTranslator(make(seed=3), FakeVocab(), ["de"], waitk=1, cmvn=CMVN, max_len_b=20)
+    res = stream_utterance(tr, audio(4.0), ["de"], segment_ms=320.0)
+    assert res.per_lang["de"].units == ["hello"]
+    assert res.per_lang["de"].delays[0] <= 1000.0  # written within the first second, not 4000 ms
+    assert res.source_length_ms == 4000.0

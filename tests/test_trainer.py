@@ -211,3 +211,73 @@ def test_every_joint_vocab_model_knows_all_language_tags(tiny_feature_data, tmp_
     assert len(tags) == 2  # de and es
     assert tags <= set(tr.model.never_generate_ids())
     assert tr.model.start_token_id("de") == 0  # the separate model still starts with bos
+
+
+def test_resume_removes_stale_temp_files_and_later_log_records(tiny_feature_data, tmp_path):  # noqa: F811
+    """After a crash: ``checkpoint_*.pt.tmp-PID`` of the dead process is removed, and train_log.jsonl
+    loses the records past the resumed checkpoint's update (no update logged twice)."""
+    tr = build_trainer(_cfg("optim.max_update=4", "valid.interval_updates=0", "logging.log_interval=1",
+                            "logging.tensorboard=true", "checkpoint.save_interval_updates=2"),
+                       tiny_feature_data, tmp_path)
+    tr.train()
+    # what a run killed at update 6 during its save would have left behind
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"checkpoint_6.pt.tmp-{dead.pid}"
+    stale.write_bytes(b"partial")
+    ours = tmp_path / f"checkpoint_last.pt.tmp-{os.getpid()}"  # a live writer's file is kept
+    ours.write_bytes(b"in progress")
+    with open(tmp_path / "train_log.jsonl", "a") as fh:
+        for u in (5, 6):
+            fh.write(json.dumps({"kind": "train", "update": u, "time": 0.0, "loss": 1.0}) + "\n")
+        fh.write('{"kind": "train", "upd')  # line cut by the kill
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(log_dir=str(tmp_path / "tensorboard"))
+    for u in (5, 6):
+        w.add_scalar("train/loss", 1.0, u)
+    w.close()
+    tr2 = build_trainer(_cfg("optim.max_update=6", "valid.interval_updates=0", "logging.log_interval=1",
+                             "logging.tensorboard=true", "checkpoint.save_interval_updates=2"),
+                        tiny_feature_data, tmp_path)
+    assert not stale.exists() and ours.exists()
+    ours.unlink()
+    tr2.train()
+    logs = [json.loads(x) for x in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    train_updates = [r["update"] for r in logs if r["kind"] == "train"]
+    assert train_updates == [1, 2, 3, 4, 5, 6]
+    assert all(r.get("loss") != 1.0 for r in logs if r["kind"] == "train")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(str(tmp_path / "tensorboard"))
+    ea.Reload()
+    points = [(e.step, e.value) for e in ea.Scalars("train/loss")]
+    assert [st for st, _ in points] == [1, 2, 3, 4, 5, 6]  # the killed run's 5 and 6 were purged
+    assert all(v != 1.0 for _, v in points)
+
+
+def test_cli_distributed_error_is_one_line_and_overrides_intermix(tiny_feature_data, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """A DistributedError becomes one ``mmst-train: error:`` line (exit 1); overrides may follow a flag
+    that follows an override."""
+    import mmst.training.strategy as strategy_mod
+    import mmst.training.trainer as trainer_mod
+    from mmst.distributed.env import DistributedError
+    from mmst.training import cli
+
+    seen = {}
+
+    def fake_build_trainer(cfg, data, save_dir, strategy=None):
+        seen["cfg"] = cfg
+        raise DistributedError("rank 1: all_reduce timed out after 20 s (peer rank 0 gone)")
+
+    monkeypatch.setattr(trainer_mod, "build_trainer", fake_build_trainer)
+    monkeypatch.setattr(strategy_mod, "build_strategy", lambda name, **options: None)
+    rc = cli.main(["--data", str(tiny_feature_data), "--save-dir", str(tmp_path), "optim.lr=0.001",
+                   "--dist-timeout", "20", "seed=7", "--max-update", "3", "optim.max_update=5"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err.strip().splitlines() == [
+        "mmst-train: error: DistributedError: rank 1: all_reduce timed out after 20 s (peer rank 0 gone)"]
+    cfg = seen["cfg"]
+    assert cfg.optim.lr == 0.001 and cfg.seed == 7 and cfg.distributed.options["dist_timeout"] == 20
+    assert cfg.optim.max_update == 5  # positional overrides win over alias flags

@@ -81,8 +81,10 @@ from mmst.features import (
     FRAME_LENGTH_MS,
     FRAME_SHIFT_MS,
     NUM_MEL_BINS,
+    PEAK_GAIN_FLOOR,
     CMVNAccumulator,
     GlobalCMVN,
+    causal_peak_normalize,
     dither_seed_for,
     fbank,
 )
@@ -273,7 +275,8 @@ def read_and_join(root: str | os.PathLike[str], tgt_langs: Sequence[str], splits
 
 
 def _cache_key(wav: str, offset: float, duration: float | None, dither: float, peak: float | None) -> str:
-    s = f"{FEATURE_VERSION}|{os.path.abspath(wav)}|{offset:.6f}|{duration}|{dither}|{DITHER_MODE}|{peak}"
+    gain = None if peak is None else f"causal-peak:{peak}:{PEAK_GAIN_FLOOR}"
+    s = f"{FEATURE_VERSION}|{os.path.abspath(wav)}|{offset:.6f}|{duration}|{dither}|{DITHER_MODE}|{gain}"
     return hashlib.sha1(s.encode("utf-8")).hexdigest()[:12]
 
 
@@ -305,9 +308,7 @@ def _extract_group(args: tuple[list[_Item], float, float, float | None]) -> tupl
             else:
                 wave = load_audio(it.wav, it.offset, it.duration, end_tolerance_s=end_tol_s)
                 if peak is not None:
-                    m = float(np.abs(wave).max())
-                    if m > 0:
-                        wave = wave * np.float32(peak / m)
+                    wave = causal_peak_normalize(wave, peak)
                 feats = fbank(wave, dither=dither, dither_seed=dither_seed_for(it.id), dither_mode=DITHER_MODE)
                 atomic_save_npy(it.cache, feats)
             n = res["n_frames"] = int(feats.shape[0])
@@ -362,7 +363,9 @@ class BuildOptions:
         min_frames: drop (non-test) utterances shorter than this.
         end_tolerance_ms: a segment may end this far past its audio file (shortened), in ms.
         dither: deterministic dither in 16-bit units (0 disables).
-        peak_normalize: scale every utterance to this peak amplitude before fbank (``None`` = off).
+        peak_normalize: scale every utterance towards this peak amplitude before fbank with the causal
+            running-peak gain :func:`mmst.features.causal_peak_normalize` (the rule the streaming
+            evaluation and the SimulEval agent apply too); ``None`` = off.
         vocab_from: reuse ``spm_*.model``/``.txt`` and ``gcmvn.npz`` of this DATA directory.
         fit_split: split whose kept utterances train the vocabularies and CMVN.
         src_lang: source language code.
@@ -755,7 +758,9 @@ def _config(out: Path, tgt_langs: list[str], splits: list[str], vocab: dict[str,
         "fbank": {"num_mel_bins": NUM_MEL_BINS, "frame_length_ms": FRAME_LENGTH_MS, "frame_shift_ms": FRAME_SHIFT_MS,
                   "dither": opts.dither, "dither_mode": DITHER_MODE, "dither_seed": "crc32(utterance id)",
                   "snip_edges": True,
-                  "peak_normalize": opts.peak_normalize, "version": FEATURE_VERSION},
+                  "peak_normalize": opts.peak_normalize,
+                  "peak_gain": None if opts.peak_normalize is None else f"causal running peak, floor {PEAK_GAIN_FLOOR}",
+                  "version": FEATURE_VERSION},
         # fairseq speech_to_text compatibility
         "bpe_tokenizer": {"bpe": "sentencepiece", "sentencepiece_model": joint},
         "vocab_filename": os.path.splitext(joint)[0] + ".txt",

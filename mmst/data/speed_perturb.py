@@ -13,7 +13,8 @@ the 5% budget of the data path on CPU), while copies cost disk (x3 for the split
 :func:`build_speed_perturbed` adds to a DATA directory (docs/CONTRACTS.md):
 
 * ``fbank80_<split>_sp.zip``: the perturbed features (``f != 1``), raw fbank with the DATA's own
-  dither settings, utterance ids ``sp<f>-<id>`` (Kaldi's naming);
+  dither settings and, when the DATA has ``fbank.peak_normalize``, its causal peak gain applied to the
+  perturbed audio; utterance ids ``sp<f>-<id>`` (Kaldi's naming);
 * ``<split>_sp.tsv``: a multi-way manifest of the original utterances (factor 1.0, unchanged rows) and
   every copy, each with its own ``n_frames`` and ``duration``, speaker ``sp<f>-<speaker>``; ``wav``,
   ``offset`` keep naming the source segment;
@@ -46,7 +47,13 @@ from mmst.data.atomic import atomic_save_npy, atomic_write_json, atomic_write_te
 from mmst.data.corpus import load_data_config
 from mmst.data.manifest import manifest_columns, read_manifest, tgt_langs_of, write_manifest
 from mmst.data.store import pack_npy_files
-from mmst.features import dither_seed_for, fbank, fbank_kwargs_from_config
+from mmst.features import (
+    PEAK_GAIN_FLOOR,
+    causal_peak_normalize,
+    dither_seed_for,
+    fbank,
+    fbank_kwargs_from_config,
+)
 
 DEFAULT_FACTORS = (0.9, 1.0, 1.1)
 SAMPLE_RATE = 16000
@@ -84,7 +91,8 @@ def perturbed_id(utt_id: str, factor: float) -> str:
 
 
 def _cache_key(row: dict[str, str], factor: float, fb: dict[str, Any], peak: Any) -> str:
-    s = f"sp-v1|{os.path.abspath(row['wav'])}|{row['offset']}|{row['duration']}|{factor:g}|{fb}|{peak}"
+    gain = None if peak is None else f"causal-peak:{peak}:{PEAK_GAIN_FLOOR}"
+    s = f"sp-v1|{os.path.abspath(row['wav'])}|{row['offset']}|{row['duration']}|{factor:g}|{fb}|{gain}"
     return hashlib.sha1(s.encode("utf-8")).hexdigest()[:12]
 
 
@@ -99,12 +107,11 @@ def _extract(args: tuple[dict[str, str], float, str, dict[str, Any], Any, float]
             res["cached"] = True
             return res
         dur = float(row["duration"]) if row.get("duration") not in (None, "") else None
-        wave = load_audio(row["wav"], float(row.get("offset") or 0.0), dur, end_tolerance_s=end_tol_s)
-        if peak is not None:
-            m = float(np.abs(wave).max()) if wave.size else 0.0
-            if m > 0:
-                wave = wave * np.float32(float(peak) / m)
-        feats = fbank(speed_perturb(wave, factor), dither_seed=dither_seed_for(new_id), **fb)
+        wave = speed_perturb(load_audio(row["wav"], float(row.get("offset") or 0.0), dur, end_tolerance_s=end_tol_s),
+                             factor)
+        if peak is not None:  # the prep's (and the streaming front end's) causal gain, on the perturbed audio
+            wave = causal_peak_normalize(wave, float(peak))
+        feats = fbank(wave, dither_seed=dither_seed_for(new_id), **fb)
         atomic_save_npy(cache, feats)
         res["n_frames"] = int(feats.shape[0])
     except (AudioError, OSError, ValueError) as e:

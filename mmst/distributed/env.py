@@ -26,10 +26,12 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from mmst.training.strategy import StrategyError
+
 DEFAULT_TIMEOUT_S = 300.0
 
 
-class DistributedError(RuntimeError):
+class DistributedError(StrategyError):
     """A collective or point-to-point operation failed: a peer rank died, hung past the timeout, or the
     process group could not be formed. The message names this rank, the operation and the timeout."""
 

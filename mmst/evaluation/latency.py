@@ -9,9 +9,14 @@ Notation (per sentence)
 - ``X``: the source. ``|X|`` is its length: **milliseconds** of audio for speech input
   (SimulEval's ``source_length`` = ``n_samples * 1000 / sample_rate``), tokens for text input.
 - ``Y``: the hypothesis, a list of units (words, or characters for zh/ja; see ``--eval-latency-unit``).
-- ``Y*``: the reference. ``|Y*|`` is ``len(reference.split(" "))`` for the word unit and
-  ``len(reference.strip())`` for the char unit (SimulEval counts spaces inside the reference in
-  char mode; we do the same).
+- ``Y*``: the reference. ``|Y*|`` is its number of whitespace-separated words,
+  ``len(reference.split())``, for the word unit, and ``len(reference.strip())`` for the char unit
+  (SimulEval counts spaces inside the reference in char mode; we do the same).
+  **Deviation from SimulEval 1.1.4**, which counts words as ``len(reference.split(" "))``: a
+  reference with repeated, leading or trailing spaces gets extra empty "words" there, which changes
+  AL, LAAL and AP for the same output (``"a b  c"`` is 4 words to SimulEval, 3 here).
+  ``simuleval_compat=True`` (``--simuleval-compat`` of ``eval/score.py`` and
+  ``eval/simultaneous_eval.py``) restores SimulEval's count, to reproduce its numbers.
 - ``d_i``: the delay of unit ``i`` (1-based): the amount of source (ms) read when it was written.
   For the computation-aware (``_CA``) variants, ``d_i`` is SimulEval's ``elapsed``: the delay plus
   the wall-clock compute time (ms) spent on the sentence up to that write.
@@ -297,17 +302,19 @@ def average_token_delay(
     return float(statistics.mean(atd_delays))
 
 
-def reference_length(reference: str, unit: str = "word") -> int:
-    """Length of a reference in latency units, as SimulEval 1.1 counts it.
+def reference_length(reference: str, unit: str = "word", *, simuleval_compat: bool = False) -> int:
+    """Length ``|Y*|`` of a reference in latency units.
 
-    ``word``: ``len(reference.split(" "))`` (split on single spaces, so double spaces count);
-    ``char``: ``len(reference.strip())`` (inner spaces count).
+    ``word``: the number of whitespace-separated words, ``len(reference.split())``; with
+    ``simuleval_compat``, SimulEval 1.1.4's ``len(reference.split(" "))`` (split on single spaces, so
+    repeated, leading and trailing spaces add empty words: ``"a b  c"`` -> 4).
+    ``char``: ``len(reference.strip())`` (inner spaces count, as in SimulEval) in both modes.
 
     Raises:
         ValueError: unknown unit.
     """
     if unit == "word":
-        return len(reference.split(" "))
+        return len(reference.split(" ")) if simuleval_compat else len(reference.split())
     if unit == "char":
         return len(reference.strip())
     raise ValueError(f"latency unit must be 'word' or 'char', got {unit!r}")
@@ -408,6 +415,7 @@ def corpus_latency(
     use_ref_len: bool = True,
     input_type: str = "speech",
     metrics: Sequence[str] = LATENCY_METRICS,
+    simuleval_compat: bool = False,
 ) -> CorpusLatency:
     """Corpus latency of SimulEval-style instances (dicts with ``delays``, ``elapsed``, ``source_length``,
     ``reference``, ``index``), averaged over sentences with ``statistics.mean`` like SimulEval.
@@ -423,6 +431,7 @@ def corpus_latency(
         use_ref_len: see :func:`sentence_latency`.
         input_type: ``speech`` or ``text``.
         metrics: which metrics to report.
+        simuleval_compat: count reference words like SimulEval 1.1.4 (:func:`reference_length`).
 
     Returns:
         :class:`CorpusLatency`.
@@ -444,7 +453,7 @@ def corpus_latency(
             skipped_empty.append(index)
             continue
         ref = ins.get("reference")
-        ref_len = None if ref is None else reference_length(ref, unit)
+        ref_len = None if ref is None else reference_length(ref, unit, simuleval_compat=simuleval_compat)
         try:
             plain = sentence_latency(
                 delays, ins.get("source_length"), ref_len, use_ref_len=use_ref_len, input_type=input_type

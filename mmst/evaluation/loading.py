@@ -66,7 +66,8 @@ def resolve_data_dir(checkpoint: str | Path, data_dir: str | Path | None, ckpt: 
                 raise LoadError(str(e)) from None
         data_dir = ckpt.get("data_dir")
         if not data_dir:
-            raise LoadError(f"{checkpoint} records no data_dir: pass --data DATA")
+            raise LoadError(f"{checkpoint} records no data_dir: pass the DATA directory "
+                            "(--data; --mmst-data for the SimulEval agent)")
     d = Path(data_dir)
     if not (d / "config.yaml").is_file():
         raise LoadError(f"{d}: no config.yaml (not a DATA directory)")
@@ -191,7 +192,7 @@ class EvalSystem:
         #: fbank settings the DATA's features were computed with (``dither``, ``dither_mode``).
         self.fbank_kwargs: dict[str, Any] = fbank_kwargs_from_config(self.data_cfg)
         fb = self.data_cfg.get("fbank") or {}
-        #: peak amplitude every utterance was scaled to before fbank in the DATA (None = off).
+        #: target peak of the DATA's causal gain (``mmst.features.CausalPeakGain``; None = off).
         self.peak_normalize: float | None = fb.get("peak_normalize")
 
     def translator(
@@ -209,6 +210,9 @@ class EvalSystem:
 
         Its features reproduce the DATA's (:attr:`fbank_kwargs`): passed to the translator when it
         accepts ``fbank_kwargs``, otherwise applied to the waveform by :class:`FeatureMatchedTranslator`.
+        When the DATA was prepared with ``fbank.peak_normalize``, the translator is wrapped in
+        :class:`PeakGainTranslator` (the same causal gain as the prep), so the evaluation and the
+        SimulEval agent, which both get their translator here, stream the same features.
 
         Raises:
             LoadError: a language outside the selected ones; invalid k or encoder mode.
@@ -229,7 +233,9 @@ class EvalSystem:
         except ValueError as e:
             raise LoadError(str(e)) from None
         if not native and self.fbank_kwargs.get("dither", 0.0) > 0:
-            return FeatureMatchedTranslator(tr, **self.fbank_kwargs)
+            tr = FeatureMatchedTranslator(tr, **self.fbank_kwargs)
+        if self.peak_normalize is not None:
+            tr = PeakGainTranslator(tr, float(self.peak_normalize))
         return tr
 
 
@@ -339,4 +345,52 @@ class FeatureMatchedTranslator:
             else:
                 scaled += self._rng.standard_normal(scaled.size, dtype=np.float32) * np.float32(self.dither)
             x = scaled / np.float32(32768.0)
+        return self.inner.accept_audio(x, finished=finished)
+
+
+class PeakGainTranslator:
+    """Applies the DATA's causal peak gain (:class:`mmst.features.CausalPeakGain`) before a translator.
+
+    The gain state is per utterance (cleared by :meth:`reset`).  When the utterance ends
+    (``finished=True``) an input whose peak stayed below :data:`mmst.features.QUIET_PEAK` is reported
+    with a warning (the gain is capped at ``target / PEAK_GAIN_FLOOR``, so its features stay far from
+    the training data's).  Every other attribute is the wrapped translator's.
+
+    Args:
+        inner: a translator with ``reset()`` and ``accept_audio(samples, finished)``.
+        target: the DATA's ``fbank.peak_normalize`` (peak in (0, 1]).
+
+    Raises:
+        ValueError: ``target`` outside (0, 1].
+    """
+
+    def __init__(self, inner: Any, target: float) -> None:
+        from mmst.features import CausalPeakGain
+
+        self.inner = inner
+        self.gain = CausalPeakGain(target)
+        self._n = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def reset(self, utt_id: str | None = None) -> None:
+        """Reset the gain and the wrapped translator (``utt_id`` passed on when it takes one)."""
+        self.gain.reset()
+        self._n = 0
+        reset_translator(self.inner, utt_id)
+
+    def accept_audio(self, samples: np.ndarray, finished: bool = False) -> Any:
+        """Scale ``samples`` (float32, 16 kHz, continuing the utterance), then feed the translator."""
+        from mmst.features import QUIET_PEAK
+
+        x = self.gain(samples)
+        self._n += x.size
+        if finished and self._n and self.gain.peak < QUIET_PEAK:
+            logger.warning(
+                "very quiet input (peak %.1e, %.0f dBFS, below %.0f dBFS): gain capped at %.0f, "
+                "features are far from the training data's; check the recording level",
+                self.gain.peak, 20 * np.log10(max(self.gain.peak, 1e-12)), 20 * np.log10(QUIET_PEAK),
+                self.gain.target / self.gain.floor,
+            )
         return self.inner.accept_audio(x, finished=finished)

@@ -74,6 +74,7 @@ def score_instances(
     tokenize: str | None = None,
     input_type: str = "speech",
     metrics: Sequence[str] = LATENCY_METRICS,
+    simuleval_compat: bool = False,
 ) -> ScoreResult:
     """BLEU and latency of SimulEval-1.1 instances.
 
@@ -86,6 +87,8 @@ def score_instances(
         tokenize: explicit sacrebleu tokenizer (overrides the per-language choice).
         input_type: ``speech`` (ms) or ``text``.
         metrics: latency metrics.
+        simuleval_compat: count reference words as SimulEval 1.1.4 does (``split(" ")``; see
+            :func:`mmst.evaluation.latency.reference_length`).
 
     Returns:
         :class:`ScoreResult`.
@@ -133,6 +136,7 @@ def score_instances(
             use_ref_len=use_ref_len,
             input_type=input_type,
             metrics=metrics,
+            simuleval_compat=simuleval_compat,
         )
     except LatencyError as e:
         raise ScoringError(str(e)) from None

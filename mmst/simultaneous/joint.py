@@ -136,7 +136,9 @@ class StreamingTranslator:
             finished: True with the last samples: everything left is written (until EOS / max length).
 
         Returns:
-            ``{lang: [Word, ...]}`` words COMPLETED by this call (all remaining ones when finished).
+            ``{lang: [Word, ...]}`` words COMPLETED by this call: a word ends when the next piece starts
+            a new word, when its language writes EOS, or when the source is finished (then all the
+            remaining ones).
 
         Raises:
             ValueError: audio after the source finished (call :meth:`reset`).
@@ -149,8 +151,10 @@ class StreamingTranslator:
             for lang, toks in new_tokens.items():
                 for tok, delay, comp in toks:
                     words[lang].extend(self.detok[lang].push(tok, delay, comp))
-            if finished:
-                for lang in self.tgt_langs:
+            for lang in self.tgt_langs:
+                # a language that wrote EOS has no more pieces to come: its last word is complete now,
+                # not when the source ends (its delay is the time it was written)
+                if finished or self.done[lang]:
                     words[lang].extend(self.detok[lang].flush())
         self._compute_s += time.perf_counter() - t0
         return words

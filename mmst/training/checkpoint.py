@@ -17,7 +17,9 @@ weights_only=True)`` works):
 
 Writes are atomic: the file is written to ``<name>.tmp-<pid>`` in the same directory, flushed,
 ``fsync``-ed, then ``os.replace``-d over the target and the directory is ``fsync``-ed; a crash leaves
-either the old or the new file, never a truncated one.
+either the old or the new file, never a truncated one. A process killed during a save (SIGKILL,
+out of memory) leaves its ``<name>.tmp-<pid>`` behind; :func:`remove_stale_temp_files` deletes
+those of processes that no longer exist (the trainer calls it at start-up and on resume).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import torch
 
 CHECKPOINT_FORMAT = "mmst-checkpoint"
 _NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
+_TEMP = re.compile(r"^.+\.pt\.tmp-(\d+)$")
 
 
 class CheckpointError(RuntimeError):
@@ -245,6 +248,39 @@ class CheckpointManager:
             return
         for _, p in self.numbered()[: -self.keep_last]:
             p.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def remove_stale_temp_files(save_dir: str | Path) -> list[Path]:
+    """Delete ``*.pt.tmp-<pid>`` files left in ``save_dir`` by a process killed during a save.
+
+    A temporary file whose writer process (``pid``) is still running on this machine is kept (it may
+    be a save in progress); every other one is removed.
+
+    Returns:
+        The removed paths (sorted).
+    """
+    removed = []
+    d = Path(save_dir)
+    for p in sorted(d.iterdir()) if d.is_dir() else []:
+        m = _TEMP.match(p.name)
+        if m and p.is_file() and not _pid_alive(int(m.group(1))):
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
 
 
 def list_numbered_checkpoints(save_dir: str | Path) -> list[tuple[int, Path]]:

@@ -10,8 +10,11 @@ and overridden on the command line with a dotted ``key=value`` (the value is par
 out-of-range values are errors that name the key. Training resumes from ``DIR/checkpoint_last.pt`` when
 it exists (``checkpoint.resume=false`` to disable).
 
+Overrides and flags may be given in any order (``a=1 --dist-timeout 20 b=2``).
+
 Exit status: 0 = done, 2 = bad config / usage, 1 = training error (e.g. too many NaN updates,
-vocabulary or language mismatch with the checkpoint).
+vocabulary or language mismatch with the checkpoint, a distributed peer that died or timed out),
+printed as one ``mmst-train: error: ...`` line.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ def alias_overrides(args: argparse.Namespace) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the exit status (see module docstring)."""
     ap = build_parser()
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)  # overrides may come before, between and after flags
     logging.basicConfig(level=getattr(logging, args.log_level), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = load_config(args.config, [*alias_overrides(args), *args.overrides])
@@ -94,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from mmst.data.dataset import LanguageMismatchError
     from mmst.training.checkpoint import CheckpointError
-    from mmst.training.strategy import build_strategy
+    from mmst.training.strategy import StrategyError, build_strategy
     from mmst.training.trainer import TrainingDivergedError, build_trainer
 
     try:
@@ -102,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         trainer = build_trainer(cfg, args.data, args.save_dir, strategy=strategy)
         state = trainer.train()
     except (ConfigError, LanguageMismatchError, CheckpointError, TrainingDivergedError, FileNotFoundError,
-            ValueError) as e:
+            ValueError, StrategyError) as e:
         print(f"mmst-train: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2 if isinstance(e, ConfigError) else 1
     print(f"mmst-train: done at update {state.num_updates} (best {cfg.valid.best_metric}: {state.best}); "

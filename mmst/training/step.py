@@ -37,6 +37,51 @@ def autocast_dtype(device: torch.device | str, precision: str = "auto") -> torch
     return None
 
 
+#: CPU feature flags (``/proc/cpuinfo``) that mean native bf16 matmuls: x86 AVX512-BF16 and AMX-BF16,
+#: Arm's BF16 extension.
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def cpu_has_native_bf16() -> bool | None:
+    """Whether this CPU computes bf16 matmuls natively (``None`` when it cannot be told).
+
+    Reads the feature flags of ``/proc/cpuinfo`` (Linux): ``avx512_bf16`` or ``amx_bf16`` on x86,
+    ``bf16`` on Arm. Without them (e.g. AVX2-only AMD EPYC / Intel CPUs) PyTorch emulates bf16 by
+    converting to fp32 around every kernel, which is slower than plain fp32.
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    flags: set[str] = set()
+    for line in text.splitlines():
+        key, _, val = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(val.split())
+    if not flags:
+        return None
+    return bool(flags & NATIVE_BF16_FLAGS)
+
+
+def bf16_warning(device: torch.device | str, precision: str) -> str | None:
+    """A warning when ``precision`` asks for bf16 autocast on a CPU without native bf16, else ``None``.
+
+    There bf16 is emulated and a training update is many times slower than in fp32 (see
+    ``bench/bench_train.py``); the message says what to use instead.
+
+    Raises:
+        ValueError: unknown ``precision``.
+    """
+    if autocast_dtype(device, precision) is not torch.bfloat16 or torch.device(device).type != "cpu":
+        return None
+    if cpu_has_native_bf16() is not False:
+        return None
+    return ("precision=bf16 on a CPU without native bf16 (no AVX512-BF16 or AMX in /proc/cpuinfo): bf16 "
+            "matmuls are emulated and run many times slower than fp32; use --precision fp32 (or auto) on this "
+            "machine, bf16 on a GPU or a CPU with AVX512-BF16/AMX")
+
+
 def autocast_context(device: torch.device | str, precision: str = "auto") -> contextlib.AbstractContextManager:
     """``torch.autocast`` for :func:`autocast_dtype` ``(device, precision)``; a no-op for fp32."""
     dtype = autocast_dtype(device, precision)

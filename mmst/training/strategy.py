@@ -30,6 +30,12 @@ import torch
 from mmst.training.step import compute_loss, optimizer_step
 
 
+class StrategyError(RuntimeError):
+    """An update strategy failed while training (a peer rank died or timed out, the process group
+    could not be formed). The message is one line naming the rank and the operation;
+    ``mmst-train`` prints it as ``mmst-train: error: ...`` and exits 1."""
+
+
 @dataclass
 class UpdateResult:
     """Outcome of one update.

@@ -42,10 +42,12 @@ from mmst.training.checkpoint import (
     check_vocab_compat,
     get_rng_state,
     load_checkpoint,
+    remove_stale_temp_files,
     set_rng_state,
 )
 from mmst.training.config import TrainConfig, config_to_dict, normalize_waitk_list
 from mmst.training.optim import InverseSqrtSchedule, build_optimizer, set_optimizer_implementation
+from mmst.training.step import bf16_warning
 from mmst.training.strategy import SingleProcessStrategy, UpdateResult
 
 logger = logging.getLogger("mmst.train")
@@ -107,14 +109,52 @@ class TrainLogger:
     def __init__(self, save_dir: Path, tensorboard: bool = True, enabled: bool = True) -> None:
         self.enabled = enabled
         self.path = save_dir / "train_log.jsonl"
+        self.tb_dir = save_dir / "tensorboard"
         self.tb = None
-        if enabled and tensorboard:
+        self._want_tb = bool(enabled and tensorboard)
+        self._purge_step: int | None = None
+
+    def _writer(self) -> Any:
+        """The TensorBoard writer, opened on first use (after :meth:`resume_at`, with its purge step)."""
+        if self.tb is None and self._want_tb:
+            self._want_tb = False
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.tb = SummaryWriter(log_dir=str(save_dir / "tensorboard"))
+                self.tb = SummaryWriter(log_dir=str(self.tb_dir), purge_step=self._purge_step)
             except Exception as e:  # pragma: no cover - tensorboard missing
                 logger.warning("TensorBoard disabled: %s", e)
+        return self.tb
+
+    def resume_at(self, update: int) -> int:
+        """Forget what a killed run logged after the checkpoint it resumes from.
+
+        Records of ``train_log.jsonl`` with ``update > update`` (written between the last checkpoint
+        and the crash, and about to be written again) are removed (atomic rewrite), and TensorBoard
+        is opened with ``purge_step=update + 1``, so its readers drop that run's later points.
+
+        Returns:
+            The number of JSONL records removed.
+        """
+        self._purge_step = int(update) + 1
+        if not self.enabled or not self.path.is_file():
+            return 0
+        from mmst.data.atomic import atomic_write_text
+
+        kept, dropped = [], 0
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                u = int(json.loads(line).get("update", 0))
+            except (ValueError, AttributeError):  # a line cut by the crash
+                dropped += 1
+                continue
+            if u > update:
+                dropped += 1
+            else:
+                kept.append(line + "\n")
+        if dropped:
+            atomic_write_text(self.path, "".join(kept))
+        return dropped
 
     def log(self, kind: str, update: int, values: dict[str, Any]) -> None:
         """Append one record; numeric values also go to TensorBoard as ``<kind>/<key>``."""
@@ -123,7 +163,7 @@ class TrainLogger:
         rec = {"kind": kind, "update": int(update), "time": round(time.time(), 3), **values}
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
-        if self.tb is not None:
+        if self._writer() is not None:
             for k, v in values.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v)):
                     self.tb.add_scalar(f"{kind}/{k}", float(v), update)
@@ -297,6 +337,9 @@ class Trainer:
         main = bool(getattr(self.strategy, "is_main_process", True))
         self.is_main = main
         self.log = TrainLogger(self.save_dir, cfg.logging.tensorboard, enabled=main)
+        if main:
+            for p in remove_stale_temp_files(self.save_dir):
+                logger.warning("removed %s, left by a process killed while saving a checkpoint", p)
         self._last_saved_update = -1
         if hasattr(self.strategy, "setup"):
             self.strategy.setup(self)
@@ -544,6 +587,9 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     device = resolve_device(cfg.device)
+    slow_bf16 = bf16_warning(device, cfg.precision)
+    if slow_bf16:
+        logger.warning("%s", slow_bf16)
     seed_everything(cfg.seed)
 
     resume_ckpt = None
@@ -617,6 +663,10 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
     if resume_ckpt is not None:
         check_vocab_compat(resume_ckpt.get("vocab", {}), vocab_info, where=f"checkpoint {last}")
         trainer.load_state_dict(resume_ckpt)
+        n_dropped = trainer.log.resume_at(trainer.state.num_updates)
+        if n_dropped:
+            logger.info("train_log.jsonl: removed %d records logged after update %d by the interrupted run",
+                        n_dropped, trainer.state.num_updates)
         logger.info("resumed from %s at update %d (epoch %d, offset %d)", last, trainer.state.num_updates,
                     train_iter.epoch, train_iter.offset)
         trainer.log.log("event", trainer.state.num_updates, {"resumed_from": str(last)})
