@@ -35,7 +35,7 @@ test: setup
 demo: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash recipes/synthetic/run.sh
 
-## bench: every benchmark, results in bench/results/*.json
+## bench: every benchmark, results in docs/results/*.json (render the docs: python tools/render_docs.py)
 bench: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash bench/run_all.sh
 

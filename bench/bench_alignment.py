@@ -5,19 +5,18 @@ Generates a MuST-C-like yaml/text corpus (no audio) with ``--segments`` segments
 where non-reference pairs carry realistic disagreements (5 ms and 40 ms shifts, segments split in
 two, extra ``rW``/``uW`` keys). Then times, in one process:
 
-1. ``read``: :func:`mmst.data.mustc.read_pair_split` for every pair (yaml parse + normalisation);
-2. ``align``: :func:`mmst.data.mustc.align_segments` (split hygiene + index + interval checks);
-3. ``report``: :func:`mmst.data.mustc.build_report`.
+1. ``read``: :func:`mmst.corpora.mustc.read_pair_split` for every pair (yaml parse + normalisation);
+2. ``align``: :func:`mmst.corpora.mustc.align_segments` (split hygiene + index + interval checks);
+3. ``report``: :func:`mmst.corpora.mustc.build_report`.
 
-Prints a table and writes ``bench/results/alignment.json``. Pure Python, single-threaded.
+Prints a table and writes ``docs/results/alignment.json``. Pure Python, single-threaded.
 
-Usage: ``python bench/bench_alignment.py [--segments 300000] [--langs 8] [--out bench/results/alignment.json]``
+Usage: ``python bench/bench_alignment.py [--segments 300000] [--langs 8] [--out docs/results/alignment.json]``
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import random
@@ -25,7 +24,11 @@ import shutil
 import tempfile
 import time
 
-from mmst.data.mustc import AlignParams, align_segments, build_report, read_pair_split
+from provenance import RESULTS_DIR, run_record
+
+from mmst.atomic import atomic_write_json
+from mmst.cli_help import HelpFormatter
+from mmst.corpora.mustc import AlignParams, align_segments, build_report, read_pair_split
 
 LANGS = ["de", "es", "fr", "it", "nl", "pt", "ro", "ru", "ja", "zh", "ar", "tr"]
 WORDS = (
@@ -87,12 +90,12 @@ def generate(root: str, n_segments: int, langs: list[str], seg_per_talk: int = 1
 
 def main(argv: list[str] | None = None) -> dict:
     """Run the benchmark; returns the result dict (also written as JSON)."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--segments", type=int, default=300_000, help="total yaml segments over all pairs (default 300000)")
     ap.add_argument("--langs", type=int, default=8, help="number of pairs (default 8: de..ru)")
     ap.add_argument("--seed", type=int, default=0, help="generator seed")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "alignment.json"),
-                    help="JSON output path (default bench/results/alignment.json)")
+    ap.add_argument("--out", default=str(RESULTS_DIR / "alignment.json"),
+                    help="JSON output path (default docs/results/alignment.json)")
     ap.add_argument("--budget-s", type=float, default=60.0, help="time goal for read+align, seconds (default 60)")
     args = ap.parse_args(argv)
     langs = LANGS[: args.langs]
@@ -127,6 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
         for m in g.matches.values():
             methods[m.method] = methods.get(m.method, 0) + 1
     result = {
+        "provenance": run_record(),
         "segments": len(segs),
         "pairs": len(langs),
         "segments_per_pair": gen["per_pair"],
@@ -148,11 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"segments={result['segments']} pairs={len(langs)} kept={result['kept_utterances']} "
           f"methods={result['match_methods']} -> {result['segments_per_second']} seg/s; "
           f"goal < {args.budget_s:.0f} s: {'PASS' if result['pass'] else 'FAIL'}")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    tmp_out = args.out + ".tmp"
-    with open(tmp_out, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    os.replace(tmp_out, args.out)
+    atomic_write_json(args.out, result)
     return result
 
 

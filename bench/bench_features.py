@@ -4,7 +4,7 @@
 Measures :func:`mmst.features.fbank` (kaldi-native-fbank + the frame copy) on synthetic 16 kHz audio,
 single process and with ``--jobs N`` worker processes, optionally including decoding the audio from
 PCM16 wav files with :func:`mmst.audio.load_audio` (what the prep does). Prints a table and writes
-JSON (default ``bench/results/features.json``). Goal: >= 500x real time per core.
+JSON (default ``docs/results/features.json``). Goal: >= 500x real time per core.
 
 The machine may be shared: the best of ``--repeats`` runs is reported, both as wall-clock speed per
 core (audio seconds / wall seconds / jobs) and as speed per CPU second actually spent in the workers
@@ -28,6 +28,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from provenance import RESULTS_DIR, run_record
+
+from mmst.cli_help import HelpFormatter
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,26 +86,18 @@ def _time(fn, items, jobs: int, repeats: int) -> tuple[float, float]:
     return best_wall, best_cpu
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Show ``(default: X)`` only for options with a meaningful default not already in the help."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        h = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "default" in h:
-            return h
-        return super()._get_help_string(action)
-
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns 0 (1 if the goal is missed and --check was given)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=_Formatter)
+                                formatter_class=HelpFormatter)
     p.add_argument("--seconds", type=float, default=300.0, help="total seconds of audio per run")
     p.add_argument("--utt-seconds", type=float, default=10.0, help="length of each synthetic utterance (s)")
     p.add_argument("--jobs", type=int, default=2, help="worker processes of the parallel run (besides 1)")
     p.add_argument("--repeats", type=int, default=3, help="runs per setting; the best is reported")
     p.add_argument("--no-load", action="store_true", help="skip the load_audio(wav) + fbank measurement")
-    p.add_argument("--out", default=str(REPO / "bench" / "results" / "features.json"), help="JSON result file")
+    p.add_argument("--out", default=str(RESULTS_DIR / "features.json"),
+                   help="JSON result file (default docs/results/features.json)")
     p.add_argument("--goal", type=float, default=500.0, help="goal, x real time per core")
     p.add_argument("--check", action="store_true", help="exit 1 when the single-process fbank misses --goal")
     args = p.parse_args(argv)
@@ -110,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     import kaldi_native_fbank
     import soundfile as sf
 
-    from mmst.data.atomic import atomic_write_json
+    from mmst.atomic import atomic_write_json
 
     utts = _utterances(args.seconds, args.utt_seconds)
     audio_s = sum(u.size for u in utts) / 16000.0
@@ -134,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "x_realtime_per_cpu_second": round(audio_s / cpu, 1)})
     single = next(r for r in results if r["task"] == "fbank" and r["jobs"] == 1)
     info = {
+        "provenance": run_record(),
         "benchmark": "fbank80 extraction speed (seconds of audio per second per core)",
         "goal_x_realtime_per_core": args.goal,
         "goal_metric": "x_realtime_per_cpu_second of single-process fbank",

@@ -7,10 +7,10 @@ For W in {1, 2, 4, 8} workers and each scenario
 * ``ln0.5``    - lognormal delay, CV 0.5,
 * ``slow``     - deterministic delay, one worker 2x slower (``--slow-rank``),
 
-it trains the fixed small task (:mod:`mmst.distributed.toy`) with each mode and reports samples/s,
+it trains the fixed small task (:mod:`mmst.simulation.toy`) with each mode and reports samples/s,
 scaling efficiency against W x single-worker (the W=1 DDP run of the same delay distribution, without
 the slow rank), the ratio to the cv0 run at the same W, the analytic
-prediction (:mod:`mmst.distributed.straggler_model`), drop rate, staleness and time to the target loss.
+prediction (:mod:`mmst.simulation.step_time`), drop rate, staleness and time to the target loss.
 
 DropCompute uses ``--compute-threshold auto`` capped at an expected drop rate of 15% (``--max-drop-rate``;
 the paper's unconstrained argmax is stored in ``tau_info`` as ``unconstrained_*``). The parameter server
@@ -36,9 +36,9 @@ Usage::
 
     python bench/bench_stragglers.py            # full: W = 1,2,4,8 (5-7 min on a loaded 2-core machine)
     python bench/bench_stragglers.py --quick    # W = 1,4, cv0 + ln0.5 only (~1.5 min)
-    python bench/bench_stragglers.py --reanalyse bench/results/stragglers.json   # predictions only
+    python bench/bench_stragglers.py --reanalyse docs/results/stragglers.json   # predictions only
 
-Writes ``bench/results/stragglers.json`` and prints a markdown table.
+Writes ``docs/results/stragglers.json`` and prints a markdown table.
 """
 
 from __future__ import annotations
@@ -56,10 +56,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from provenance import RESULTS_DIR, run_record
 
 from mmst.distributed.env import find_free_port
-from mmst.distributed.run import build_parser, train
-from mmst.distributed.straggler_model import expected_max_sum_blom, expected_max_sum_mc
+from mmst.simulation.run import build_parser, train
+from mmst.simulation.step_time import expected_max_sum_blom, expected_max_sum_mc
 
 SCENARIOS = {"cv0": ("const", False), "ln0.3": ("lognormal:cv=0.3", False),
              "ln0.5": ("lognormal:cv=0.5", False), "slow": ("const", True)}
@@ -212,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="cap on the expected drop rate for DropCompute auto tau (negative = none, the paper's argmax)")
     p.add_argument("--target-loss", type=float, default=0.06, help="eval MSE target for time-to-target")
     p.add_argument("--timeout", type=float, default=400.0, help="seconds per W before processes are killed")
-    p.add_argument("--out", default="bench/results/stragglers.json", help="JSON output path")
+    p.add_argument("--out", default=str(RESULTS_DIR / "stragglers.json"), help="JSON output path (default docs/results/stragglers.json)")
     p.add_argument("--reanalyse", default=None, help="recompute predictions/table from this JSON (no runs)")
     a = p.parse_args(argv)
     if a.reanalyse:
@@ -232,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     if 1 not in ws:
         ws = [1, *ws]  # the single-worker reference is needed for efficiencies
     t0 = time.time()
+    record = run_record()  # the commit and command the run starts from
     rows: list[dict[str, Any]] = []
     for w in ws:
         tw = time.time()
@@ -241,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     tab = table(rows)
     print(tab)
     meta = {k: v for k, v in vars(a).items()}
-    out = {"config": meta, "runtime_s": time.time() - t0, "rows": rows, "table_markdown": tab}
+    out = {"provenance": record, "config": meta, "runtime_s": time.time() - t0, "rows": rows,
+           "table_markdown": tab}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1, default=str))
     print(f"wrote {a.out} in {time.time() - t0:.0f}s", file=sys.stderr)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Streaming inference cost of the ``s`` model on CPU (issue 4, Performance).
+"""Streaming inference cost of the ``s`` model on CPU.
 
-Reports, and writes to ``bench/results/streaming.json``:
+Reports, and writes to ``docs/results/streaming.json``:
 
 1. real-time factor (compute s / audio s) and ms of compute per source segment (wait-k, joint
    decoding of 4 languages, chunk-causal incremental encoder);
@@ -43,6 +43,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from provenance import RESULTS_DIR, run_record
+
+from mmst.cli_help import HelpFormatter
 
 LANGS8 = ["de", "es", "fr", "it", "nl", "pt", "ro", "ru"]
 
@@ -166,7 +169,7 @@ def buckets(per_seg: list[float], seg_s: float, width_s: float) -> list[dict[str
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print a table; write JSON."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--size", default="s", help="model size (xs, s, m)")
     p.add_argument("--arch", default="unified", choices=["unified", "separate"], help="model architecture")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -185,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--left-chunks", type=int, default=36,
                    help="also time a model with encoder left context limited to this many chunks (36 = 10 s; 0 = skip)")
     p.add_argument("--bucket-s", type=float, default=5.0, help="bucket width (s) of the growth table")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "streaming.json"), help="JSON output")
+    p.add_argument("--out", default=str(RESULTS_DIR / "streaming.json"),
+                   help="JSON output (default docs/results/streaming.json)")
     p.add_argument("--quick", action="store_true", help="tiny settings (smoke test): xs model, short audio")
     args = p.parse_args(argv)
     if args.quick:
@@ -347,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| runtime | {res['runtime_s']:.0f} s |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2) + "\n")
+    out.write_text(json.dumps({"provenance": run_record(), **res}, indent=2) + "\n")
     print(f"wrote {out}")
     return 0
 

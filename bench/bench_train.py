@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Training throughput, peak memory and model FLOPs utilisation (MFU) of mmst models (issue 9).
+"""Training throughput, peak memory and model FLOPs utilisation (MFU) of mmst models.
 
 For every (model size, thread count) it times full training updates (forward + backward + clip +
 AdamW step via :class:`mmst.training.strategy.SingleProcessStrategy`, the code path of ``mmst-train``)
@@ -56,6 +56,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from provenance import RESULTS_DIR, run_record
+
+from mmst.cli_help import HelpFormatter
 
 LANGS8 = ["de", "es", "fr", "it", "nl", "pt", "ro", "ru"]
 
@@ -273,7 +276,7 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: run each (size, threads) in a subprocess, print a table, write JSON."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--sizes", nargs="+", default=["xs", "s"], help="model sizes")
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2], help="torch CPU thread counts")
     p.add_argument("--arch", default="unified", choices=["unified", "separate"], help="model architecture")
@@ -304,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
                         "slowdown of spinning OpenMP threads on a shared/oversubscribed machine (bench/NOTES.md)")
     p.add_argument("--profile", default=None, help="write a torch.profiler table of one update to this file")
     p.add_argument("--quick", action="store_true", help="smoke test: xs, 1 thread, 2000 frames, 1 update")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "train.json"), help="JSON output")
+    p.add_argument("--out", default=str(RESULTS_DIR / "train.json"),
+                   help="JSON output (default docs/results/train.json)")
     p.add_argument("--worker", nargs=3, metavar=("SIZE", "THREADS", "PRECISION"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.device == "auto":
@@ -385,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{1000 * r['speed_onthefly_s_per_batch']:.0f} | {r['speed_onthefly_pct']:.1f}% |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+    out.write_text(json.dumps({"provenance": run_record(), "meta": meta, "results": results}, indent=2) + "\n")
     print(f"wrote {out}")
     return 1 if bugs else 0
 

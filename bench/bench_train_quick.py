@@ -8,7 +8,7 @@ With ``--data DATA`` it uses real batches from ``DATA/train.tsv`` instead (bucke
 
 Example::
 
-    python bench/bench_train_quick.py --sizes xs s --threads 2 --updates 5 --out bench/results/train_quick.json
+    python bench/bench_train_quick.py --sizes xs s --threads 2 --updates 5 --out docs/results/train_quick.json
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ import time
 from pathlib import Path
 
 import torch
+from provenance import run_record
 from tqdm import tqdm
 
+from mmst.cli_help import HelpFormatter
 from mmst.data.batching import collate
 from mmst.losses import MultilingualCriterion
 from mmst.models import build_model, model_config_for_size
@@ -69,7 +71,7 @@ def bench_size(size: str, arch: str, batch, updates: int, warmup: int, ctc: bool
 
 def main() -> None:
     """CLI entry point."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--sizes", nargs="+", default=["xs", "s"], help="model sizes to time")
     ap.add_argument("--arch", default="unified", choices=["unified", "separate"], help="model architecture")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -91,7 +93,8 @@ def main() -> None:
               f"({r['batch_frames']} frames/update, {r['seconds'] / r['updates']:.2f} s/update)")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps({"provenance": run_record(), "meta": meta, "results": results}, indent=2)
+                                  + "\n")
 
 
 if __name__ == "__main__":

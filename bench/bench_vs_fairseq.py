@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""mmst vs fairseq ``s2t_transformer_s``: training throughput and dev loss, same data, same run (issue 9).
+"""mmst vs fairseq ``s2t_transformer_s``: training throughput and dev loss, same data, same run.
 
 Needs the optional extra ``[fairseq]`` (``fairseq-fixed==0.12.3.1``); without it the benchmark prints
 a message and exits 0 (``"skipped"`` in the JSON).
@@ -7,7 +7,7 @@ a message and exits 0 (``"skipped"`` in the JSON).
 Method:
 
 1. DATA: ``--data DATA`` (our data-pipeline output), or a synthetic feature-space corpus
-   (``tests/fixtures_data.build_feature_corpus``, 3 languages; English "speech" of word templates)
+   (:func:`mmst.corpora.feature_corpus.build_feature_corpus`, 3 languages; English "speech" of word templates)
    written under ``--work``.
 2. fairseq inputs are derived from DATA: every utterance's fbank is written as ``.npy`` (raw; CMVN
    via fairseq's ``global_cmvn`` transform with our ``gcmvn.npz``), speech_to_text manifests
@@ -30,7 +30,7 @@ Method:
    for as many process CPU seconds as fairseq's last run used (equal to wall time with one thread
    on an idle machine) and its dev loss reported.
 
-Results: ``bench/results/vs_fairseq.json`` and a table (ratio ours / fairseq: min, median, max).
+Results: ``docs/results/vs_fairseq.json`` and a table (ratio ours / fairseq: min, median, max).
 """
 
 from __future__ import annotations
@@ -47,6 +47,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import RESULTS_DIR, run_record
+
+from mmst.cli_help import HelpFormatter
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -59,8 +63,7 @@ def fairseq_available() -> bool:
 
 def make_data(work: Path, n_train: int) -> Path:
     """A synthetic DATA dir (feature-space corpus of the test fixtures) under ``work/data``."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from fixtures_data import build_feature_corpus
+    from mmst.corpora.feature_corpus import build_feature_corpus
 
     d = work / "data"
     if not (d / "config.yaml").exists():
@@ -276,7 +279,7 @@ def throughput(walls: list[float], frames: list[float]) -> float | None:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--data", default=None, help="our DATA dir (default: a synthetic corpus under --work)")
     p.add_argument("--work", default="/tmp/mmst_vs_fairseq", help="scratch directory")
     p.add_argument("--lang", default="de", help="target language (fairseq s2t is bilingual)")
@@ -296,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--optimizer", default="fused", choices=["fused", "foreach", "for-loop"],
                    help="our AdamW implementation (mmst-train optim.implementation)")
     p.add_argument("--quick", action="store_true", help="smoke test: 6 updates x 1 pair, small batches")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "vs_fairseq.json"), help="JSON output")
+    p.add_argument("--out", default=str(RESULTS_DIR / "vs_fairseq.json"),
+                   help="JSON output (default docs/results/vs_fairseq.json)")
     p.add_argument("--worker-ours", default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-fairseq", default=None, help=argparse.SUPPRESS)
     p.add_argument("fairseq_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -318,7 +322,10 @@ def main(argv: list[str] | None = None) -> int:
         msg = ("bench_vs_fairseq: skipped: fairseq is not importable (install the optional extra: "
                "pip install -e .[fairseq], see bench/NOTES.md)")
         print(msg)
-        out.write_text(json.dumps({"skipped": msg}, indent=2) + "\n")
+        if out.exists() and "skipped" not in json.loads(out.read_text() or "{}"):
+            print(f"bench_vs_fairseq: kept the measured results in {out}")
+        else:
+            out.write_text(json.dumps({"provenance": run_record(), "skipped": msg}, indent=2) + "\n")
         return 0
     work = Path(args.work)
     data = Path(args.data) if args.data else make_data(work, args.n_train)
@@ -422,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{f3(b['cpu_ratio_min'], b['cpu_ratio_median'], b['cpu_ratio_max'])} | "
               + (f"{e['ours_dev_loss']:.3f} ({e['ours_updates']} upd) / {e['fairseq_dev_loss']:.3f} "
                  f"({e['fairseq_updates']} upd, {e['cpu_seconds']:.0f} CPU s) |" if e else "- |"))
-    out.write_text(json.dumps(res, indent=2) + "\n")
+    out.write_text(json.dumps({"provenance": run_record(), **res}, indent=2) + "\n")
     print(f"wrote {out}")
     return 0
 

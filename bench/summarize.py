@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Print one summary table of ``bench/results/*.json`` (written by ``bench/run_all.sh``).
+"""Print one summary table of ``docs/results/*.json`` (written by ``bench/run_all.sh``).
 
 Each row: benchmark, measure, value, goal. Missing files or keys are shown as ``-``.
 """
@@ -66,9 +66,10 @@ def rows(results: Path) -> list[tuple[str, str, str, str]]:
                     f"{'BUG (>100%)' if r.get('mfu') is None else format(100 * r['mfu'], '.1f') + '%'}", goal))
     for sk in t.get("meta", {}).get("skipped", []):
         out.append(("train", f"{sk['size']} {sk['threads']}t {sk['precision']}", "skipped", sk["reason"]))
-    g = load("stragglers")
-    if g:
-        out.append(("stragglers", "table in stragglers.json (table_markdown)", f"{len(g.get('rows', []))} rows", ""))
+    for name in ("stragglers_quick", "stragglers"):
+        g = load(name)
+        if g:
+            out.append(("stragglers", f"table in {name}.json (table_markdown)", f"{len(g.get('rows', []))} rows", ""))
     v = load("vs_fairseq")
     if v.get("skipped"):
         out.append(("vs_fairseq", "skipped", "fairseq not installed", ""))
@@ -85,9 +86,9 @@ def rows(results: Path) -> list[tuple[str, str, str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the table for ``argv[0]`` (default bench/results)."""
+    """Print the table for ``argv[0]`` (default docs/results)."""
     argv = sys.argv[1:] if argv is None else argv
-    results = Path(argv[0] if argv else Path(__file__).parent / "results")
+    results = Path(argv[0] if argv else Path(__file__).resolve().parents[1] / "docs" / "results")
     print("| bench | measure | value | goal |")
     print("|---|---|---|---|")
     for r in rows(results):

@@ -10,7 +10,7 @@ The view has one target language ``en`` whose text is the English transcript (``
 English SentencePiece model as the target vocabulary, and the SAME features (relative symlinks to
 ``fbank80.zip``/``gcmvn.npz``; no copy). Train it with ``model.arch=separate`` (CTC + attention on
 English), then pass the checkpoint to ST training with
-``checkpoint.load_pretrained_encoder_from=exp/asr/checkpoint_avg.pt``. See ``mmst/data/asr_view.py``.
+``checkpoint.load_pretrained_encoder_from=exp/asr/checkpoint_avg.pt``. See ``mmst/corpora/asr_view.py``.
 Prints a JSON summary (utterances and 10 ms frames per split). Exit status 1 with one ``error:``
 line for a bad source directory.
 """
@@ -21,13 +21,14 @@ import argparse
 import json
 import sys
 
-from mmst.data.asr_view import LINK_MODES, AsrViewError, make_asr_view
+from mmst.cli_help import HelpFormatter
+from mmst.corpora.asr_view import LINK_MODES, AsrViewError, make_asr_view
 from mmst.data.corpus import DataConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--data", required=True, help="source multi-way DATA directory (with config.yaml, vocab.src)")
     p.add_argument("--out", required=True, help="output ASR-view DATA directory (created)")
     p.add_argument("--splits", default=None,

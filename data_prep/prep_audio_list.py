@@ -30,27 +30,19 @@ import sys
 
 from tqdm import tqdm
 
-from mmst.data.audiolist import AudioListError, check_audio, read_audio_list
+from mmst.cli_help import HelpFormatter
+from mmst.corpora.audiolist import AudioListError, check_audio, read_audio_list
+from mmst.corpora.multiway import BuildError, build_from_rows, format_summary
 from mmst.data.corpus import load_data_config
-from mmst.data.multiway import BuildError, build_from_rows, format_summary
 
 log = logging.getLogger("prep_audio_list")
 
-
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Show ``(default: X)`` only for options with a meaningful default not already in the help."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        h = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "default" in h:
-            return h
-        return super()._get_help_string(action)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options (see ``--help``)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=_Formatter)
+                                formatter_class=HelpFormatter)
     p.add_argument("--tsv", required=True,
                    help="TSV with header: id, audio (path, relative to the TSV's folder), <src-col>, one column per "
                         "language; other columns ignored")
@@ -85,7 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def drop_bad_audio(rows: list[dict], skip_bad: bool, progress: bool = True) -> tuple[list[dict], list[dict]]:
-    """Decode every clip (:func:`mmst.data.audiolist.check_audio`); returns ``(good rows, skipped)``.
+    """Decode every clip (:func:`mmst.corpora.audiolist.check_audio`); returns ``(good rows, skipped)``.
 
     ``skipped`` holds ``{"id", "source", "reason"}`` per bad row (empty unless ``skip_bad``). Each
     kept row loses its ``listed_duration_s`` key.

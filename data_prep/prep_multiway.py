@@ -20,26 +20,18 @@ import argparse
 import logging
 import sys
 
-from mmst.data.multiway import BuildError, build_from_rows, format_summary, read_and_join
-from mmst.data.rawcorpus import RawCorpusError, available_pairs
+from mmst.cli_help import HelpFormatter
+from mmst.corpora.multiway import BuildError, build_from_rows, format_summary, read_and_join
+from mmst.corpora.mustc_layout import RawCorpusError, available_pairs
 
 log = logging.getLogger("prep_multiway")
 
-
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Show ``(default: X)`` only for options with a meaningful default not already in the help."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        h = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "default" in h:
-            return h
-        return super()._get_help_string(action)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options (see ``--help``)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=_Formatter)
+                                formatter_class=HelpFormatter)
     p.add_argument("--root", "--raw", dest="root", required=True,
                    help="raw corpus root holding en-XX/data/<split>/ directories")
     p.add_argument("--tgt-langs", default=None,

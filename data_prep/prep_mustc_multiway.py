@@ -2,10 +2,10 @@
 """Build the multi-way (one-to-many) aligned TED corpus from per-pair MuST-C releases.
 
 Reads ``MUSTC_ROOT/en-XX/data/<split>/txt/<split>.{yaml,en,XX}`` for every requested language,
-aligns the pairs' segments within each talk (see ``mmst/data/mustc.py`` and docs/readme/mustc.md),
+aligns the pairs' segments within each talk (see ``mmst/corpora/mustc.py``),
 enforces split hygiene (test > dev > train), then writes the same DATA directory as every other
 corpus (features, manifests, vocab, config.yaml, prep_report.json) through the multi-way builder
-``mmst.data.multiway``. The alignment report is stored under the ``alignment`` key of
+``mmst.corpora.multiway``. The alignment report is stored under the ``alignment`` key of
 ``prep_report.json``, and also as ``OUT/alignment_report.json`` and a readable
 ``OUT/alignment_report.txt``.
 
@@ -23,7 +23,8 @@ import logging
 import os
 import sys
 
-from mmst.data.mustc import (
+from mmst.cli_help import HelpFormatter
+from mmst.corpora.mustc import (
     DEFAULT_SPLITS,
     AlignParams,
     align_segments,
@@ -41,7 +42,7 @@ ALIGNED_COLUMNS = ["id", "wav", "offset", "duration", "speaker", "talk", "src_te
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options (every option has help)."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     ap.add_argument("--mustc-root", required=True,
                     help="MuST-C root holding one en-XX directory per pair (en-de/data/train/txt/train.yaml ...)")
     ap.add_argument("--tgt-langs", required=True,
@@ -94,7 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _write_aligned(out: str, rows_by_split: dict, langs: list[str]) -> None:
-    from mmst.data.atomic import atomic_write_text
+    from mmst.atomic import atomic_write_text
 
     cols = ALIGNED_COLUMNS + [f"tgt_text_{lg}" for lg in langs]
     os.makedirs(os.path.join(out, "aligned"), exist_ok=True)
@@ -131,15 +132,15 @@ def _extra_builder_kwargs(tokens: list[str]) -> dict:
 
 
 def run_builder(out: str, rows_by_split: dict, langs: list[str], report: dict, jobs: int, options: dict) -> dict:
-    """Hand the aligned rows to the multi-way builder :func:`mmst.data.multiway.build_from_rows`.
+    """Hand the aligned rows to the multi-way builder :func:`mmst.corpora.multiway.build_from_rows`.
 
     Args:
         out: DATA directory.
-        rows_by_split: rows from :func:`mmst.data.mustc.to_rows` (reference interval, '' = no translation).
+        rows_by_split: rows from :func:`mmst.corpora.mustc.to_rows` (reference interval, '' = no translation).
         langs: target languages (column order).
         report: alignment report, stored under ``alignment`` in ``prep_report.json``.
         jobs: feature extraction processes.
-        options: builder options (:class:`mmst.data.multiway.BuildOptions` fields).
+        options: builder options (:class:`mmst.corpora.multiway.BuildOptions` fields).
 
     Returns:
         the builder's report dict.
@@ -147,7 +148,7 @@ def run_builder(out: str, rows_by_split: dict, langs: list[str], report: dict, j
     Raises:
         RuntimeError: the builder failed (message says why) or rejected an option.
     """
-    from mmst.data.multiway import BuildError, build_from_rows
+    from mmst.corpora.multiway import BuildError, build_from_rows
 
     try:
         return build_from_rows(
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     rows_by_split = to_rows(res)
     text = format_report(report)
     os.makedirs(args.out, exist_ok=True)
-    from mmst.data.atomic import atomic_write_json, atomic_write_text
+    from mmst.atomic import atomic_write_json, atomic_write_text
 
     atomic_write_json(os.path.join(args.out, "alignment_report.json"), report)
     atomic_write_text(os.path.join(args.out, "alignment_report.txt"), text + "\n")
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as e:
         log.error("%s", e)
         return 1
-    from mmst.data.multiway import format_summary
+    from mmst.corpora.multiway import format_summary
 
     print(format_summary(built))
     log.info("done: %s", json.dumps({s: v.get("kept") for s, v in built.get("splits", {}).items()}))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Write a synthetic English-speech multi-way corpus in MuST-C layout (thin CLI over mmst.data.synthetic).
+"""Write a synthetic English-speech multi-way corpus in MuST-C layout (thin CLI over mmst.corpora.synthetic).
 
 Examples:
   python data_prep/synthesize_corpus.py --out RAW --tgt-langs de,es,fr,ja --grammar --difficulty easy \\
@@ -15,8 +15,9 @@ import json
 import sys
 import time
 
-from mmst.data.synthetic import synthesize_grammar_corpus, synthesize_text_corpus
-from mmst.data.synthetic.grammar import LANGS, PRESETS
+from mmst.cli_help import HelpFormatter
+from mmst.corpora.synthetic import synthesize_grammar_corpus, synthesize_text_corpus
+from mmst.corpora.synthetic.grammar import LANGS, PRESETS
 
 
 def _pair(s: str) -> tuple[int, int] | tuple[float, float]:
@@ -25,7 +26,7 @@ def _pair(s: str) -> tuple[int, int] | tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--out", required=True, help="output RAW root (en-XX/data/<split>/... is created)")
     p.add_argument("--tgt-langs", default=None,
                    help=f"comma-separated target languages (grammar: subset of {','.join(LANGS[1:])}, default "
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="synthesis processes")
     p.add_argument("--mustc-like-perturb", action="store_true",
                    help="rewrite the pairs so they disagree like real MuST-C releases (for prep_mustc_multiway.py "
-                        "tests); see mmst/data/mustc_perturb.py")
+                        "tests); see mmst/corpora/mustc_perturb.py")
     a = p.parse_args(argv)
 
     common = dict(seed=a.seed, heldout_voices=a.heldout_voices, jobs=a.jobs, dither=a.dither,
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                                          num_test=a.num_test, dev_ratio=a.dev_ratio, test_ratio=a.test_ratio,
                                          **common)
     if a.mustc_like_perturb:
-        from mmst.data.mustc_perturb import perturb_mustc_like
+        from mmst.corpora.mustc_perturb import perturb_mustc_like
 
         summary["mustc_like_perturb"] = perturb_mustc_like(a.out, langs, a.seed)
     summary["wall_s"] = round(time.time() - t0, 1)

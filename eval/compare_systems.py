@@ -24,10 +24,12 @@ import argparse
 import logging
 import sys
 
+from mmst.cli_help import HelpFormatter
+
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--system", action="append", required=True, metavar="NAME=DIR[,DIR...]",
                    help="a system and its evaluation directories, one per seed; repeat NAME for language groups")
     p.add_argument("--out", required=True, help="output directory (comparison.md, comparison.json, plots)")

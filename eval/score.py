@@ -8,7 +8,7 @@ Usage::
 
 Prints BLEU (with the sacrebleu signature), AL, LAAL, AP, DAL, ATD, StartOffset, EndOffset and,
 with ``--computation-aware``, the same metrics from ``elapsed`` (``AL_CA``, ...).  Unlike SimulEval
-1.1.4 (its issue 44), the plain metrics always come from ``delays``, so one run gives both.  The
+1.1.4 (SimulEval issue 44), the plain metrics always come from ``delays``, so one run gives both.  The
 reference length in AL/LAAL/AP is its number of whitespace-separated words; SimulEval 1.1.4 counts
 ``len(ref.split(" "))`` instead (``--simuleval-compat`` to reproduce it).
 ``--json`` prints one JSON object ``{"BLEU": .., "AL": .., "AL_CA": .., ...}`` on stdout; notes and
@@ -24,6 +24,7 @@ import json
 import logging
 import sys
 
+from mmst.cli_help import HelpFormatter
 from mmst.evaluation.instances import InstancesFormatError, read_instances
 from mmst.evaluation.latency import LATENCY_METRICS
 from mmst.evaluation.report import format_metrics_table
@@ -32,7 +33,7 @@ from mmst.evaluation.scorer import ScoringError, score_instances
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options of ``eval/score.py``."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--instances", required=True, help="SimulEval 1.1 instances.log (one JSON per line)")
     p.add_argument(
         "--tgt-lang",

@@ -25,10 +25,12 @@ import logging
 import sys
 from pathlib import Path
 
+from mmst.cli_help import HelpFormatter
+
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options of ``eval/transcribe_stream.py``."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
     p.add_argument("--data", default=None,
                    help="DATA directory the model was trained on (vocab, CMVN); default: the checkpoint's")
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit status (1 on a clear input error)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from mmst.atomic import atomic_write_lines, atomic_write_text
     from mmst.audio import AudioError, load_audio
     from mmst.evaluation.loading import LoadError, load_system
     from mmst.evaluation.streaming import stream_utterance
@@ -89,15 +92,13 @@ def main(argv: list[str] | None = None) -> int:
             records.append({"id": r["id"], "lang": lang, "en": r.get("en", ""),
                             "prediction": ("" if lang in ("ja", "zh") else " ").join(ls.units), "delays": ls.delays,
                             "source_length_ms": res.source_length_ms, "rtf": rtf})
-    tmp = out / "hypotheses.jsonl.tmp"
-    tmp.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in records), encoding="utf-8")
-    tmp.replace(out / "hypotheses.jsonl")
+    atomic_write_lines(out / "hypotheses.jsonl", (json.dumps(x, ensure_ascii=False) for x in records))
     lines = ["| id | lang | source (s) | RTF | hypothesis |", "|---|---|---|---|---|"]
     for x in records:
         lines.append(f"| {x['id']} | {x['lang']} | {x['source_length_ms'] / 1000:.2f} | {x['rtf']:.3f} | "
                      f"{x['prediction'] or '(empty)'} |")
     md = "\n".join(lines) + "\n"
-    (out / "hypotheses.md").write_text(md, encoding="utf-8")
+    atomic_write_text(out / "hypotheses.md", md)
     print(md)
     print(f"wrote {out / 'hypotheses.jsonl'} and {out / 'hypotheses.md'}")
     return 0

@@ -51,35 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def cost_table(bench: dict) -> str:
-    """Markdown table of the augmentation rows of a ``bench/bench_train.py`` JSON."""
-    m = bench.get("meta", {})
-    lines = [f"Augmentation cost per batch (`bench/bench_train.py`, {m.get('cpu')} x{m.get('cpu_count')}, torch "
-             f"{m.get('torch')}, ~{m.get('frames_per_batch')} frames per batch"
-             + (f" of {m['data']}" if m.get("data") else "") + "):", "",
-             "| model | threads | utterances | update s | SpecAugment ms | % of update | on-the-fly speed perturbation "
-             "(soxr + fbank) ms | % of update | loader wait % |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in bench.get("results", []):
-        if "specaugment_pct" not in r:
-            continue
-        lw = r.get("loader_wait_pct")
-        lines.append(f"| {r['size']} {r['precision']} | {r['threads']} | {r['batch_utts']} | {r['s_per_update']:.2f} | "
-                     f"{1000 * r['specaugment_s_per_batch']:.1f} ({r['specaugment']}) | {r['specaugment_pct']:.2f}% | "
-                     f"{1000 * r['speed_onthefly_s_per_batch']:.0f} | {r['speed_onthefly_pct']:.1f}% | "
-                     + ("-" if lw is None else f"{lw:.2f}") + " |")
-    return "\n".join(lines) + "\n"
-
-
-def prep_line(rep: dict) -> str:
-    """One sentence on the prep-time cost of the speed-perturbed copies (``speed_perturb_<split>.json``)."""
-    pf = rep.get("per_factor", {})
-    n = sum(v["utterances"] for k, v in pf.items() if k != "1")
-    frames = {k: v["frames"] for k, v in pf.items()}
-    return (f"Speed-perturbed copies at prep time: {n} copies ({rep.get('resampler')}, {rep.get('jobs')} process) in "
-            f"{rep.get('feature_seconds')} s of feature extraction; frames per factor {frames} "
-            f"(`{rep.get('manifest')}`).\n")
-
-
 def inject(doc: Path, block: str) -> None:
     """Replace the marked results block of ``doc`` (markers kept)."""
     begin, end = "<!-- augment-results:begin -->", "<!-- augment-results:end -->"
@@ -105,7 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
     from mmst.evaluation.compare import CompareError
-    from mmst.evaluation.unseen_gap import collect, provenance, render_markdown, unseen_gap_report
+    from mmst.evaluation.unseen_gap import (
+        collect,
+        cost_table,
+        prep_line,
+        provenance,
+        render_markdown,
+        unseen_gap_report,
+    )
 
     systems = [s for s in args.systems.split(",") if s]
     seeds = [int(s) for s in args.seeds.split(",") if s]

@@ -44,11 +44,13 @@ from simuleval.agents.actions import ReadAction, WriteAction
 from simuleval.data.dataloader import register_dataloader
 from simuleval.data.dataloader.s2t_dataloader import SpeechToTextDataloader, load_list_from_file
 
+from mmst.audio import TARGET_SAMPLE_RATE
+from mmst.evaluation.frontend import StreamInput, read_source_file
+from mmst.simultaneous.waitk import parse_waitk
+
 logger = logging.getLogger("mmst.agents")
 
-SAMPLE_RATE = 16000
-#: Peak below which an utterance is reported as silent.
-SILENCE_PEAK = 1e-4
+SAMPLE_RATE = TARGET_SAMPLE_RATE
 
 
 def _word_text(w: Any) -> str:
@@ -68,16 +70,10 @@ class MMSTSpeechToTextDataloader(SpeechToTextDataloader):
     """
 
     def preprocess_source(self, source: str | Path) -> list[float]:
-        """Read ``source`` as float32 in [-1, 1], downmixed to mono; returns a list (SimulEval's type)."""
-        import soundfile
-
-        samples, _ = soundfile.read(source, dtype="float32", always_2d=True)
-        if samples.shape[1] > 1:
-            logger.warning("%s: %d channels, downmixed to mono", source, samples.shape[1])
-        mono = samples.mean(axis=1) if samples.shape[1] > 1 else samples[:, 0]
-        if mono.size == 0:
-            logger.warning("%s: empty audio file (0 samples): empty hypothesis", source)
-        return mono.astype(np.float32).tolist()
+        """Read ``source`` as float32 in [-1, 1], downmixed to mono (:func:`mmst.evaluation.frontend.read_source_file`);
+        returns a list (SimulEval's type)."""
+        mono, _ = read_source_file(source)
+        return mono.tolist()
 
     @classmethod
     def from_files(cls, source, target, tgt_lang):  # noqa: D102 - SimulEval signature
@@ -106,6 +102,7 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
     def __init__(self, args: Namespace | None = None, translator: Any = None) -> None:
         self.translator = None
         self.input_scale = getattr(args, "input_scale", "auto") if args is not None else "auto"
+        self.input = StreamInput(self.input_scale)
         super().__init__(args)
         self.tgt_langs = _parse_langs(getattr(args, "tgt_lang", None)) if args is not None else []
         self.translator = translator if translator is not None else build_translator_from_args(args, self.tgt_langs)
@@ -131,7 +128,8 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
             default=None,
             help="target language code (e.g. de), or a file with one code per source line",
         )
-        parser.add_argument("--waitk-lagging", type=int, default=3, help="wait-k lagging k in pre-decision chunks")
+        parser.add_argument("--waitk-lagging", type=parse_waitk, default=3,
+                            help="wait-k lagging k in pre-decision chunks (an int >= 1, or 'offline')")
         parser.add_argument("--max-len-a", type=float, default=0.0, help="max target tokens = a * enc_states + b")
         parser.add_argument("--max-len-b", type=int, default=200, help="max target tokens = a * enc_states + b")
         parser.add_argument(
@@ -176,21 +174,15 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
         finished = bool(st.source_finished)
         new = st.source[self._consumed :]
         self._consumed = len(st.source)
-        samples = self._to_16k(np.asarray(new, dtype=np.float32), int(st.source_sample_rate or SAMPLE_RATE), finished)
+        samples = self.input(np.asarray(new, dtype=np.float32), int(st.source_sample_rate or SAMPLE_RATE), finished)
         lang = self._current_lang()
-        if samples.size:
-            self._peak = max(self._peak, float(np.abs(samples).max()))
-            self._n_samples += samples.size
         if samples.size == 0 and not finished:
             return ReadAction()
         out = self.translator.accept_audio(samples, finished=finished)
         words = [_word_text(w) for w in (out.get(lang) or [])]
         text = " ".join(w for w in words if w)
         if finished:
-            if self._n_samples == 0:
-                logger.warning("empty source audio: empty hypothesis")
-            elif self._peak < SILENCE_PEAK:
-                logger.warning("silent source audio (peak %.2e): translation of silence", self._peak)
+            self.input.check_level("source audio")
             self.translator.reset()
             self._reset_stream(keep_consumed=True)
             return WriteAction(text, finished=True)
@@ -202,11 +194,7 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
     def _reset_stream(self, keep_consumed: bool = False) -> None:
         if not keep_consumed:
             self._consumed = 0
-        self._resampler = None
-        self._resampler_rate = None
-        self._int16 = None if self.input_scale == "auto" else self.input_scale == "int16"
-        self._peak = 0.0
-        self._n_samples = 0
+        self.input.reset()
         if self.translator is not None and not keep_consumed:
             self.translator.reset()
 
@@ -219,22 +207,6 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
         if not self.tgt_langs:
             raise AgentConfigError("no target language: pass --tgt-lang")
         return self.tgt_langs[0]
-
-    def _to_16k(self, x: np.ndarray, rate: int, finished: bool) -> np.ndarray:
-        if self._int16 is None and x.size and float(np.abs(x).max()) > 1.0:
-            self._int16 = True
-            logger.info("input samples exceed [-1, 1]: treated as int16-scaled (divided by 32768)")
-        if self._int16:
-            x = x / 32768.0
-        x = x.astype(np.float32, copy=False)
-        if rate == SAMPLE_RATE:
-            return x
-        import soxr
-
-        if self._resampler is None or self._resampler_rate != rate:
-            self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
-            self._resampler_rate = rate
-        return np.asarray(self._resampler.resample_chunk(x, last=finished), dtype=np.float32)
 
 
 class AgentConfigError(ValueError):

@@ -47,7 +47,7 @@ from typing import Any
 import kaldi_native_fbank as knf
 import numpy as np
 
-from mmst.data.atomic import atomic_path
+from mmst.atomic import atomic_path
 
 NUM_MEL_BINS = 80
 """Feature dimension."""
@@ -58,9 +58,9 @@ FRAME_SHIFT_MS = 10.0
 KALDI_INT16_SCALE = 32768.0
 """Factor from float [-1, 1] to Kaldi's 16-bit amplitude scale, applied once in this module."""
 LOG_FLOOR = float(np.log(np.finfo(np.float32).eps))
+"""Smallest possible log-mel value (log of float32 epsilon, about -15.94): an all-zero frame."""
 DITHER_MODES = ("all", "silence")
 """``dither_mode`` values: dither every sample, or only samples below 16-bit resolution."""
-"""Smallest possible log-mel value (log of float32 epsilon, about -15.94): an all-zero frame."""
 
 
 def window_samples(sample_rate: int = 16000) -> int:
@@ -112,6 +112,53 @@ def dither_seed_for(key: str) -> int:
     return zlib.crc32(key.encode("utf-8")) & 0xFFFFFFFF
 
 
+class Dither:
+    """Deterministic Gaussian dither of a sample stream, in Kaldi's 16-bit amplitude units.
+
+    ``mode="all"`` adds ``N(0, std)`` to every sample (Kaldi); ``mode="silence"`` only to samples with
+    ``|x| < 0.5`` (digital silence, what the data prep uses). The k-th dithered sample of the stream
+    always gets the k-th draw of a generator seeded with ``seed``, so the result does not depend on
+    how the stream is cut into chunks. The one dither implementation: :class:`OnlineFbank` and the
+    evaluation's :class:`mmst.evaluation.loading.FeatureMatchedTranslator` both call it.
+
+    Args:
+        std: standard deviation in 16-bit units (> 0).
+        mode: one of :data:`DITHER_MODES`.
+        seed: generator seed (use :func:`dither_seed_for` on the utterance id).
+
+    Raises:
+        ValueError: unknown ``mode`` or ``std <= 0``.
+    """
+
+    def __init__(self, std: float, mode: str = "all", seed: int = 0) -> None:
+        if mode not in DITHER_MODES:
+            raise ValueError(f"dither_mode must be one of {DITHER_MODES}, got {mode!r}")
+        if not std > 0:
+            raise ValueError(f"dither std must be > 0, got {std}")
+        self.std = np.float32(std)
+        self.mode = mode
+        self.reseed(seed)
+
+    def reseed(self, seed: int) -> None:
+        """Restart the noise sequence from ``seed`` (next utterance)."""
+        self._rng = np.random.default_rng(seed)
+
+    def __call__(self, scaled: np.ndarray) -> np.ndarray:
+        """Dither ``scaled`` in place and return it.
+
+        Args:
+            scaled: float32 ``(n,)`` samples on the 16-bit scale (``x * 32768``).
+        """
+        if self.mode == "silence":
+            silent = np.abs(scaled) < 0.5
+            k = int(np.count_nonzero(silent))
+            if k:
+                scaled[silent] += self._rng.standard_normal(k, dtype=np.float32) * self.std
+        else:
+            scaled += self._rng.standard_normal(scaled.size, dtype=np.float32) * self.std
+        return scaled
+
+
 class OnlineFbank:
     """Streaming 80-dim fbank: feed float samples in chunks of any size, pop frames as they are ready.
 
@@ -145,7 +192,7 @@ class OnlineFbank:
         self.sample_rate = int(sample_rate)
         self.dither = float(dither)
         self.dither_mode = dither_mode
-        self._rng = np.random.default_rng(dither_seed) if self.dither > 0 else None
+        self._dither = Dither(self.dither, dither_mode, dither_seed) if self.dither > 0 else None
         self._knf = knf.OnlineFbank(fbank_options(self.sample_rate))
         self._popped = 0
         self._finished = False
@@ -177,15 +224,8 @@ class OnlineFbank:
         if not np.isfinite(x).all():
             raise ValueError("OnlineFbank: waveform contains NaN or Inf")
         scaled = x.astype(np.float32) * np.float32(KALDI_INT16_SCALE)  # the one int16 scaling
-        if self._rng is not None:
-            if self.dither_mode == "silence":
-                # the k-th silent sample of the stream always gets the k-th draw: chunking-independent
-                silent = np.abs(scaled) < 0.5
-                k = int(np.count_nonzero(silent))
-                if k:
-                    scaled[silent] += self._rng.standard_normal(k, dtype=np.float32) * np.float32(self.dither)
-            else:
-                scaled += self._rng.standard_normal(scaled.size, dtype=np.float32) * np.float32(self.dither)
+        if self._dither is not None:
+            self._dither(scaled)
         # pybind converts the samples element by element; array.array("f") is ~25% faster than numpy here
         self._knf.accept_waveform(float(self.sample_rate), array.array("f", scaled.tobytes()))
 

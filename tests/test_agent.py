@@ -150,14 +150,13 @@ def test_missing_checkpoint_is_clear_exit():
         MMSTSpeechToTextAgent.from_args(Namespace(tgt_lang="de", checkpoint=None))
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from eval_fixtures import make_tiny_system
-
-    return make_tiny_system(tmp_path_factory.mktemp("agent"), langs=("de", "es"))
+@pytest.fixture
+def tiny(tiny_system):
+    """The shared evaluation system of conftest.py, restricted to its 16 kHz mono speech utterances."""
+    keep = [i for i, w in enumerate(tiny_system["wavs"]) if w.stem[3:].isdigit()]  # utt0, utt1, ...
+    return {**tiny_system, "wavs": [tiny_system["wavs"][i] for i in keep],
+            "rows": [tiny_system["rows"][i] for i in keep],
+            "refs": {lang: [r[i] for i in keep] for lang, r in tiny_system["refs"].items()}}
 
 
 def _args(tiny, **kw) -> Namespace:
@@ -249,6 +248,7 @@ def _instances(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
+@pytest.mark.slow
 def test_simuleval_cli_mmst_data_option(tiny, tmp_path):
     """The documented command: ``simuleval ... --mmst-data DATA`` uses that DATA, not the checkpoint's."""
     import shutil
@@ -267,6 +267,7 @@ def test_simuleval_cli_mmst_data_option(tiny, tmp_path):
     assert all(len(d["prediction"].split()) >= 1 for d in ins)
 
 
+@pytest.mark.slow
 def test_agent_equals_simultaneous_eval_on_quiet_peak_normalised_data(tiny, tmp_path):
     """Same DATA with ``fbank.peak_normalize``, quiet recordings: the agent (through simuleval) and
     ``eval/simultaneous_eval.py`` write identical hypotheses with identical delays."""

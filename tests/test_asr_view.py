@@ -1,4 +1,4 @@
-"""English ASR view of a multi-way DATA directory (mmst/data/asr_view.py, data_prep/make_asr_view.py)."""
+"""English ASR view of a multi-way DATA directory (mmst/corpora/asr_view.py, data_prep/make_asr_view.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 import yaml
 from fixtures_data import build_feature_corpus
 
-from mmst.data.asr_view import AsrViewError, make_asr_view
+from mmst.corpora.asr_view import AsrViewError, make_asr_view
 from mmst.data.corpus import load_data_config
 from mmst.data.dataset import MultiwayDataset
 from mmst.data.manifest import read_manifest

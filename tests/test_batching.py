@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from fixtures_data import tiny_feature_data  # noqa: F401  (session fixture)
 
 from mmst.data.batching import EpochBatchIterator, collate, make_batches
 
@@ -100,7 +99,7 @@ def test_iterator_with_workers_matches_in_process():
         assert a.next_batch().ids == b.next_batch().ids
 
 
-def test_dataset_on_tiny_data(tiny_feature_data):  # noqa: F811
+def test_dataset_on_tiny_data(tiny_feature_data):
     from mmst.data.dataset import LanguageMismatchError, MultiwayDataset, check_languages
 
     ds = MultiwayDataset(tiny_feature_data, "train", lang_tag_start=True)

@@ -130,12 +130,7 @@ def test_inverse_sqrt_schedule():
 # ------------------------------------------------------------------------------------ pretrained
 
 
-def _tiny_model():
-    from mmst.models import build_model, model_config_for_size
-
-    cfg = model_config_for_size("xs", arch="separate", tgt_langs=["de"], vocab_size=20, d_model=32, encoder_layers=2,
-                                decoder_layers=1, ffn_dim=64, conv_channels=32, attention_heads=2)
-    return build_model(cfg)
+TINY_MODEL = dict(arch="separate", langs=["de"], vocab_size=20, decoder_layers=1, conv_channels=32, attention_heads=2)
 
 
 def _fairseq_state(model) -> dict:
@@ -159,8 +154,8 @@ def test_fairseq_key_mapping():
     assert map_fairseq_encoder_key("decoder.layers.0.fc1.weight") is None
 
 
-def test_load_fairseq_encoder(tmp_path):
-    src, dst = _tiny_model(), _tiny_model()
+def test_load_fairseq_encoder(tiny_model, tmp_path):
+    src, dst = tiny_model(), tiny_model()
     path = tmp_path / "fairseq_asr.pt"
     torch.save({"args": argparse.Namespace(arch="s2t_transformer_s"), "model": _fairseq_state(src),
                 "optimizer_history": [{"num_updates": 5}]}, path)
@@ -177,8 +172,8 @@ class _Opaque:  # a class torch's weights_only unpickler refuses
     pass
 
 
-def test_fairseq_unsafe_pickle_needs_opt_in(tmp_path, monkeypatch):
-    src, dst = _tiny_model(), _tiny_model()
+def test_fairseq_unsafe_pickle_needs_opt_in(tiny_model, tmp_path, monkeypatch):
+    src, dst = tiny_model(), tiny_model()
     path = tmp_path / "fairseq_cfg.pt"
     torch.save({"cfg": _Opaque(), "model": _fairseq_state(src)}, path)
     monkeypatch.delenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", raising=False)
@@ -187,11 +182,11 @@ def test_fairseq_unsafe_pickle_needs_opt_in(tmp_path, monkeypatch):
     rep = load_pretrained_encoder(dst, path, allow_unsafe_pickle=True)
     assert rep.source == "fairseq" and rep.loaded
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
-    assert load_pretrained_encoder(_tiny_model(), path).loaded
+    assert load_pretrained_encoder(tiny_model(), path).loaded
 
 
-def test_load_own_encoder_and_shape_mismatch(tmp_path):
-    src, dst = _tiny_model(), _tiny_model()
+def test_load_own_encoder_and_shape_mismatch(tiny_model, tmp_path):
+    src, dst = tiny_model(), tiny_model()
     atomic_save({"format": CHECKPOINT_FORMAT, "model": src.state_dict()}, tmp_path / "ours.pt")
     rep = load_pretrained_encoder(dst, tmp_path / "ours.pt")
     assert rep.source == "mmst" and all(k.startswith("decoders.") or k.startswith("ctc") or "decoder" in k

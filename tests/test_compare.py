@@ -194,14 +194,11 @@ def test_write_comparison_table_and_plots(evals, tmp_path):
     assert js["results"]["separate"]["de"]["k1"]["BLEU"]["std"] == 5.0
 
 
-def test_params_from_recorded_checkpoint(tmp_path):
-    from mmst.models import build_model, model_config_for_size
+def test_params_from_recorded_checkpoint(tiny_model, tmp_path):
     from mmst.training.checkpoint import CHECKPOINT_FORMAT
 
-    cfg = model_config_for_size("xs", arch="unified", tgt_langs=["de", "es"], vocab_size=40,
-                                lang_tag_ids={"de": 4, "es": 5}, d_model=32, encoder_layers=1,
-                                decoder_layers=1, ffn_dim=64, conv_channels=32, attention_heads=2)
-    model = build_model(cfg)
+    model = tiny_model(langs=["de", "es"], encoder_layers=1, decoder_layers=1)
+    cfg = model.cfg
     ck = tmp_path / "m.pt"
     torch.save({"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "model_cfg": cfg.to_dict()}, ck)
     d = write_sweep(tmp_path / "e", {1: {"de": (1.0, 100.0)}}, ckpt=str(ck))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+
 import pytest
 
 from mmst.training.config import (
@@ -32,7 +35,7 @@ def test_yaml_and_overrides(tmp_path):
     assert cfg.optim.lr == pytest.approx(5e-4)  # override wins over YAML
     assert cfg.waitk_lagging == [1, 3, "offline"]
     assert normalize_waitk_list(cfg.waitk_lagging) == [1, 3, None]
-    assert cfg.model.overrides == {"dropout": 0.2}
+    assert cfg.model.overrides.as_dict() == {"dropout": 0.2} and cfg.model.overrides.dropout == 0.2
     assert cfg.data.tgt_langs == ["de", "ja"]
 
 
@@ -109,7 +112,7 @@ def test_cli_flag_aliases(capsys):
                                       "[1,3,offline]", "--fixed-pre-decision-ratio", "7", "optim.lr=1e-3"])
     cfg = load_config(None, [*alias_overrides(args), *args.overrides])
     assert cfg.data.max_tokens == 5000 and cfg.waitk_lagging == [1, 3, "offline"]
-    assert cfg.model.overrides == {"pre_decision_ratio": 7} and cfg.optim.lr == pytest.approx(1e-3)
+    assert cfg.model.overrides.as_dict() == {"pre_decision_ratio": 7} and cfg.optim.lr == pytest.approx(1e-3)
     assert main(["--data", "D", "--save-dir", "S", "--update-freq", "0"]) == 2
     assert "optim.update_freq" in capsys.readouterr().err
 
@@ -135,3 +138,53 @@ def test_cli_flag_aliases_map_to_distributed_options():
                                       "--compute-threshold", "0.25", "--max-staleness", "3"])
     assert "distributed.options.compute_threshold=0.25" in alias_overrides(args)
     assert "distributed.options.max_staleness=3" in alias_overrides(args)
+
+
+def test_model_overrides_are_a_typed_section():
+    from mmst.models.config import ModelConfig
+    from mmst.training.config import DERIVED_MODEL_FIELDS, ModelOverrides, config_to_dict
+
+    names = {f.name for f in dataclasses.fields(ModelOverrides)}
+    assert names == {f.name for f in dataclasses.fields(ModelConfig)} - set(DERIVED_MODEL_FIELDS)
+    cfg = load_config(None, ["model.overrides.pre_decision_ratio=7", "model.overrides.encoder_attention=offline"])
+    assert cfg.model.overrides.pre_decision_ratio == 7 and cfg.model.overrides.dropout is None
+    assert config_to_dict(cfg)["model"]["overrides"] == {"pre_decision_ratio": 7, "encoder_attention": "offline"}
+    assert "model.overrides.pre_decision_ratio" in format_config_help()
+    with pytest.raises(ConfigError, match=r"model\.overrides\.pre_decision_ratio"):
+        load_config(None, ["model.overrides.pre_decision_ratio=seven"])
+
+
+def test_resume_with_other_overrides_warns_naming_them(caplog):
+    from mmst.training.trainer import override_changes, warn_override_changes
+
+    cfg = load_config(None, ["model.overrides.dropout=0.3", "model.overrides.pre_decision_ratio=7"])
+    ckpt = {"config": {"model": {"overrides": {"dropout": 0.1, "pre_decision_ratio": 7, "ffn_dim": 64}}}}
+    assert override_changes(cfg.model.overrides.as_dict(), ckpt["config"]["model"]["overrides"]) == {
+        "dropout": (0.1, 0.3), "ffn_dim": (64, None)}
+    with caplog.at_level(logging.WARNING):
+        diff = warn_override_changes(cfg, ckpt, "ckpt/checkpoint_last.pt")
+    assert set(diff) == {"dropout", "ffn_dim"}
+    assert "dropout: 0.1 -> 0.3" in caplog.text and "ffn_dim: 64 -> None" in caplog.text
+    assert "pre_decision_ratio" not in caplog.text
+    caplog.clear()
+    same = {"config": {"model": {"overrides": {"dropout": 0.3, "pre_decision_ratio": 7}}}}
+    with caplog.at_level(logging.WARNING):
+        assert warn_override_changes(cfg, same, "x") == {}
+    assert "model.overrides" not in caplog.text
+
+
+@pytest.mark.parametrize("spec, want", [
+    ("3", [3]), ("1,3, 5", [1, 3, 5]), ("offline", [None]), (2, [2]), (None, [None]), ([1, "offline", "3"], [1, None, 3]),
+])
+def test_waitk_list_parser(spec, want):
+    from mmst.simultaneous.waitk import parse_waitk_list
+
+    assert parse_waitk_list(spec) == want
+
+
+@pytest.mark.parametrize("spec", ["0", "1,-1", "fast", "", [], True, 2.5])
+def test_waitk_list_parser_rejects(spec):
+    from mmst.simultaneous.waitk import parse_waitk_list
+
+    with pytest.raises(ValueError, match="--waitk-lagging"):
+        parse_waitk_list(spec, "--waitk-lagging")

@@ -1,6 +1,6 @@
 """Multi-process tests of mmst.distributed on CPU with gloo (each < 60 s on a loaded 2-core machine).
 
-Ranks are launched with :func:`mmst.distributed.run.launch_local` (spawn, a free port, the torchrun
+Ranks are launched with :func:`mmst.simulation.run.launch_local` (spawn, a free port, the torchrun
 environment variables) or with ``torchrun`` itself for the restart test.
 """
 
@@ -18,8 +18,8 @@ import torch
 
 from mmst.distributed.env import find_free_port
 from mmst.distributed.param_server import flat_params
-from mmst.distributed.run import launch_local
-from mmst.distributed.toy import ToyTask
+from mmst.simulation.run import launch_local
+from mmst.simulation.toy import ToyTask
 
 COMMON = ["--log-every", "0", "--eval-every", "0", "--dist-timeout", "20"]
 
@@ -29,6 +29,7 @@ def _ok(res):
         assert "error" not in v, f"rank {r}: {v.get('error')}\n{v.get('traceback', '')}"
 
 
+@pytest.mark.slow
 def test_ddp_two_ranks_match_single_process_global_batch(tmp_path):
     steps, m = 3, 2
     out = tmp_path / "ddp.pt"
@@ -49,6 +50,7 @@ def test_ddp_two_ranks_match_single_process_global_batch(tmp_path):
     torch.testing.assert_close(torch.load(out), flat_params(model), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_dropcompute_tau_inf_gives_exactly_ddp_gradients(tmp_path):
     a, b = tmp_path / "ddp.pt", tmp_path / "dc.pt"
     args = ["--steps", "3", "--update-freq", "3", *COMMON]
@@ -60,6 +62,7 @@ def test_dropcompute_tau_inf_gives_exactly_ddp_gradients(tmp_path):
     assert torch.equal(torch.load(a), torch.load(b))  # bit-identical, not just close
 
 
+@pytest.mark.slow
 def test_dropcompute_drops_slow_rank_without_hanging():
     t0 = time.monotonic()
     res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "0.03", "--update-freq", "4",
@@ -72,6 +75,7 @@ def test_dropcompute_drops_slow_rank_without_hanging():
     assert time.monotonic() - t0 < 55
 
 
+@pytest.mark.slow
 def test_dropcompute_auto_threshold_is_chosen_once_and_agreed():
     res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "auto", "--auto-steps", "3",
                         "--steps", "8", "--straggler-delay", "lognormal:cv=0.5", "--straggler-base-ms", "5",
@@ -81,6 +85,7 @@ def test_dropcompute_auto_threshold_is_chosen_once_and_agreed():
     assert "speedup" in res[0]["tau_info"]
 
 
+@pytest.mark.slow
 def test_dead_rank_gives_clear_error_within_timeout():
     t0 = time.monotonic()
     res = launch_local(["--distributed", "ddp", "--steps", "50", "--fail-at-step", "3", "--fail-rank", "1",
@@ -91,6 +96,7 @@ def test_dead_rank_gives_clear_error_within_timeout():
     assert "DistributedError" in err and "peer rank probably died" in err and "rank 0/2" in err
 
 
+@pytest.mark.slow
 def test_param_server_survives_worker_death():
     res = launch_local(["--distributed", "param-server", "--steps", "20", "--fail-at-step", "3",
                         "--fail-rank", "2", "--worker-timeout", "2", "--straggler-delay", "const",
@@ -103,6 +109,7 @@ def test_param_server_survives_worker_death():
     assert res[0]["final_loss"] < res[0]["curve"][0][1]
 
 
+@pytest.mark.slow
 def test_param_server_ssp_bounds_staleness():
     res = launch_local(["--distributed", "param-server", "--steps", "8", "--max-staleness", "1",
                         "--straggler-delay", "const", "--straggler-base-ms", "3", "--slow-rank", "1:4",
@@ -117,7 +124,7 @@ def test_torchrun_max_restarts_resumes_from_checkpoint(tmp_path):
     metrics = tmp_path / "m.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{find_free_port()}",
-           "-m", "mmst.distributed.run", "--distributed", "ddp", "--steps", "12", "--save-every", "5",
+           "-m", "mmst.simulation.run", "--distributed", "ddp", "--steps", "12", "--save-every", "5",
            "--fail-at-step", "7", "--fail-rank", "1", "--checkpoint-dir", str(tmp_path / "ckpt"),
            "--metrics-out", str(metrics), *COMMON]
     env = dict(os.environ, OMP_NUM_THREADS="1")

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-from fixtures_data import tiny_feature_data  # noqa: F401  (session fixture)
 
 from mmst.distributed.env import find_free_port
 from mmst.training.checkpoint import load_checkpoint
@@ -22,7 +21,7 @@ TINY = ["num_threads=1", "logging.progress_bar=false", "logging.tensorboard=fals
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode,nproc", [("ddp", 2), ("dropcompute", 2), ("param-server", 3)])
-def test_mmst_train_distributed(tiny_feature_data, tmp_path, mode, nproc):  # noqa: F811
+def test_mmst_train_distributed(tiny_feature_data, tmp_path, mode, nproc):
     save = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{find_free_port()}",

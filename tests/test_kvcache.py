@@ -1,5 +1,5 @@
 """Growing key/value buffers (mmst.models.layers.SeqBuffer/KVCache) and limited encoder left context
-(``encoder_left_chunks``): streaming equals the masked full forward (performance issue 9)."""
+(``encoder_left_chunks``): streaming equals the masked full forward."""
 
 from __future__ import annotations
 
@@ -62,12 +62,9 @@ def test_left_context_mask_brute_force():
 
 
 @pytest.mark.parametrize("seg", [1, 13, 1000])
-def test_left_context_streaming_equals_full_forward(seg):
-    torch.manual_seed(0)
-    cfg = model_config_for_size("xs", arch="unified", tgt_langs=["de"], vocab_size=40, lang_tag_ids={"de": 4},
-                                d_model=32, encoder_layers=2, decoder_layers=1, attention_heads=4, ffn_dim=64,
-                                conv_channels=16, dropout=0.0, pre_decision_ratio=3, encoder_left_chunks=2)
-    m = build_model(cfg).eval()
+def test_left_context_streaming_equals_full_forward(tiny_model, seg):
+    m = tiny_model(langs=["de"], decoder_layers=1, encoder_left_chunks=2)
+    cfg = m.cfg
     t = 157
     fb = torch.randn(1, t, 80)
     with torch.no_grad():

@@ -18,28 +18,11 @@ TAGS = {"de": 4, "es": 5, "fr": 6}
 V = 40
 
 
-def tiny_cfg(arch="unified", **kw):
-    base = dict(
-        d_model=32, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=64, conv_channels=16,
-        dropout=0.0, pre_decision_ratio=3,
-    )
-    src_vocab_size = kw.pop("src_vocab_size", 0)
-    base.update(kw)
-    return model_config_for_size(
-        "xs", arch=arch, tgt_langs=LANGS, vocab_size=V, lang_tag_ids=TAGS if arch == "unified" else None,
-        src_vocab_size=src_vocab_size, **base,
-    )
+TINY_MODEL = dict(langs=LANGS, vocab_size=V, lang_tag_ids=TAGS)
 
 
-def make(arch="unified", seed=0, **kw):
-    torch.manual_seed(seed)
-    m = build_model(tiny_cfg(arch, **kw))
-    m.eval()
-    return m
-
-
-def test_config_round_trip_and_errors():
-    cfg = tiny_cfg("separate", vocab_sizes={"de": 30})
+def test_config_round_trip_and_errors(tiny_model_cfg):
+    cfg = tiny_model_cfg("separate", vocab_sizes={"de": 30})
     d = cfg.to_dict()
     assert ModelConfig.from_dict(d) == cfg
     assert cfg.lang_vocab_size("de") == 30 and cfg.lang_vocab_size("es") == V
@@ -48,11 +31,11 @@ def test_config_round_trip_and_errors():
     with pytest.raises(ValueError, match="lang_tag_ids"):
         model_config_for_size("xs", arch="unified", tgt_langs=["de"], vocab_size=50)
     with pytest.raises(ValueError, match="encoder_attention"):
-        tiny_cfg(encoder_attention="sideways")
+        tiny_model_cfg(encoder_attention="sideways")
     with pytest.raises(ValueError, match="size"):
         model_config_for_size("xxl", tgt_langs=["de"], vocab_size=50)
     with pytest.raises(ValueError, match="d_model"):
-        tiny_cfg(d_model=30)
+        tiny_model_cfg(d_model=30)
 
 
 def test_sizes_param_counts():
@@ -64,8 +47,8 @@ def test_sizes_param_counts():
 
 
 @pytest.mark.parametrize("arch", ["unified", "separate"])
-def test_forward_shapes_and_api(arch):
-    m = make(arch, src_vocab_size=20)
+def test_forward_shapes_and_api(tiny_model, arch):
+    m = tiny_model(arch, src_vocab_size=20)
     assert m.tgt_langs == LANGS and m.pre_decision_ratio == 3
     assert m.start_token_id("de") == (4 if arch == "unified" else 0)
     with pytest.raises(ValueError):
@@ -83,8 +66,8 @@ def test_forward_shapes_and_api(arch):
 
 
 @pytest.mark.parametrize("mode", ["chunk-causal", "offline"])
-def test_batch_padding_invariance(mode):
-    m = make(encoder_attention=mode)
+def test_batch_padding_invariance(tiny_model, mode):
+    m = tiny_model(encoder_attention=mode)
     fb = torch.randn(3, 61, 80)
     fl = torch.tensor([61, 40, 9])
     prev = {lang: torch.randint(3, V, (3, 6)) for lang in LANGS}
@@ -100,8 +83,8 @@ def test_batch_padding_invariance(mode):
 
 
 @pytest.mark.parametrize("seg", [1, 7, 13, 32, 1000])
-def test_incremental_encoder_equals_full_forward(seg):
-    m = make()
+def test_incremental_encoder_equals_full_forward(tiny_model, seg):
+    m = tiny_model()
     t = 97  # -> 25 states = 8 chunks of 3 + partial chunk of 1
     fb = torch.randn(1, t, 80)
     with torch.no_grad():
@@ -122,9 +105,9 @@ def test_incremental_encoder_equals_full_forward(seg):
     assert stream.num_states == full.size(0) == 25 and stream.num_chunks == 9
 
 
-def test_incremental_encoder_lookahead():
+def test_incremental_encoder_lookahead(tiny_model):
     """Chunk j is final once 4*j*R + 3 frames (conv look-ahead) have arrived (k=5 convs, R=3)."""
-    m = make()
+    m = tiny_model()
     stream = m.encoder.stream()
     fb = torch.randn(40, 80)
     with torch.no_grad():
@@ -134,8 +117,8 @@ def test_incremental_encoder_lookahead():
         assert stream.num_states == 3
 
 
-def test_incremental_encoder_rejects_offline():
-    m = make(encoder_attention="offline")
+def test_incremental_encoder_rejects_offline(tiny_model):
+    m = tiny_model(encoder_attention="offline")
     with pytest.raises(ValueError):
         m.encoder.stream()
 
@@ -164,8 +147,8 @@ def _waitk_incremental_logits(m, fb, langs, prev, k):
 
 @pytest.mark.parametrize("arch", ["unified", "separate"])
 @pytest.mark.parametrize("k", [1, 2, 4])
-def test_waitk_masked_forward_equals_incremental(arch, k):
-    m = make(arch, seed=1)
+def test_waitk_masked_forward_equals_incremental(tiny_model, arch, k):
+    m = tiny_model(arch, seed=1)
     fb = torch.randn(1, 83, 80)  # 21 states = 7 chunks
     prev = {lang: torch.cat([torch.tensor([[m.start_token_id(lang)]]), torch.randint(3, V, (1, 11))], 1)
             for lang in LANGS}
@@ -180,8 +163,8 @@ def test_waitk_masked_forward_equals_incremental(arch, k):
     assert not torch.allclose(off["de"], full["de"], atol=1e-4)
 
 
-def test_unified_joint_equals_single_language_runs():
-    m = make("unified", seed=2)
+def test_unified_joint_equals_single_language_runs(tiny_model):
+    m = tiny_model("unified", seed=2)
     fb = torch.randn(2, 70, 80)
     fl = torch.tensor([70, 55])
     prev = {lang: torch.randint(3, V, (2, 6)) for lang in LANGS}
@@ -192,8 +175,8 @@ def test_unified_joint_equals_single_language_runs():
             torch.testing.assert_close(joint[lang], single, atol=1e-5, rtol=0)
 
 
-def test_different_target_lengths_unified():
-    m = make("unified")
+def test_different_target_lengths_unified(tiny_model):
+    m = tiny_model("unified")
     fb = torch.randn(1, 40, 80)
     prev = {"de": torch.randint(3, V, (1, 3)), "es": torch.randint(3, V, (1, 9))}
     with torch.no_grad():
@@ -203,8 +186,8 @@ def test_different_target_lengths_unified():
     torch.testing.assert_close(out["de"], de, atol=1e-5, rtol=0)
 
 
-def test_backward_and_tied_embeddings():
-    m = make("separate", dropout=0.1)
+def test_backward_and_tied_embeddings(tiny_model):
+    m = tiny_model("separate", dropout=0.1)
     m.train()
     fb = torch.randn(2, 30, 80)
     prev = {lang: torch.randint(3, V, (2, 4)) for lang in LANGS}

@@ -1,4 +1,4 @@
-"""Tests for MuST-C reading, cross-pair alignment, perturbation and the prep CLI (issue 7)."""
+"""Tests for MuST-C reading, cross-pair alignment, perturbation and the prep CLI."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from mmst.data.mustc import (
+from mmst.corpora.mustc import (
     AlignParams,
     Segment,
     YamlLineError,
@@ -30,7 +30,7 @@ from mmst.data.mustc import (
     split_rank,
     to_rows,
 )
-from mmst.data.mustc_perturb import perturb_mustc_like
+from mmst.corpora.mustc_perturb import perturb_mustc_like
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LANGS = ["de", "es", "fr", "it"]
@@ -216,7 +216,7 @@ def test_perturbation_properties(perturbed):
 
 
 def test_pad_wav_hardlinks_and_symlinks(tmp_path):
-    from mmst.data.mustc_perturb import _pad_wav
+    from mmst.corpora.mustc_perturb import _pad_wav
 
     a = tmp_path / "a.wav"
     sf.write(a, np.full(1600, 0.5, dtype="float32"), SR, subtype="PCM_16")
@@ -397,7 +397,7 @@ def test_bad_encoding(clean_root, tmp_path):
 
 def test_cli_full_build_min_langs(perturbed, tmp_path):
     """Aligned rows go through the multi-way builder: manifests, features, vocab, config, report."""
-    multiway = pytest.importorskip("mmst.data.multiway")
+    multiway = pytest.importorskip("mmst.corpora.multiway")
     assert hasattr(multiway, "build_from_rows")
     from mmst.data.corpus import load_data_config
     from mmst.data.manifest import read_manifest
@@ -437,6 +437,7 @@ def test_cli_full_build_min_langs(perturbed, tmp_path):
 SYNTH = os.path.join(REPO, "data_prep", "synthesize_corpus.py")
 
 
+@pytest.mark.slow
 def test_synth_mustc_like_end_to_end(tmp_path):
     """synthesize_corpus.py --grammar --difficulty easy [--mustc-like-perturb] -> prep_mustc_multiway.py.
 

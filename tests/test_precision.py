@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fixtures_data import tiny_feature_data  # noqa: F401  (session fixture)
 
 from mmst.training.config import ConfigError, load_config
 from mmst.training.optim import build_optimizer, set_optimizer_implementation
@@ -33,7 +32,7 @@ def test_autocast_dtype_rules():
         load_config(None, ["precision=fp16"])
 
 
-def test_bf16_forward_runs_matmuls_in_bf16_and_loss_in_fp32(tiny_feature_data, tmp_path):  # noqa: F811
+def test_bf16_forward_runs_matmuls_in_bf16_and_loss_in_fp32(tiny_feature_data, tmp_path):
     tr = build_trainer(load_config(None, [*TINY, "optim.max_update=1"]), tiny_feature_data, tmp_path)
     it = tr.train_iter
     b = it.collate_fn([it.dataset[i] for i in it.batches_for_epoch(1)[0]])
@@ -51,16 +50,22 @@ def test_bf16_forward_runs_matmuls_in_bf16_and_loss_in_fp32(tiny_feature_data, t
     assert all(p.dtype == torch.float32 for p in tr.model.parameters())
 
 
-def test_bf16_training_tracks_fp32(tiny_feature_data, tmp_path):  # noqa: F811
-    losses = {}
+def test_bf16_training_tracks_fp32(tiny_feature_data, tmp_path):
+    losses, start = {}, {}
     for prec in ("fp32", "bf16"):
         tr = build_trainer(load_config(None, [*TINY, "optim.max_update=12", f"precision={prec}", "optim.lr=3e-3"]),
                            tiny_feature_data, tmp_path / prec)
         assert tr.strategy.precision == prec
+        start[prec] = tr.validator.run(tr.model)["loss"]
         tr.train()
         losses[prec] = tr.validator.run(tr.model)["loss"]
-    # 12 updates move the dev loss well away from its initial value; both precisions land together
+    assert start["bf16"] == pytest.approx(start["fp32"], rel=0.01)  # same seed, same initial model
+    # 12 updates move the dev loss well away from its initial value ...
+    for prec in ("fp32", "bf16"):
+        assert losses[prec] < 0.9 * start[prec], (prec, start[prec], losses[prec])
+    # ... and both precisions land together, far closer than the distance travelled
     assert abs(losses["bf16"] - losses["fp32"]) < 0.01 * losses["fp32"], losses
+    assert abs(losses["bf16"] - losses["fp32"]) < 0.1 * (start["fp32"] - losses["fp32"]), (start, losses)
 
 
 @pytest.mark.parametrize("impl", ["foreach", "for-loop"])

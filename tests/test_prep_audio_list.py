@@ -1,4 +1,4 @@
-"""Tests of data_prep/prep_audio_list.py (mmst.data.audiolist + the builder), incl. the real FLEURS list."""
+"""Tests of data_prep/prep_audio_list.py (mmst.corpora.audiolist + the builder), incl. the real FLEURS list."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from mmst.data.audiolist import AudioListError, infer_tgt_langs, read_audio_list
+from mmst.corpora.audiolist import AudioListError, infer_tgt_langs, read_audio_list
 from mmst.data.corpus import load_data_config
 from mmst.data.manifest import read_manifest, read_manifest_header
 from mmst.data.store import read_feature

@@ -1,4 +1,4 @@
-"""Tests of the multi-way builder (mmst.data.multiway, mmst.data.rawcorpus, data_prep/prep_multiway.py).
+"""Tests of the multi-way builder (mmst.corpora.multiway, mmst.corpora.mustc_layout, data_prep/prep_multiway.py).
 
 Uses a tiny MuST-C-layout corpus written by ``tests/conftest.py`` (tones with digital silence).
 """
@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from mmst.corpora.multiway import BuildError, build_from_rows, join_pairs, read_and_join
+from mmst.corpora.mustc_layout import PairSegment, RawCorpusError
+from mmst.corpora.mustc_layout import read_pair_split_strict as read_pair_split
 from mmst.data.corpus import load_data_config
 from mmst.data.manifest import read_manifest, read_manifest_header
-from mmst.data.multiway import BuildError, build_from_rows, join_pairs, read_and_join
-from mmst.data.rawcorpus import PairSegment, RawCorpusError, read_pair_split
 from mmst.data.store import read_feature
 from mmst.data.vocab import Vocab
 from mmst.features import CMVNAccumulator, GlobalCMVN, num_frames

@@ -1,4 +1,4 @@
-"""recipes/synthetic/run_acceptance.sh and run_waitk_hard.sh end to end at toy scale: every stage runs and
+"""recipes/synthetic/run_offline_unified_vs_separate.sh and run_waitk_hard.sh end to end at toy scale: every stage runs and
 writes its comparison table (the README's experiment commands, minus the budget)."""
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ def _run(script: str, args: list[str]) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_acceptance_recipe_tiny(tmp_path):
-    exp = tmp_path / "acc"
-    p = _run("recipes/synthetic/run_acceptance.sh", [
+def test_offline_unified_vs_separate_recipe_tiny(tmp_path):
+    exp = tmp_path / "offline_archs"
+    p = _run("recipes/synthetic/run_offline_unified_vs_separate.sh", [
         "--exp-dir", str(exp), "--tgt-langs", "de,ja", "--num-train", "16", "--num-dev", "4", "--num-test", "4",
         "--num-test-unseen", "3", "--jobs", "1", "--offline-minutes", "0.01",
         "--train-overrides", f"optim.max_update=50 {TINY_TRAIN}"])

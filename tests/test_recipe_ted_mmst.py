@@ -5,7 +5,7 @@ The ted recipe synthesizes a MuST-C-layout corpus with MuST-C-like pair disagree
 separate / unified-sync / unified-async from it, averages, evaluates k = 1, 3 and writes the comparison
 table. A tiny model (d = 64) and 60 updates are used so that the models emit words (an xs model after
 10 updates writes only "▁" pieces, i.e. empty hypotheses, and there would be nothing to score).
-The comparison recipe then runs every issue-8 system on the same prepared DATA (1 seed).
+The comparison recipe then runs every comparison system on the same prepared DATA (1 seed).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def test_ted_mmst_rerun_skips_finished_stages(ted_run):
 
 @pytest.mark.slow
 def test_synthetic_compare_recipe_tiny(ted_run):
-    """run_compare.sh: every issue-8 system (bilingual x3, separate, unified_sync, async d1/d2 x 2 orders),
+    """run_compare.sh: every comparison system (bilingual x3, separate, unified_sync, async d1/d2 x 2 orders),
     1 seed, on the ted run's prepared DATA."""
     exp, _, p, _ = ted_run
     assert p.returncode == 0

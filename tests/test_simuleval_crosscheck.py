@@ -10,7 +10,7 @@ Then ``eval/score.py`` scores SimulEval's ``instances.log`` and must agree with 
 every latency metric to 1e-6 (SimulEval's scorers recomputed in-process on its log, unrounded; and
 the CLI's ``scores.tsv`` to its 3 printed decimals), BLEU to 0.01.
 
-SimulEval 1.1.4 defect (its issue 44): with ``--computation-aware`` it computes the plain metrics from
+SimulEval 1.1.4 defect (SimulEval issue 44): with ``--computation-aware`` it computes the plain metrics from
 ``elapsed`` too, so its AL equals AL_CA.  We therefore compare our plain metrics with a SimulEval run
 without the flag and our ``_CA`` metrics with a run with it; our scorer reports both in one run.
 References are derived from the predictions (perturbed) so that BLEU is not trivially 0 (the
@@ -31,10 +31,9 @@ import pytest
 
 from mmst.evaluation.latency import LATENCY_METRICS
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))
+pytestmark = pytest.mark.slow  # the SimulEval CLI and our driver end to end (subprocesses)
 
-from eval_fixtures import make_tiny_system  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SIMULEVAL = Path(sys.executable).parent / "simuleval"
 LANGS = ("es", "ja")
@@ -92,6 +91,8 @@ def _perturb(pred: str, i: int, unit: str) -> str:
 def setup(tmp_path_factory):
     if not SIMULEVAL.is_file():
         pytest.skip(f"simuleval CLI not found at {SIMULEVAL}")
+    from eval_fixtures import make_tiny_system
+
     root = tmp_path_factory.mktemp("xcheck")
     sysd = make_tiny_system(root, langs=LANGS, extra_audio=True)
     ours = root / "ours"

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from mmst.features import GlobalCMVN, fbank
-from mmst.models import build_model, model_config_for_size
 from mmst.simultaneous import (
     Detokenizer,
     StreamingTranslator,
@@ -24,18 +23,7 @@ V = 30
 R = 3  # 120 ms chunks
 
 
-def make(arch="unified", seed=0, **kw):
-    torch.manual_seed(seed)
-    base = dict(d_model=32, encoder_layers=2, decoder_layers=2, attention_heads=4, ffn_dim=64,
-                conv_channels=16, dropout=0.0, pre_decision_ratio=R)
-    base.update(kw)
-    cfg = model_config_for_size("xs", arch=arch, tgt_langs=LANGS, vocab_size=V,
-                                lang_tag_ids=TAGS if arch == "unified" else None, **base)
-    m = build_model(cfg).eval()
-    with torch.no_grad():  # make EOS likely enough that some streams end before the cap
-        for dec in ([m.decoder] if arch == "unified" else list(m.decoders.values())):
-            dec.embed_tokens.weight[2] *= 2.0
-    return m
+TINY_MODEL = dict(langs=LANGS, vocab_size=V, lang_tag_ids=TAGS, pre_decision_ratio=R, eos_scale=2.0)
 
 
 def audio(seconds, seed=0):
@@ -61,8 +49,8 @@ def stream_tokens(model, wav, langs, k, max_len_b, seg_ms=320.0, mode="auto"):
 
 @pytest.mark.parametrize("arch", ["unified", "separate"])
 @pytest.mark.parametrize("k,seg_ms,seed", [(1, 320.0, 1), (3, 100.0, 3), (2, 37.0, 10)])
-def test_streaming_equals_masked_greedy(arch, k, seg_ms, seed):
-    m = make(arch, seed=seed)
+def test_streaming_equals_masked_greedy(tiny_model, arch, k, seg_ms, seed):
+    m = tiny_model(arch, seed=seed)
     wav = audio(1.9, seed=k)
     ref = full_greedy(m, wav, LANGS, k, max_len_b=30)
     tr = stream_tokens(m, wav, LANGS, k, 30, seg_ms)
@@ -71,8 +59,8 @@ def test_streaming_equals_masked_greedy(arch, k, seg_ms, seed):
     assert any(len(ref[lang][0]) > 0 for lang in LANGS)
 
 
-def test_reencode_mode_gives_same_tokens_for_chunk_causal():
-    m = make(seed=3)
+def test_reencode_mode_gives_same_tokens_for_chunk_causal(tiny_model):
+    m = tiny_model(seed=3)
     wav = audio(1.5, seed=3)
     a = stream_tokens(m, wav, LANGS, 2, 20, mode="incremental")
     b = stream_tokens(m, wav, LANGS, 2, 20, mode="reencode")
@@ -80,8 +68,8 @@ def test_reencode_mode_gives_same_tokens_for_chunk_causal():
 
 
 @pytest.mark.parametrize("arch", ["unified", "separate"])
-def test_joint_equals_single_language_runs(arch):
-    m = make(arch, seed=5)
+def test_joint_equals_single_language_runs(tiny_model, arch):
+    m = tiny_model(arch, seed=5)
     wav = audio(1.7, seed=5)
     joint = stream_tokens(m, wav, LANGS, 2, 25)
     for lang in LANGS:
@@ -90,8 +78,8 @@ def test_joint_equals_single_language_runs(arch):
         assert single.token_delays[lang] == joint.token_delays[lang]
 
 
-def test_short_source_gives_full_output():
-    m = make(seed=6)
+def test_short_source_gives_full_output(tiny_model):
+    m = tiny_model(seed=6)
     wav = audio(0.4, seed=6)  # 38 frames -> 10 states -> 4 chunks < k
     k = 8
     ref = full_greedy(m, wav, LANGS, k, 15)
@@ -102,8 +90,8 @@ def test_short_source_gives_full_output():
     assert max(len(tr.tokens[lang]) for lang in LANGS) > 0
 
 
-def test_delays_follow_waitk_schedule():
-    m = make(seed=7)
+def test_delays_follow_waitk_schedule(tiny_model):
+    m = tiny_model(seed=7)
     wav = audio(2.0, seed=7)
     k = 2
     tr = stream_tokens(m, wav, ["de"], k, 40, seg_ms=40.0)
@@ -118,8 +106,8 @@ def test_delays_follow_waitk_schedule():
     assert pol.visible_states(1, 100) == k * R
 
 
-def test_offline_waitk_none_and_beam():
-    m = make(seed=8)
+def test_offline_waitk_none_and_beam(tiny_model):
+    m = tiny_model(seed=8)
     wav = audio(1.2, seed=8)
     ref = full_greedy(m, wav, LANGS, None, 12)
     tr = stream_tokens(m, wav, LANGS, None, 12)
@@ -137,8 +125,8 @@ def test_offline_waitk_none_and_beam():
     assert tr_b.tokens["es"] == hyp["es"][0]
 
 
-def test_offline_encoder_reencodes_and_respects_policy():
-    m = make(seed=9, encoder_attention="offline")
+def test_offline_encoder_reencodes_and_respects_policy(tiny_model):
+    m = tiny_model(seed=9, encoder_attention="offline")
     with pytest.raises(ValueError):
         StreamingTranslator(m, None, LANGS, waitk=2, encoder_mode="incremental")
     tr = StreamingTranslator(m, None, ["de"], waitk=3, cmvn=CMVN, max_len_b=20, min_len=3)
@@ -149,8 +137,8 @@ def test_offline_encoder_reencodes_and_respects_policy():
     assert len(tr.tokens["de"]) >= 3
 
 
-def test_empty_and_tiny_audio_and_reset():
-    m = make(seed=10)
+def test_empty_and_tiny_audio_and_reset(tiny_model):
+    m = tiny_model(seed=10)
     tr = StreamingTranslator(m, None, LANGS, waitk=2, cmvn=CMVN, max_len_b=10)
     assert tr.accept_audio(np.zeros(0, np.float32), finished=True) == {lang: [] for lang in LANGS}
     tr.reset()
@@ -197,8 +185,8 @@ def test_detokenizer_words_and_delays():
     assert c.flush() == []
 
 
-def test_translator_words_with_fake_vocab():
-    m = make(seed=11)
+def test_translator_words_with_fake_vocab(tiny_model):
+    m = tiny_model(seed=11)
     tr = StreamingTranslator(m, FakeVocab(), ["de", "ja"], waitk=1, cmvn=CMVN, max_len_b=15)
     words = tr.translate(audio(1.0))
     for lang in ("de", "ja"):
@@ -209,10 +197,10 @@ def test_translator_words_with_fake_vocab():
 
 
 @pytest.mark.parametrize("strategy", ["sync", "async"])
-def test_special_tokens_are_never_generated(strategy):
+def test_special_tokens_are_never_generated(tiny_model, strategy):
     """An undertrained model whose argmax is a <lang:xx> tag, pad or bos must still write real tokens:
     every decoding path (streaming joint, masked greedy, beam) bans model.never_generate_ids()."""
-    m = make("unified", strategy=strategy)
+    m = tiny_model("unified", strategy=strategy)
     banned = m.never_generate_ids()
     assert banned == sorted({0, 1, *TAGS.values()})  # bos, pad and the three tags; EOS (2) is allowed
     boost = torch.zeros(V)
@@ -228,7 +216,7 @@ def test_special_tokens_are_never_generated(strategy):
             assert toks and not set(toks) & set(banned), (lang, toks)
 
 
-def test_last_word_flushed_when_language_writes_eos(monkeypatch):
+def test_last_word_flushed_when_language_writes_eos(tiny_model, monkeypatch):
     """A language that writes EOS long before the source ends gets its last word at that moment:
     its delay is when it was written, not the source length."""
     import mmst.simultaneous.joint as joint_mod
@@ -242,7 +230,7 @@ def test_last_word_flushed_when_language_writes_eos(monkeypatch):
         return out
 
     monkeypatch.setattr(joint_mod, "constrain_logits", forced)
-    tr = StreamingTranslator(make(seed=3), FakeVocab(), ["de"], waitk=1, cmvn=CMVN, max_len_b=20)
+    tr = StreamingTranslator(tiny_model(seed=3), FakeVocab(), ["de"], waitk=1, cmvn=CMVN, max_len_b=20)
     res = stream_utterance(tr, audio(4.0), ["de"], segment_ms=320.0)
     assert res.per_lang["de"].units == ["hello"]
     assert res.per_lang["de"].delays[0] <= 1000.0  # written within the first second, not 4000 ms

@@ -1,10 +1,11 @@
-"""eval/simultaneous_eval.py end to end on a tiny untrained model, and its bad-input handling."""
+"""eval/simultaneous_eval.py (a subprocess) end to end on a tiny untrained model, and its bad-input handling."""
 
 from __future__ import annotations
 
 import json
-import logging
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,33 +14,26 @@ import pytest
 import soundfile as sf
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(ROOT / "eval"))
-
-from eval_fixtures import make_tiny_system  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    import torch
-
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("sim_eval")
-    return make_tiny_system(root, langs=("de", "es"), extra_audio=True)
+@pytest.fixture
+def tiny(tiny_system):
+    """The shared evaluation system of conftest.py."""
+    return tiny_system
 
 
-def _main(argv):
-    import simultaneous_eval
+def _main(argv) -> subprocess.CompletedProcess:
+    """Run the command line (a separate process, as users run it)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, str(ROOT / "eval" / "simultaneous_eval.py"), *map(str, argv)],
+                          capture_output=True, text=True, timeout=300, env=env)
 
-    return simultaneous_eval.main([str(a) for a in argv])
 
-
-def test_sweep_writes_everything(tiny, tmp_path, caplog):
+def test_sweep_writes_everything(tiny, tmp_path):
     out = tmp_path / "out"
-    with caplog.at_level(logging.WARNING):
-        rc = _main(["--checkpoint", tiny["ckpt"], "--data", tiny["data"], "--tgt-langs", "de,es",
-                    "--waitk-lagging", "1,3", "--max-len-b", "8", "--out", out, "--no-progress", "--threads", "1"])
-    assert rc == 0
+    p = _main(["--checkpoint", tiny["ckpt"], "--data", tiny["data"], "--tgt-langs", "de,es",
+                "--waitk-lagging", "1,3", "--max-len-b", "8", "--out", out, "--no-progress", "--threads", "1"])
+    assert p.returncode == 0, p.stderr[-3000:]
     for k in (1, 3):
         for lang in ("de", "es"):
             lines = (out / f"k{k}" / lang / "instances.log").read_text().splitlines()
@@ -55,14 +49,14 @@ def test_sweep_writes_everything(tiny, tmp_path, caplog):
     summary = json.loads((out / "scores.json").read_text())
     assert summary["ks"] == [1, 3] and "AL" in summary["sweep"]["k3"]["per_lang"]["de"]
     assert "| k=1 |" in (out / "scores.md").read_text()
-    assert "silent audio" in caplog.text  # the all-zero file is reported
+    assert "silent audio" in p.stderr  # the all-zero file is reported
 
 
 def test_offline(tiny, tmp_path):
     out = tmp_path / "off"
-    rc = _main(["--checkpoint", tiny["ckpt"], "--tgt-langs", "es", "--offline", "--beam", "2", "--max-len-b", "6",
+    p = _main(["--checkpoint", tiny["ckpt"], "--tgt-langs", "es", "--offline", "--beam", "2", "--max-len-b", "6",
                 "--min-len", "3", "--out", out, "--no-progress", "--threads", "1"])
-    assert rc == 0
+    assert p.returncode == 0, p.stderr[-3000:]
     for line in (out / "es" / "instances.log").read_text().splitlines():
         d = json.loads(line)
         assert all(x == d["source_length"] for x in d["delays"])  # offline: everything at the end
@@ -71,31 +65,31 @@ def test_offline(tiny, tmp_path):
     assert es["EndOffset"] == 0 and es["AL"] == pytest.approx(es["StartOffset"])  # AL = |X| per sentence
 
 
-def test_unknown_language_is_clear_error(tiny, tmp_path, capsys):
-    rc = _main(["--checkpoint", tiny["ckpt"], "--tgt-langs", "de,fr", "--out", tmp_path / "x", "--no-progress"])
-    err = capsys.readouterr().err
-    assert rc == 1 and "fr not in the model" in err and "Traceback" not in err
+def test_unknown_language_is_clear_error(tiny, tmp_path):
+    p = _main(["--checkpoint", tiny["ckpt"], "--tgt-langs", "de,fr", "--out", tmp_path / "x", "--no-progress"])
+    err = p.stderr
+    assert p.returncode == 1 and "fr not in the model" in err and "Traceback" not in err
 
 
-def test_missing_checkpoint_is_clear_error(tmp_path, capsys):
-    rc = _main(["--checkpoint", tmp_path / "nope.pt", "--out", tmp_path / "x", "--no-progress"])
-    err = capsys.readouterr().err
-    assert rc == 1 and "checkpoint not found" in err
+def test_missing_checkpoint_is_clear_error(tmp_path):
+    p = _main(["--checkpoint", tmp_path / "nope.pt", "--out", tmp_path / "x", "--no-progress"])
+    err = p.stderr
+    assert p.returncode == 1 and "checkpoint not found" in err
 
 
-def test_other_vocab_is_clear_error(tiny, tmp_path, capsys):
+def test_other_vocab_is_clear_error(tiny, tmp_path):
     from mmst.data.vocab import lang_tag, train_sentencepiece
 
     other = tmp_path / "DATA2"
     shutil.copytree(tiny["data"], other)
     train_sentencepiece(["ganz andere saetze hier", "otra cosa completamente distinta"] * 3,
                         other / "spm_joint.model", 40, user_defined_symbols=[lang_tag("de"), lang_tag("es")])
-    rc = _main(["--checkpoint", tiny["ckpt"], "--data", other, "--out", tmp_path / "x", "--no-progress"])
-    err = capsys.readouterr().err
-    assert rc == 1 and "another vocabulary" in err and "Traceback" not in err
+    p = _main(["--checkpoint", tiny["ckpt"], "--data", other, "--out", tmp_path / "x", "--no-progress"])
+    err = p.stderr
+    assert p.returncode == 1 and "another vocabulary" in err and "Traceback" not in err
 
 
-def test_empty_audio_and_missing_reference(tiny, tmp_path, caplog):
+def test_empty_audio_and_missing_reference(tiny, tmp_path):
     from mmst.data.manifest import read_manifest, read_manifest_header, write_manifest
 
     data = tmp_path / "DATA3"
@@ -108,11 +102,10 @@ def test_empty_audio_and_missing_reference(tiny, tmp_path, caplog):
     rows[1]["tgt_text_de"] = ""
     write_manifest(data / "tst-COMMON.tsv", rows, cols)
     out = tmp_path / "o"
-    with caplog.at_level(logging.WARNING):
-        rc = _main(["--checkpoint", tiny["ckpt"], "--data", data, "--tgt-langs", "de", "--max-len-b", "5",
-                    "--min-len", "5", "--out", out, "--no-progress", "--threads", "1"])
-    assert rc == 0
-    assert "empty" in caplog.text and "no de reference" in caplog.text
+    p = _main(["--checkpoint", tiny["ckpt"], "--data", data, "--tgt-langs", "de", "--max-len-b", "5",
+                "--min-len", "5", "--out", out, "--no-progress", "--threads", "1"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "empty" in p.stderr and "no de reference" in p.stderr
     ins = [json.loads(x) for x in (out / "de" / "instances.log").read_text().splitlines()]
     assert ins[0]["prediction"] == "" and ins[1]["reference"] is None
 

@@ -7,15 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from mmst.distributed.straggler_model import (
-    blom_quantile,
-    choose_tau,
-    dropcompute_expectations,
-    expected_max_sum_blom,
-    expected_max_sum_mc,
-    predict,
-)
+from mmst.distributed.straggler_model import choose_tau, dropcompute_expectations
 from mmst.distributed.stragglers import StragglerInjector, parse_delay_spec, parse_slow_rank
+from mmst.simulation.step_time import blom_quantile, expected_max_sum_blom, expected_max_sum_mc, predict
 
 
 def test_blom_quantile_values():

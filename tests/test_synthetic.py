@@ -1,4 +1,4 @@
-"""Tests for mmst.data.synthetic: grammar translations/reordering, TTS, MuST-C corpus writer."""
+"""Tests for mmst.corpora.synthetic: grammar translations/reordering, TTS, MuST-C corpus writer."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import soundfile as sf
 import yaml
 
-from mmst.data.synthetic import LANGS, Grammar, realize, speaker_pool
-from mmst.data.synthetic.grammar import ADJECTIVES, NOUNS, NP, VERBS, Clause, Sentence
-from mmst.data.synthetic.writer import (
+from mmst.corpora.synthetic import LANGS, Grammar, realize, speaker_pool
+from mmst.corpora.synthetic.grammar import ADJECTIVES, NOUNS, NP, VERBS, Clause, Sentence
+from mmst.corpora.synthetic.writer import (
     CorpusConfigError,
     grammar_segments,
     plan_talks,
@@ -213,7 +213,7 @@ def test_text_dir_flores():
 
 
 def test_missing_espeak_message(monkeypatch):
-    from mmst.data.synthetic import tts
+    from mmst.corpora.synthetic import tts
 
     monkeypatch.setattr(tts.shutil, "which", lambda name: None)
     with pytest.raises(tts.EspeakNotFoundError, match="Debian package `espeak-ng`"):

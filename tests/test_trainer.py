@@ -1,7 +1,7 @@
 """Tests for the training loop (mmst.training.trainer / step / strategy / cli).
 
 The DATA directory is the synthetic feature corpus of tests/fixtures_data.py (de, es). Models are tiny
-(d=48) so every test runs in seconds on one CPU thread; the BLEU acceptance test is marked slow.
+(d=48) so every test runs in seconds on one CPU thread; the end-to-end BLEU test is marked slow.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from fixtures_data import tiny_acceptance_data, tiny_feature_data  # noqa: F401  (session fixtures)
 
 from mmst.training.checkpoint import VocabMismatchError, load_checkpoint
 from mmst.training.config import load_config
@@ -47,7 +46,7 @@ class _NaNCriterion:
         return loss, st
 
 
-def test_nan_updates_are_skipped_and_counted(tiny_feature_data, tmp_path):  # noqa: F811
+def test_nan_updates_are_skipped_and_counted(tiny_feature_data, tmp_path):
     tr = build_trainer(_cfg("optim.max_update=6", "valid.interval_updates=0"), tiny_feature_data, tmp_path)
     tr.criterion = _NaNCriterion(tr.criterion, bad_calls={2, 3})
     state = tr.train()
@@ -60,7 +59,7 @@ def test_nan_updates_are_skipped_and_counted(tiny_feature_data, tmp_path):  # no
     assert len(nan) == 2 and nan[0]["batch_ids"]
 
 
-def test_nan_in_a_row_stops_with_batch_ids(tiny_feature_data, tmp_path):  # noqa: F811
+def test_nan_in_a_row_stops_with_batch_ids(tiny_feature_data, tmp_path):
     tr = build_trainer(_cfg("optim.max_update=6", "optim.max_consecutive_nan=3", "optim.update_freq=2"),
                        tiny_feature_data, tmp_path)
     tr.criterion = _NaNCriterion(tr.criterion)
@@ -72,7 +71,7 @@ def test_nan_in_a_row_stops_with_batch_ids(tiny_feature_data, tmp_path):  # noqa
     assert all(torch.equal(before[k], v) for k, v in tr.model.state_dict().items())  # nothing applied
 
 
-def test_multi_k_and_separate_arch(tiny_feature_data, tmp_path):  # noqa: F811
+def test_multi_k_and_separate_arch(tiny_feature_data, tmp_path):
     cfg = _cfg("optim.max_update=4", "waitk_lagging=[1,2,offline]", "model.arch=separate", "model.vocab=per_lang",
                "criterion.ctc_weight=0.3", "valid.interval_updates=2", "valid.bleu_waitk=[offline,2]",
                "optim.update_freq=2")
@@ -86,7 +85,7 @@ def test_multi_k_and_separate_arch(tiny_feature_data, tmp_path):  # noqa: F811
     assert (tmp_path / "checkpoint_best.pt").is_file()
 
 
-def test_stop_time_hours_is_cumulative_across_resume(tiny_feature_data, tmp_path):  # noqa: F811
+def test_stop_time_hours_is_cumulative_across_resume(tiny_feature_data, tmp_path):
     # 1e-9 h = 3.6 us: the first update always takes longer, so the run stops right after it
     tr = build_trainer(_cfg("optim.max_update=50", "optim.stop_time_hours=1e-9", "valid.interval_updates=0"),
                        tiny_feature_data, tmp_path)
@@ -105,7 +104,7 @@ def test_stop_time_hours_is_cumulative_across_resume(tiny_feature_data, tmp_path
     assert all(0.0 <= r["padding_pct"] < 100.0 and 0.0 <= r["loader_wait_pct"] <= 100.0 for r in train)
 
 
-def test_resume_checks_languages_and_vocab(tiny_feature_data, tmp_path):  # noqa: F811
+def test_resume_checks_languages_and_vocab(tiny_feature_data, tmp_path):
     tr = build_trainer(_cfg("optim.max_update=2", "valid.interval_updates=0"), tiny_feature_data, tmp_path)
     tr.train()
     from mmst.data.dataset import LanguageMismatchError
@@ -135,7 +134,7 @@ AUGMENT = ("data.augment.specaugment_policy=LD", "data.augment.specaugment={time
 
 
 @pytest.mark.slow
-def test_sigkill_resume_is_bit_identical(tiny_feature_data, tmp_path):  # noqa: F811
+def test_sigkill_resume_is_bit_identical(tiny_feature_data, tmp_path):
     n = 45
     ref, run = tmp_path / "ref", tmp_path / "run"
     subprocess.run(_cli(tiny_feature_data, ref, f"optim.max_update={n}", *AUGMENT), check=True, env=_env(),
@@ -175,8 +174,8 @@ def test_sigkill_resume_is_bit_identical(tiny_feature_data, tmp_path):  # noqa: 
 
 
 @pytest.mark.slow
-def test_tiny_training_reaches_training_set_bleu(tiny_acceptance_data, tmp_path):  # noqa: F811
-    """Acceptance: after a fixed tiny training run, training-set BLEU exceeds a threshold an untrained model
+def test_tiny_training_reaches_training_set_bleu(tiny_e2e_data, tmp_path):
+    """After a fixed tiny training run, training-set BLEU exceeds a threshold an untrained model
     can't reach. Real pipeline: synthesize_corpus.py --grammar --difficulty easy (espeak-ng) ->
     prep_multiway.py -> mmst-train components; ~97 BLEU after 300 updates, untrained ~1."""
     threshold = 60.0
@@ -187,7 +186,7 @@ def test_tiny_training_reaches_training_set_bleu(tiny_acceptance_data, tmp_path)
                              "model.overrides.encoder_layers=2", "model.overrides.decoder_layers=2",
                              "model.overrides.ffn_dim=192", "model.overrides.conv_channels=96",
                              "model.overrides.dropout=0.0", "waitk_lagging=[3,offline]"])
-    tr = build_trainer(cfg, tiny_acceptance_data, tmp_path)
+    tr = build_trainer(cfg, tiny_e2e_data, tmp_path)
     untrained = tr.validator.run(tr.model)
     assert untrained["bleu"] < 5.0
     t0 = time.time()
@@ -200,7 +199,7 @@ def test_tiny_training_reaches_training_set_bleu(tiny_acceptance_data, tmp_path)
     assert math.isfinite(res["loss"])
 
 
-def test_every_joint_vocab_model_knows_all_language_tags(tiny_feature_data, tmp_path):  # noqa: F811
+def test_every_joint_vocab_model_knows_all_language_tags(tiny_feature_data, tmp_path):
     """A bilingual separate-decoder model on the joint vocab must still never write any <lang:xx>."""
     from mmst.data.vocab import Vocab
 

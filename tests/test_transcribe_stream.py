@@ -3,32 +3,31 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(ROOT / "eval"))
-
-from eval_fixtures import make_tiny_system  # noqa: E402
 
 
-def test_transcribe_stream_writes_hypotheses_per_file_and_language(tmp_path, capsys):
-    import torch
+def _main(argv) -> subprocess.CompletedProcess:
+    """Run ``eval/transcribe_stream.py`` as users do (a separate process)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, str(ROOT / "eval" / "transcribe_stream.py"), *map(str, argv)],
+                          capture_output=True, text=True, timeout=300, env=env)
 
-    torch.set_num_threads(1)
-    import transcribe_stream
 
-    tiny = make_tiny_system(tmp_path / "sys", langs=("de", "es"), extra_audio=True)
+def test_transcribe_stream_writes_hypotheses_per_file_and_language(tiny_system, tmp_path):
+    tiny = tiny_system
     tsv = tmp_path / "list.tsv"
     wavs = [w for w in tiny["wavs"] if "8k" in w.name or "44k" in w.name]
     assert len(wavs) == 2
     tsv.write_text("id\taudio\ten\n" + "".join(f"{w.stem}\t{w}\thello there\n" for w in wavs), encoding="utf-8")
     out = tmp_path / "out"
-    rc = transcribe_stream.main(["--checkpoint", str(tiny["ckpt"]), "--data", str(tiny["data"]),
-                                 "--tsv", str(tsv), "--waitk-lagging", "2", "--max-len-b", "6",
-                                 "--out", str(out)])
-    assert rc == 0
+    p = _main(["--checkpoint", tiny["ckpt"], "--data", tiny["data"], "--tsv", tsv, "--waitk-lagging", "2",
+               "--max-len-b", "6", "--out", out])
+    assert p.returncode == 0, p.stderr[-3000:]
     recs = [json.loads(x) for x in (out / "hypotheses.jsonl").read_text().splitlines()]
     assert [(r["id"], r["lang"]) for r in recs] == [(w.stem, lang) for w in wavs for lang in ("de", "es")]
     for r in recs:
@@ -41,12 +40,9 @@ def test_transcribe_stream_writes_hypotheses_per_file_and_language(tmp_path, cap
     assert "| utt_8k | de |" in (out / "hypotheses.md").read_text()
 
 
-def test_transcribe_stream_names_the_missing_field(tmp_path, capsys):
-    import transcribe_stream
-
+def test_transcribe_stream_names_the_missing_field(tmp_path):
     tsv = tmp_path / "bad.tsv"
     tsv.write_text("id\taudio\nx\t\n", encoding="utf-8")
-    rc = transcribe_stream.main(["--checkpoint", str(tmp_path / "none.pt"), "--tsv", str(tsv),
-                                 "--out", str(tmp_path / "o")])
-    assert rc == 1
-    assert "bad.tsv:2: missing field 'audio'" in capsys.readouterr().err
+    p = _main(["--checkpoint", tmp_path / "none.pt", "--tsv", tsv, "--out", tmp_path / "o"])
+    assert p.returncode == 1
+    assert "bad.tsv:2: missing field 'audio'" in p.stderr

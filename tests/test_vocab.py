@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from mmst.data.multiway import auto_vocab_size
+from mmst.corpora.multiway import auto_vocab_size
 from mmst.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, lang_tag, train_sentencepiece
 
 SENTS = [

@@ -221,7 +221,7 @@ class MultiwayDataset(torch.utils.data.Dataset):
 
     def vocab_info(self) -> dict[str, Any]:
         """Fingerprints ``{"tgt": {lang: {"path","size","sha256"}}, "src": ...}`` for checkpoints."""
-        from mmst.training.checkpoint import vocab_fingerprint
+        from mmst.data.vocab import vocab_fingerprint
 
         info: dict[str, Any] = {"tgt": {lang: vocab_fingerprint(self.vocab_paths[lang], len(self.tgt_vocabs[lang]))
                                         for lang in self.tgt_langs}, "src": None}

@@ -23,7 +23,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from mmst.data.atomic import atomic_write_text
+from mmst.atomic import atomic_write_text
 
 TGT_PREFIX = "tgt_text_"
 """Prefix of the per-language target text columns."""

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 import numpy as np
 from tqdm import tqdm
 
-from mmst.data.atomic import atomic_path
+from mmst.atomic import atomic_path
 
 NPY_MAGIC = b"\x93NUMPY"
 _LOCAL_HEADER_SIG = b"PK\x03\x04"

@@ -31,15 +31,17 @@ raw text.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import sentencepiece as spm
 
-from mmst.data.atomic import atomic_write_bytes, atomic_write_text
+from mmst.atomic import atomic_write_bytes, atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -277,3 +279,17 @@ def train_sentencepiece(
     log.info("%s: trained SentencePiece %s, requested %d, min %d, got %d pieces from %d sentences",
              model_path, model_type, vocab_size, minimum, len(vocab), len(sents))
     return info
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def vocab_fingerprint(path: str | Path, size: int) -> dict[str, Any]:
+    """``{"path", "size", "sha256"}`` of a SentencePiece model (stored in checkpoints)."""
+    return {"path": str(path), "size": int(size), "sha256": file_sha256(path)}

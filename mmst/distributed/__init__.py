@@ -11,9 +11,10 @@ Modes (all work on any ``loss_fn(model, micro_batch) -> (loss, stats)`` step):
 
 Support: :mod:`~mmst.distributed.env` (process group, ``--dist-timeout``, :class:`DistributedError`),
 :mod:`~mmst.distributed.stragglers` (delay injection), :mod:`~mmst.distributed.straggler_model`
-(analytic step-time model), :mod:`~mmst.distributed.run` (stand-alone torchrun runner on the fixed
-small task :mod:`~mmst.distributed.toy`), :mod:`~mmst.distributed.integration` (``mmst-train``
-strategies; registered on import when :mod:`mmst.training` is available).
+(DropCompute's automatic threshold, :func:`~mmst.distributed.straggler_model.choose_tau`).
+``mmst-train`` reaches these modes through :mod:`mmst.training.distributed`; the stand-alone runner on
+a small synthetic task and the step-time predictions live in :mod:`mmst.simulation`.
+This package imports nothing from :mod:`mmst.training`.
 """
 
 from __future__ import annotations
@@ -21,10 +22,3 @@ from __future__ import annotations
 from mmst.distributed.env import DistEnv, DistributedError, init_distributed
 
 __all__ = ["DistEnv", "DistributedError", "init_distributed"]
-
-try:  # make `mmst-train --distributed ddp|dropcompute|param-server` available
-    from mmst.distributed.integration import register as _register
-
-    _register()
-except ImportError:  # pragma: no cover - trainer not installed
-    pass

@@ -26,14 +26,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from mmst.training.strategy import StrategyError
-
 DEFAULT_TIMEOUT_S = 300.0
 
 
-class DistributedError(StrategyError):
+class DistributedError(RuntimeError):
     """A collective or point-to-point operation failed: a peer rank died, hung past the timeout, or the
-    process group could not be formed. The message names this rank, the operation and the timeout."""
+    process group could not be formed. The message names this rank, the operation and the timeout;
+    ``mmst-train`` prints it as one error line and exits 1."""
 
 
 @dataclass

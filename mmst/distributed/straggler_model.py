@@ -1,4 +1,8 @@
-"""Analytic model of synchronous step time under compute variance, and of DropCompute.
+"""Analytic model of synchronous step time under compute variance, and DropCompute's threshold choice.
+
+The runtime part: :func:`choose_tau` (``--compute-threshold auto``) and the Monte-Carlo expectations it
+evaluates (Eq. 4-6). The step-time predictions of Eq. 1-3 (Monte Carlo and Blom), which the straggler
+benchmark compares with measurements, are in :mod:`mmst.simulation.step_time`.
 
 Notation: N workers, M micro-batches per worker per step, ``t_nm`` the time of micro-batch m on worker n
 (seconds), ``T_n = sum_m t_nm`` the worker's compute, ``T_c`` the per-step overhead (all-reduce,
@@ -34,26 +38,12 @@ Monte Carlo over the measured per-micro-batch times.
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
 
 
-def blom_quantile(n: int) -> float:
-    """``Phi^{-1}((n - 0.375)/(n + 0.25))``: E[max of n standard normals] by Blom's formula (0 for n=1).
-
-    Raises:
-        ValueError: n < 1.
-    """
-    if n < 1:
-        raise ValueError("n must be >= 1")
-    if n == 1:
-        return 0.0
-    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
-
-
-def _pools(micro_times: Any, n_workers: int) -> list[np.ndarray]:
+def sample_pools(micro_times: Any, n_workers: int) -> list[np.ndarray]:
     """Per-worker sample pools from ``micro_times``: a flat array (shared pool, i.i.d. workers), or a
     list/array indexed by rank first ``(R, ...)`` (per-rank pools; with R != n_workers, worker n uses
     pool ``n % R``). NaNs (dropped micro-batches) are ignored.
@@ -74,33 +64,13 @@ def _pools(micro_times: Any, n_workers: int) -> list[np.ndarray]:
 
 def simulate(micro_times: Any, n_workers: int, m: int, n_sims: int = 4000, seed: int = 0) -> np.ndarray:
     """Monte-Carlo draws of micro-batch times, shape ``(n_sims, n_workers, m)`` (seconds), resampled
-    with replacement from each worker's pool (see :func:`_pools`)."""
+    with replacement from each worker's pool (see :func:`sample_pools`)."""
     rng = np.random.default_rng(seed)
-    pools = _pools(micro_times, n_workers)
+    pools = sample_pools(micro_times, n_workers)
     out = np.empty((n_sims, n_workers, m))
     for n, p in enumerate(pools):
         out[:, n, :] = rng.choice(p, size=(n_sims, m), replace=True)
     return out
-
-
-def expected_max_sum_mc(micro_times: Any, n_workers: int, m: int, n_sims: int = 4000, seed: int = 0) -> float:
-    """E[max_n sum_m t_nm] by Monte Carlo (Eq. 1 without T_c), seconds."""
-    sims = simulate(micro_times, n_workers, m, n_sims, seed)
-    return float(sims.sum(axis=2).max(axis=1).mean())
-
-
-def expected_max_sum_blom(micro_times: Any, n_workers: int, m: int) -> float:
-    """E[max_n sum_m t_nm] by Blom's approximation (Eq. 2) with pooled moments, seconds.
-
-    Per-worker moments: ``mu = M mean(t)``, ``sigma = sqrt(M var(t))``. With per-rank pools of
-    different means (a slow rank) the i.i.d. assumption fails; the result is then
-    ``max(max_n mu_n, mu + sigma q_N)`` as a crude bound - prefer Monte Carlo there.
-    """
-    pools = _pools(micro_times, n_workers)
-    allt = np.concatenate(pools)
-    mu, sigma = m * allt.mean(), math.sqrt(m * allt.var())
-    est = mu + sigma * blom_quantile(n_workers)
-    return float(max(est, max(m * p.mean() for p in pools)))
 
 
 def dropcompute_expectations(micro_times: Any, n_workers: int, m: int, tau: float, comm_s: float = 0.0,
@@ -136,7 +106,7 @@ def choose_tau(micro_times: Any, comm_s: float = 0.0, n_workers: int | None = No
 
     Args:
         micro_times: measured times ``(N, S, M)`` (rank, step, micro-batch; NaN = not run) or any form
-            accepted by :func:`_pools`.
+            accepted by :func:`sample_pools`.
         comm_s: T_c, seconds. n_workers / m: default from the array shape.
         max_drop_rate: optional constraint on Eq. 4 (None = unconstrained, as in the paper).
         n_sims: Monte-Carlo steps. n_grid: candidate thresholds (quantiles of the simulated step maxima
@@ -177,28 +147,3 @@ def choose_tau(micro_times: Any, comm_s: float = 0.0, n_workers: int | None = No
     if max_drop_rate is not None:
         best = {**best, **{f"unconstrained_{k_}": v for k_, v in free.items() if k_ in ("tau_s", "drop_rate", "speedup")}}
     return best
-
-
-def predict(micro_times: Any, n_workers: int, m: int, comm_s: float = 0.0, single_step_s: float | None = None,
-            tau: float | None = None, n_sims: int = 4000, seed: int = 0) -> dict[str, float]:
-    """Predicted synchronous step time and scaling efficiency from measured micro-batch times.
-
-    Args:
-        micro_times: measured per-micro-batch times (flat, or per rank first).
-        n_workers, m: N and M. comm_s: per-step overhead T_c of the N-worker run.
-        single_step_s: measured mean step time of ONE worker (default: ``M E[t]``, no overhead).
-        tau: also predict DropCompute with this threshold.
-
-    Returns:
-        dict: ``step_mc_s``, ``step_blom_s`` (Eq. 1 with MC / Blom), ``eff_mc``, ``eff_blom`` (Eq. 3),
-        and with ``tau`` the DropCompute ``dc_step_s``, ``dc_drop_rate``, ``dc_speedup``.
-    """
-    pools = _pools(micro_times, n_workers)
-    t1 = single_step_s if single_step_s is not None else m * float(np.concatenate(pools).mean())
-    mc = expected_max_sum_mc(micro_times, n_workers, m, n_sims, seed) + comm_s
-    bl = expected_max_sum_blom(micro_times, n_workers, m) + comm_s
-    out = {"step_mc_s": mc, "step_blom_s": bl, "eff_mc": t1 / mc, "eff_blom": t1 / bl}
-    if tau is not None:
-        r = dropcompute_expectations(micro_times, n_workers, m, tau, comm_s, n_sims, seed)
-        out.update(dc_step_s=r["step_s"], dc_drop_rate=r["drop_rate"], dc_speedup=r["speedup"])
-    return out

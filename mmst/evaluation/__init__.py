@@ -8,5 +8,9 @@ Modules (import them directly; this package imports nothing heavy on its own):
 - :mod:`mmst.evaluation.instances` - SimulEval ``instances.log`` read/write;
 - :mod:`mmst.evaluation.report` - ``scores.json``, ``scores.md``, BLEU-vs-AL plot;
 - :mod:`mmst.evaluation.streaming` - drive a streaming translator exactly like SimulEval drives an agent;
-- :mod:`mmst.evaluation.loading` - checkpoint + DATA loading with clear errors.
+- :mod:`mmst.evaluation.loading` - checkpoint + DATA loading with clear errors;
+- :mod:`mmst.evaluation.utterances` - the utterances and references of a manifest split;
+- :mod:`mmst.evaluation.frontend` - audio reading, level checks and stream input (shared with the agent);
+- :mod:`mmst.evaluation.runner` - the per-utterance runner and wait-k sweeps (``eval/simultaneous_eval.py``);
+- :mod:`mmst.evaluation.compare` - systems compared across a sweep.
 """

@@ -1,4 +1,4 @@
-"""Compare systems across a wait-k sweep: BLEU and latency per language, seeds aggregated (issue 8).
+"""Compare systems across a wait-k sweep: BLEU and latency per language, seeds aggregated.
 
 Input: for every system, one or more evaluation directories written by ``eval/simultaneous_eval.py``:
 
@@ -42,6 +42,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from mmst.atomic import atomic_path, atomic_write_text
 
 logger = logging.getLogger("mmst.evaluation.compare")
 
@@ -181,7 +183,7 @@ def count_parameters(checkpoint: str | os.PathLike[str]) -> int:
     embeddings once). Raises :class:`CompareError` when it cannot be loaded."""
     key = str(Path(checkpoint).resolve())
     if key not in _PARAM_CACHE:
-        from mmst.training.trainer import load_model_from_checkpoint
+        from mmst.models.checkpoint import load_model_from_checkpoint
 
         try:
             model, _ = load_model_from_checkpoint(checkpoint)
@@ -418,10 +420,9 @@ def plot_comparison(cmp: Mapping[str, Any], lang: str, path: str | os.PathLike[s
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
     return path
 
 
@@ -439,8 +440,6 @@ def write_comparison(cmp: dict[str, Any], out_dir: str | os.PathLike[str], *, ti
             p = plot_comparison(cmp, lang, out / f"bleu_{latency.lower()}_{lang}.png", latency=latency)
             if p is not None:
                 cmp["plots"][lang] = p.name
-    from mmst.data.atomic import atomic_write_text
-
     atomic_write_text(out / "comparison.json", json.dumps(cmp, indent=2, ensure_ascii=False) + "\n")
     atomic_write_text(out / "comparison.md", comparison_markdown(cmp, title))
     return cmp

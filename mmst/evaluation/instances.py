@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mmst.atomic import atomic_write_lines
 from mmst.evaluation.latency import join_units
 
 #: Keys every instance line must have to be scored.
@@ -80,13 +81,7 @@ def write_instances(path: str | os.PathLike, instances: Iterable[dict[str, Any]]
 
     Parent directories are created.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for ins in instances:
-            f.write(json.dumps(ins, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    atomic_write_lines(path, (json.dumps(ins, ensure_ascii=False) for ins in instances))
 
 
 def read_instances(path: str | os.PathLike) -> list[dict[str, Any]]:

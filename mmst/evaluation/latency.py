@@ -421,8 +421,8 @@ def corpus_latency(
     ``reference``, ``index``), averaged over sentences with ``statistics.mean`` like SimulEval.
 
     The plain metrics always use ``delays`` and the ``_CA`` metrics ``elapsed`` (unlike SimulEval
-    1.1.4, which with ``--computation-aware`` computes the plain metrics from ``elapsed`` too, its
-    issue 44).
+    1.1.4, which with ``--computation-aware`` computes the plain metrics from ``elapsed`` too:
+    SimulEval issue 44).
 
     Args:
         instances: instance dicts (see :mod:`mmst.evaluation.instances`).

@@ -7,7 +7,7 @@ print them without a traceback):
 - a requested target language is not decoded by the model;
 - the DATA vocabulary differs from the one the checkpoint was trained with ("a checkpoint from
   another vocab"): SentencePiece model size and SHA-256 must match the checkpoint's fingerprints
-  (``mmst.training.checkpoint.check_vocab_compat``); without fingerprints, the vocab sizes must
+  (``mmst.models.checkpoint.check_vocab_compat``); without fingerprints, the vocab sizes must
   match the model's output sizes.
 """
 
@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from mmst.features import KALDI_INT16_SCALE, Dither, dither_seed_for
 
 logger = logging.getLogger("mmst.evaluation.loading")
 
@@ -38,8 +40,7 @@ def load_checkpoint_model(checkpoint: str | Path, device: str = "cpu") -> tuple[
     Raises:
         LoadError: missing/unreadable file, not an mmst checkpoint, incompatible weights.
     """
-    from mmst.training.checkpoint import CheckpointError
-    from mmst.training.trainer import load_model_from_checkpoint
+    from mmst.models.checkpoint import CheckpointError, load_model_from_checkpoint
 
     try:
         model, ckpt = load_model_from_checkpoint(checkpoint, map_location="cpu")
@@ -58,7 +59,7 @@ def resolve_data_dir(checkpoint: str | Path, data_dir: str | Path | None, ckpt: 
     """
     if data_dir is None:
         if ckpt is None:
-            from mmst.training.checkpoint import CheckpointError, load_checkpoint
+            from mmst.models.checkpoint import CheckpointError, load_checkpoint
 
             try:
                 ckpt = load_checkpoint(checkpoint)
@@ -104,8 +105,8 @@ def load_target_vocabs(data_dir: Path, ckpt: dict[str, Any], model: Any, langs: 
             or whose size differs from the model's output layer.
     """
     from mmst.data.dataset import load_data_config
-    from mmst.data.vocab import Vocab
-    from mmst.training.checkpoint import VocabMismatchError, check_vocab_compat, vocab_fingerprint
+    from mmst.data.vocab import Vocab, vocab_fingerprint
+    from mmst.models.checkpoint import VocabMismatchError, check_vocab_compat
 
     try:
         dcfg = load_data_config(data_dir)
@@ -320,31 +321,21 @@ class FeatureMatchedTranslator:
         self.inner = inner
         self.dither = float(dither)
         self.dither_mode = dither_mode
-        self._rng = np.random.default_rng(0)
+        self._dither = Dither(self.dither, dither_mode, 0)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     def reset(self, utt_id: str | None = None) -> None:
         """Reset the translator; seed the dither from ``utt_id`` (CRC32, as the data prep) or 0."""
-        from mmst.features import dither_seed_for
-
-        self._rng = np.random.default_rng(dither_seed_for(utt_id) if utt_id is not None else 0)
+        self._dither.reseed(dither_seed_for(utt_id) if utt_id is not None else 0)
         self.inner.reset()
 
     def accept_audio(self, samples: np.ndarray, finished: bool = False) -> Any:
         """Dither ``samples`` (float32 16 kHz) like the DATA's fbank, then feed the translator."""
         x = np.array(samples, dtype=np.float32, copy=True).reshape(-1)
         if x.size:
-            scaled = x * np.float32(32768.0)
-            if self.dither_mode == "silence":
-                silent = np.abs(scaled) < 0.5
-                k = int(np.count_nonzero(silent))
-                if k:
-                    scaled[silent] += self._rng.standard_normal(k, dtype=np.float32) * np.float32(self.dither)
-            else:
-                scaled += self._rng.standard_normal(scaled.size, dtype=np.float32) * np.float32(self.dither)
-            x = scaled / np.float32(32768.0)
+            x = self._dither(x * np.float32(KALDI_INT16_SCALE)) / np.float32(KALDI_INT16_SCALE)
         return self.inner.accept_audio(x, finished=finished)
 
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mmst.atomic import atomic_path, atomic_write_text
 from mmst.evaluation.latency import LATENCY_METRICS
 
 #: Column order of the Markdown tables.
@@ -55,13 +56,6 @@ def format_metrics_table(
     return "\n".join(lines)
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_scores(
     out_dir: str | os.PathLike,
     per_lang: Mapping[str, Mapping[str, Any]],
@@ -94,7 +88,7 @@ def write_scores(
         obj["config"] = dict(config)
     if extra:
         obj.update(extra)
-    _atomic_write_text(out / "scores.json", json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(out / "scores.json", json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
     rows: dict[str, Mapping[str, Any]] = {lang: v for lang, v in per_lang.items()}
     if len(per_lang) > 1:
@@ -130,7 +124,7 @@ def write_scores(
         for k, v in config.items():
             md.append(f"- {k}: `{v}`")
         md.append("")
-    _atomic_write_text(out / "scores.md", "\n".join(md))
+    atomic_write_text(out / "scores.md", "\n".join(md))
     return obj
 
 
@@ -182,6 +176,7 @@ def plot_latency_quality(
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
     return path

@@ -133,7 +133,7 @@ def provenance(command: str, repo: str | os.PathLike[str] = ".") -> dict[str, An
     except OSError:
         pass
     return {"command": command, "date": datetime.date.today().isoformat(), "git_commit": commit,
-            "machine": {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__}}
+            "machine": {"cpu": cpu, "cpu_model": cpu, "cores": os.cpu_count(), "torch": torch.__version__}}
 
 
 def _fmt(ms: dict[str, Any], nd: int = 2) -> str:
@@ -188,3 +188,32 @@ def render_markdown(report: dict[str, Any], title: str, descriptions: dict[str, 
         cells = [c for lang in report["langs"] for c in (_fmt(r["seen_per_lang"][lang]), _fmt(r["unseen_per_lang"][lang]))]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def cost_table(bench: dict) -> str:
+    """Markdown table of the augmentation rows of a ``bench/bench_train.py`` JSON."""
+    m = bench.get("meta", {})
+    lines = [f"Augmentation cost per batch (`bench/bench_train.py`, {m.get('cpu')} x{m.get('cpu_count')}, torch "
+             f"{m.get('torch')}, ~{m.get('frames_per_batch')} frames per batch"
+             + (f" of {m['data']}" if m.get("data") else "") + "):", "",
+             "| model | threads | utterances | update s | SpecAugment ms | % of update | on-the-fly speed perturbation "
+             "(soxr + fbank) ms | % of update | loader wait % |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in bench.get("results", []):
+        if "specaugment_pct" not in r:
+            continue
+        lw = r.get("loader_wait_pct")
+        lines.append(f"| {r['size']} {r['precision']} | {r['threads']} | {r['batch_utts']} | {r['s_per_update']:.2f} | "
+                     f"{1000 * r['specaugment_s_per_batch']:.1f} ({r['specaugment']}) | {r['specaugment_pct']:.2f}% | "
+                     f"{1000 * r['speed_onthefly_s_per_batch']:.0f} | {r['speed_onthefly_pct']:.1f}% | "
+                     + ("-" if lw is None else f"{lw:.2f}") + " |")
+    return "\n".join(lines) + "\n"
+
+
+def prep_line(rep: dict) -> str:
+    """One sentence on the prep-time cost of the speed-perturbed copies (``speed_perturb_<split>.json``)."""
+    pf = rep.get("per_factor", {})
+    n = sum(v["utterances"] for k, v in pf.items() if k != "1")
+    frames = {k: v["frames"] for k, v in pf.items()}
+    return (f"Speed-perturbed copies at prep time: {n} copies ({rep.get('resampler')}, {rep.get('jobs')} process) in "
+            f"{rep.get('feature_seconds')} s of feature extraction; frames per factor {frames} "
+            f"(`{rep.get('manifest')}`).\n")

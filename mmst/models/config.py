@@ -15,7 +15,7 @@ ENCODER_ATTENTION_MODES = ("chunk-causal", "offline")
 STRATEGIES = ("sync", "async")
 
 #: Named sizes. ``s`` follows fairseq ``s2t_transformer_s``; ``m`` follows ``s2t_transformer_m``
-#: (without its larger dropout); ``xs`` is the CPU demo size (the calibration prototype of issue 3:
+#: (without its larger dropout); ``xs`` is the CPU demo size (the calibration prototype:
 #: d=192, 4 encoder / 3 decoder layers, ~4.5M parameters with a 1k vocab).
 SIZES: dict[str, dict[str, Any]] = {
     "xs": dict(
@@ -58,7 +58,7 @@ class ModelConfig:
             per-chunk cost of long streams); 0 (default) = all earlier chunks.
         share_decoder_input_output_embed: tie decoder input embedding and output projection.
         pad_id, bos_id, eos_id: special ids (see CONTRACTS.md).
-        strategy: unified only, ``"sync"`` or ``"async"`` (issue 8, see :mod:`mmst.models.unified`).
+        strategy: unified only, ``"sync"`` or ``"async"`` (see :mod:`mmst.models.unified`).
         async_order: async language order (default ``tgt_langs``); language j (0-based) lags
             ``k + j * async_delta`` chunks.
         async_delta: lag step between consecutive async languages, in chunks (>= 0).

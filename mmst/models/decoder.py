@@ -6,7 +6,7 @@ self-attention keys/values grow in ``state``; cross-attention keys/values are pr
 encoder state and extended as new encoder states (chunks) arrive (chunk-causal encoders never change
 earlier states). For re-encoding (offline encoder) call :meth:`DecoderState.invalidate_cross`.
 
-Hooks for the async strategy (issue 8): explicit ``positions`` (per-language positions in a merged
+Hooks for the async strategy: explicit ``positions`` (per-language positions in a merged
 stream), ``extra_embed`` (e.g. a language embedding per token) and a custom ``self_attn_mask``.
 """
 

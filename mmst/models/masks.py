@@ -125,7 +125,7 @@ def async_self_mask(
     cross_lang_attn: bool = True,
     key_valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Self-attention mask of the async merged multi-language stream (issue 8), True = may attend.
+    """Self-attention mask of the async merged multi-language stream, True = may attend.
 
     Element e = (j, i): language j (0-based index in ``async_order``, lag ``k_j = k + j * delta``) at
     position i (0-based; i = 0 is the ``<lang:xx>`` tag) of its own tag-prefixed stream. Its output

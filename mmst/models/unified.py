@@ -9,7 +9,7 @@ Strategies (``cfg.strategy``):
   (row ``j * B + b`` = language j, utterance b) and share the encoder output without copying it
   (cross-attention keys/values are projected once per layer, see
   :class:`mmst.models.layers.MultiheadAttention`).
-* ``async`` (issue 8): languages ``l_1..l_N`` in ``cfg.async_order`` run at lags
+* ``async``: languages ``l_1..l_N`` in ``cfg.async_order`` run at lags
   ``k_j = k + (j-1) * async_delta`` and form ONE merged stream in emission order. Each element carries
   its token embedding, a language embedding (zero-initialised, so an async model starts as the sync
   one) and its position within its own language's stream. Element (j, i) predicts token i+1 of

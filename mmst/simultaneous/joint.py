@@ -14,7 +14,7 @@ finished every language writes until EOS or ``floor(max_len_a * S + max_len_b)``
 states). A language that wrote EOS stops; the others continue. A source shorter than k chunks is
 translated in full when it finishes.
 
-Async unified models (issue 8): language j (0-based in ``async_order``) runs at lag
+Async unified models: language j (0-based in ``async_order``) runs at lag
 ``k + j * async_delta``; elements are written in (t, j) emission order into one shared cache, so a
 lagging language reads the words the leading ones already wrote; once the source is finished the
 languages continue in that order (round-robin; a language whose lag exceeds the source joins at its
@@ -233,7 +233,7 @@ class StreamingTranslator:
         return out
 
     def _write_async(self, t0: float, out) -> None:
-        """Async unified model: write elements in (t, j) order, t = j * delta + i (issue 8); language
+        """Async unified model: write elements in (t, j) order, t = j * delta + i; language
         j writes its token i+1 once ``k + j * delta + i`` chunks are read (or the source is finished),
         attending exactly those chunks; each element goes into the ONE shared cache at once."""
         fe, m = self.frontend, self.model

@@ -3,7 +3,7 @@
 * :func:`greedy_waitk_decode`: masked greedy wait-k decoding of several languages jointly; token i
   attends encoder chunks ``1..min(k+i-1, n_chunks)`` (the training mask). On a chunk-causal model it
   yields exactly the tokens of the streaming decoder (:class:`mmst.simultaneous.StreamingTranslator`).
-  Used by validation. ``waitk=None`` = offline greedy. Async unified models (issue 8) are decoded
+  Used by validation. ``waitk=None`` = offline greedy. Async unified models are decoded
   element by element in emission order (one shared cache), matching their training mask.
 * :func:`beam_search` / :func:`decode_offline`: full-sentence beam search (the ``--offline`` quality
   upper bound), fairseq-style scoring ``sum log p / len ** lenpen`` (length includes EOS).

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from mmst.cli_help import HelpFormatter
 from mmst.training.checkpoint import CheckpointError, atomic_save, list_numbered_checkpoints, load_checkpoint
 
 
@@ -83,7 +84,7 @@ def last_n_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of ``mmst-average-checkpoints``."""
     ap = argparse.ArgumentParser(prog="mmst-average-checkpoints", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=HelpFormatter)
     ap.add_argument("--inputs", nargs="+", default=None, help="checkpoint files to average")
     ap.add_argument("--dir", default=None, help="directory with checkpoint_<update>.pt files (with --last)")
     ap.add_argument("--last", type=int, default=None, help="average the N most recent checkpoint_<update>.pt of --dir")

@@ -15,37 +15,39 @@ weights_only=True)`` works):
 "data_dir": str, "vocab": {"tgt": {lang: {"path", "size", "sha256"}}, "src": {...}},
 "tgt_langs": [..]}``
 
-Writes are atomic: the file is written to ``<name>.tmp-<pid>`` in the same directory, flushed,
-``fsync``-ed, then ``os.replace``-d over the target and the directory is ``fsync``-ed; a crash leaves
-either the old or the new file, never a truncated one. A process killed during a save (SIGKILL,
-out of memory) leaves its ``<name>.tmp-<pid>`` behind; :func:`remove_stale_temp_files` deletes
-those of processes that no longer exist (the trainer calls it at start-up and on resume).
+Writes are atomic (:func:`mmst.atomic.atomic_path`): the file is written to
+``.<name>.tmp-<pid>-<random>`` in the same directory, flushed, ``fsync``-ed, then ``os.replace``-d over
+the target and the directory ``fsync``-ed; a crash leaves either the old or the new file, never a
+truncated one. A process killed during a save (SIGKILL, out of memory) leaves its temporary file
+behind; :func:`remove_stale_temp_files` deletes those of processes that no longer exist (the trainer
+calls it at start-up and on resume).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-CHECKPOINT_FORMAT = "mmst-checkpoint"
+from mmst.atomic import atomic_copy, atomic_path  # noqa: F401  (atomic_copy re-exported)
+from mmst.data.vocab import file_sha256, vocab_fingerprint  # noqa: F401  (re-exported)
+from mmst.models.checkpoint import (  # noqa: F401  (the read side, re-exported)
+    CHECKPOINT_FORMAT,
+    CheckpointError,
+    VocabMismatchError,
+    check_vocab_compat,
+    load_checkpoint,
+    load_model_from_checkpoint,
+)
+
 _NUMBERED = re.compile(r"^checkpoint_(\d+)\.pt$")
-_TEMP = re.compile(r"^.+\.pt\.tmp-(\d+)$")
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint is missing, unreadable, not ours, or incompatible with the current run."""
-
-
-class VocabMismatchError(CheckpointError):
-    """The vocabulary of the data does not match the one the checkpoint was trained with."""
+_TEMP = re.compile(r"^\.?.+\.pt\.tmp-(\d+)(?:-\w+)?$")
+"""Temporary checkpoint files: ``.<name>.pt.tmp-<pid>-<random>`` (:mod:`mmst.atomic`), or ``<name>.pt.tmp-<pid>``."""
 
 
 # ---------------------------------------------------------------------------------------------- RNG
@@ -81,108 +83,13 @@ def set_rng_state(state: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------------------- file I/O
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
 def atomic_save(obj: Any, path: str | Path) -> None:
-    """``torch.save(obj, path)`` atomically (tmp file in the same dir + fsync + ``os.replace``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    _fsync_dir(path.parent)
-
-
-def atomic_copy(src: str | Path, dst: str | Path) -> None:
-    """Copy a file atomically (tmp + fsync + ``os.replace``)."""
-    dst = Path(dst)
-    tmp = dst.with_name(f"{dst.name}.tmp-{os.getpid()}")
-    try:
-        with open(src, "rb") as fi, open(tmp, "wb") as fo:
-            shutil.copyfileobj(fi, fo, length=1 << 22)
-            fo.flush()
-            os.fsync(fo.fileno())
-        os.replace(tmp, dst)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    _fsync_dir(dst.parent)
-
-
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load one of OUR checkpoints with ``torch.load(weights_only=True)`` (never executes pickle code).
-
-    Raises:
-        CheckpointError: the file is missing, cannot be loaded safely, or is not an mmst checkpoint.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:
-        raise CheckpointError(f"cannot load {path} with weights_only=True (not an mmst checkpoint, "
-                              f"or corrupted): {e}") from e
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path} is not an mmst checkpoint (missing format={CHECKPOINT_FORMAT!r})")
-    return ckpt
+    """``torch.save(obj, path)`` atomically (:func:`mmst.atomic.atomic_path`: tmp file, fsync, ``os.replace``)."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        torch.save(obj, fh)
 
 
 # --------------------------------------------------------------------------------------------- vocab
-
-
-def file_sha256(path: str | Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def vocab_fingerprint(path: str | Path, size: int) -> dict[str, Any]:
-    """``{"path", "size", "sha256"}`` of a SentencePiece model (stored in checkpoints)."""
-    return {"path": str(path), "size": int(size), "sha256": file_sha256(path)}
-
-
-def check_vocab_compat(saved: dict[str, Any], current: dict[str, Any], where: str = "checkpoint") -> None:
-    """Raise :class:`VocabMismatchError` when ``current`` vocab info differs from ``saved``.
-
-    Both are ``{"tgt": {lang: fingerprint}, "src": fingerprint | None}`` (see :func:`vocab_fingerprint`).
-    Sizes and SHA-256 must match for every language of the checkpoint.
-    """
-    s_tgt, c_tgt = saved.get("tgt", {}), current.get("tgt", {})
-    for lang, s in s_tgt.items():
-        c = c_tgt.get(lang)
-        if c is None:
-            raise VocabMismatchError(f"{where} has a vocabulary for language {lang!r} but the data does not")
-        if int(s["size"]) != int(c["size"]) or s.get("sha256") != c.get("sha256"):
-            raise VocabMismatchError(
-                f"vocabulary for {lang!r} does not match the {where}: {where} used {s['path']} "
-                f"(size {s['size']}, sha256 {str(s.get('sha256'))[:12]}), data has {c['path']} "
-                f"(size {c['size']}, sha256 {str(c.get('sha256'))[:12]})")
-    s_src, c_src = saved.get("src"), current.get("src")
-    if s_src and c_src and (int(s_src["size"]) != int(c_src["size"]) or s_src.get("sha256") != c_src.get("sha256")):
-        raise VocabMismatchError(f"source (CTC) vocabulary does not match the {where}: {s_src['path']} "
-                                 f"(size {s_src['size']}) vs {c_src['path']} (size {c_src['size']})")
 
 
 # ------------------------------------------------------------------------------------------- manager
@@ -265,7 +172,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_stale_temp_files(save_dir: str | Path) -> list[Path]:
-    """Delete ``*.pt.tmp-<pid>`` files left in ``save_dir`` by a process killed during a save.
+    """Delete temporary checkpoint files (``*.pt.tmp-<pid>*``) left in ``save_dir`` by a process killed
+    during a save.
 
     A temporary file whose writer process (``pid``) is still running on this machine is kept (it may
     be a save in progress); every other one is removed.

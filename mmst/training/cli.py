@@ -24,6 +24,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from mmst.cli_help import HelpFormatter
 from mmst.training.config import ConfigError, format_config_help, load_config
 
 
@@ -32,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     from mmst.training.strategy import available_strategies
 
     ap = argparse.ArgumentParser(prog="mmst-train", description=__doc__.split("Exit status")[0],
-                                 epilog=format_config_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 epilog=format_config_help(), formatter_class=HelpFormatter)
     ap.add_argument("--config", default=None, help="YAML config file (sections as in the key list below)")
     ap.add_argument("--data", required=True, help="DATA directory written by data_prep/prep_multiway.py")
     ap.add_argument("--save-dir", required=True, help="output directory: checkpoints, train_log.jsonl, tensorboard/")
@@ -96,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mmst-train: config error: {e}", file=sys.stderr)
         return 2
     from mmst.data.dataset import LanguageMismatchError
+    from mmst.distributed.env import DistributedError
     from mmst.training.checkpoint import CheckpointError
     from mmst.training.strategy import StrategyError, build_strategy
     from mmst.training.trainer import TrainingDivergedError, build_trainer
@@ -105,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         trainer = build_trainer(cfg, args.data, args.save_dir, strategy=strategy)
         state = trainer.train()
     except (ConfigError, LanguageMismatchError, CheckpointError, TrainingDivergedError, FileNotFoundError,
-            ValueError, StrategyError) as e:
+            ValueError, StrategyError, DistributedError) as e:
         print(f"mmst-train: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2 if isinstance(e, ConfigError) else 1
     print(f"mmst-train: done at update {state.num_updates} (best {cfg.valid.best_metric}: {state.best}); "

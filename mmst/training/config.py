@@ -28,6 +28,9 @@ from typing import Any, Union
 
 import yaml
 
+from mmst.models.config import ModelConfig
+from mmst.simultaneous.waitk import parse_waitk_list
+
 
 class ConfigError(ValueError):
     """A configuration key is unknown, has the wrong type, or is out of range (message names the key)."""
@@ -47,6 +50,39 @@ def _f(default: Any = dataclasses.MISSING, *, doc: str, default_factory: Any = d
 # --------------------------------------------------------------------------------------------------
 
 
+#: ModelConfig fields that the trainer derives from DATA / model.arch / model.size (not overridable).
+DERIVED_MODEL_FIELDS = ("arch", "size", "tgt_langs", "vocab_size", "vocab_sizes", "lang_tag_ids", "src_vocab_size")
+
+
+def _model_overrides_class() -> type:
+    """``ModelOverrides``: one optional field per overridable :class:`mmst.models.ModelConfig` field.
+
+    Built from ModelConfig itself, so the two cannot drift: same names, same types (``| None``),
+    ``None`` = keep the size preset's value.
+    """
+    hints = typing.get_type_hints(ModelConfig)
+    fields = []
+    for f in dataclasses.fields(ModelConfig):
+        if f.name in DERIVED_MODEL_FIELDS:
+            continue
+        fields.append((f.name, hints[f.name] | None,
+                       _f(None, doc=f"ModelConfig.{f.name} (null = the model.size preset's value)")))
+
+    def as_dict(self: Any) -> dict[str, Any]:
+        """The fields that are set (not ``None``), as ``build_model`` keyword arguments."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    return dataclasses.make_dataclass(
+        "ModelOverrides", fields, namespace={
+            "as_dict": as_dict,
+            "__doc__": "Typed ``model.overrides`` section: any ModelConfig field except the derived ones "
+                       "(``DERIVED_MODEL_FIELDS``); ``None`` keeps the size preset.",
+            "__module__": __name__})
+
+
+ModelOverrides = _model_overrides_class()
+
+
 @dataclass
 class ModelSection:
     """Which model to build (see ``mmst.models``); unlisted ModelConfig fields keep the size preset."""
@@ -58,10 +94,9 @@ class ModelSection:
     vocab: str = _f("auto", doc="target vocabulary: 'joint' (DATA vocab.joint), 'per_lang' "
                     "(DATA vocab.per_lang, separate only) or 'auto' (joint)",
                     choices=["auto", "joint", "per_lang"])
-    overrides: dict[str, Any] = _f(default_factory=dict,
-                                   doc="extra ModelConfig fields to override, e.g. {dropout: 0.1, "
-                                   "encoder_attention: offline, pre_decision_ratio: 7}; unknown "
-                                   "fields are an error when the model is built")
+    overrides: ModelOverrides = _f(default_factory=ModelOverrides,  # type: ignore[valid-type]
+                                   doc="ModelConfig fields to override, e.g. {dropout: 0.1, "
+                                   "encoder_attention: offline, pre_decision_ratio: 7}")
 
 
 @dataclass
@@ -206,7 +241,7 @@ class DistributedSection:
     """Options of the ``--distributed`` update strategy (see ``mmst.distributed``)."""
 
     options: dict[str, Any] = _f(default_factory=dict, doc="options of the --distributed strategy "
-                                 "(see mmst.distributed.integration): dist_timeout (s), backend, "
+                                 "(see mmst.training.distributed): dist_timeout (s), backend, "
                                  "compute_threshold (TAU s|auto|inf), auto_steps, max_drop_rate, "
                                  "max_staleness, staleness_lr, worker_timeout, straggler_delay, "
                                  "straggler_fraction, straggler_base_ms, slow_rank (R:factor), seed, "
@@ -223,7 +258,7 @@ class TrainConfig:
     num_threads: int = _f(0, doc="torch CPU threads (0 = torch default)", min=0)
     precision: str = _f("auto", doc="forward precision: 'auto' (bf16 autocast on CUDA, fp32 on CPU), 'fp32', "
                         "or 'bf16' (bf16 autocast with fp32 weights and loss on any device; pays on CPUs "
-                        "with AMX/AVX512-BF16, see the README's performance section)",
+                        "with AMX/AVX512-BF16, see docs/performance.md)",
                         choices=["auto", "fp32", "bf16"])
     waitk_lagging: list[int | str] | int | str | None = _f(
         None, doc="training wait-k: an int, 'offline'/null (full attention) or a list (multi-k: one "
@@ -251,56 +286,22 @@ class TrainConfig:
             raise ConfigError("model.vocab: 'per_lang' needs model.arch=separate (unified uses the joint vocab)")
         if self.valid.best_metric == "bleu" and self.valid.bleu_subset == 0:
             raise ConfigError("valid.best_metric: 'bleu' needs valid.bleu_subset > 0")
-        check_model_overrides(self.model.overrides)
         if self.criterion.lang_weights is not None:
             for k, v in self.criterion.lang_weights.items():
                 if v < 0:
                     raise ConfigError(f"criterion.lang_weights.{k}: must be >= 0, got {v}")
 
 
-#: ModelConfig fields that the trainer derives from DATA / model.arch / model.size (not overridable).
-DERIVED_MODEL_FIELDS = ("arch", "size", "tgt_langs", "vocab_size", "vocab_sizes", "lang_tag_ids", "src_vocab_size")
+def normalize_waitk_list(value: Any, key: str = "waitk_lagging") -> list[int | None]:
+    """A config wait-k spec as ``list[int | None]`` (:func:`mmst.simultaneous.waitk.parse_waitk_list`).
 
-
-def check_model_overrides(overrides: dict[str, Any]) -> None:
-    """Check ``model.overrides`` against ``mmst.models.ModelConfig``: known field, right type.
-
-    Raises :class:`ConfigError` naming ``model.overrides.<key>`` (ranges are checked when the model is
-    built, by ``ModelConfig.validate``).
+    Raises:
+        ConfigError: an empty spec or a value that is not an int >= 1 / ``offline`` (names ``key``).
     """
     try:
-        from mmst.models.config import ModelConfig
-    except ImportError:  # pragma: no cover - models package not importable
-        return
-    hints = typing.get_type_hints(ModelConfig)
-    for k, v in overrides.items():
-        key = f"model.overrides.{k}"
-        if k in DERIVED_MODEL_FIELDS:
-            raise ConfigError(f"{key}: set from the data / model.arch / model.size, cannot be overridden")
-        if k not in hints:
-            raise ConfigError(f"unknown config key '{key}' (ModelConfig fields: "
-                              f"{', '.join(sorted(set(hints) - set(DERIVED_MODEL_FIELDS)))})")
-        overrides[k] = _check_value(v, hints[k], key)
-
-
-def normalize_waitk_list(value: Any, key: str = "waitk_lagging") -> list[int | None]:
-    """Normalise a wait-k spec to a list of ``int >= 1`` or ``None`` (offline).
-
-    Accepts ``None``, ``"offline"``, an int, or a list of those. Raises :class:`ConfigError` for
-    anything else (e.g. ``0``, ``-1``, ``"fast"``, ``[]``).
-    """
-    items = value if isinstance(value, list) else [value]
-    if not items:
-        raise ConfigError(f"{key}: empty list (use null or 'offline' for full attention)")
-    out: list[int | None] = []
-    for v in items:
-        if v is None or (isinstance(v, str) and v.lower() in ("offline", "none", "inf")):
-            out.append(None)
-        elif isinstance(v, int) and not isinstance(v, bool) and v >= 1:
-            out.append(int(v))
-        else:
-            raise ConfigError(f"{key}: each value must be an int >= 1 or 'offline', got {v!r}")
-    return out
+        return parse_waitk_list(value, key)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -411,8 +412,14 @@ def config_from_dict(data: dict[str, Any]) -> TrainConfig:
 
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
-    """Nested dict of primitives (str/int/float/bool/None/list/dict): safe for ``weights_only`` loads."""
-    return dataclasses.asdict(cfg)
+    """Nested dict of primitives (str/int/float/bool/None/list/dict): safe for ``weights_only`` loads.
+
+    ``model.overrides`` keeps only the fields that are set.
+    """
+    d = dataclasses.asdict(cfg)
+    if isinstance(cfg, TrainConfig):
+        d["model"]["overrides"] = cfg.model.overrides.as_dict()
+    return d
 
 
 def _set_dotted(d: dict[str, Any], key: str, value: Any) -> None:

@@ -1,7 +1,8 @@
-"""The training step, shared by the single-process trainer and ``mmst.distributed``.
+"""The training step, shared by the single-process trainer and the distributed adapters.
 
 * :func:`compute_loss` - forward pass + criterion for one micro-batch (no backward);
-* :func:`optimizer_step` - clip, step, zero_grad, advance the LR schedule.
+* :func:`optimizer_step` - clip, step, zero_grad, advance the LR schedule;
+* :class:`UpdateResult` - what a strategy returns for one update.
 
 The caller does ``(loss * scale).backward()`` in between, with ``scale`` = 1 / normaliser chosen by the
 mode (single process: 1 / total target tokens of the update; see :mod:`mmst.training.strategy`).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -156,3 +158,34 @@ def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sch
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     return gnorm
+
+
+class StrategyError(RuntimeError):
+    """An update strategy failed while training (a peer rank died or timed out, the process group
+    could not be formed). The message is one line naming the rank and the operation;
+    ``mmst-train`` prints it as ``mmst-train: error: ...`` and exits 1."""
+
+
+@dataclass
+class UpdateResult:
+    """Outcome of one update.
+
+    Attributes:
+        stats: summed statistics of the micro-batches (``loss`` = summed loss, ``ntokens``,
+            ``nsentences``, per-language ``loss_<lang>``/``nll_<lang>``/``ntokens_<lang>``, ``n_frames``).
+        grad_norm: global gradient norm before clipping (nan when skipped before backward).
+        skipped: True when the update was skipped because of a non-finite loss or gradient.
+        batch_ids: utterance ids of all micro-batches (to name them in a NaN error).
+    """
+
+    stats: dict[str, float] = field(default_factory=dict)
+    grad_norm: float = float("nan")
+    skipped: bool = False
+    batch_ids: list[str] = field(default_factory=list)
+
+
+def merge_stats(acc: dict[str, float], new: dict[str, Any]) -> None:
+    """Add numeric entries of ``new`` into ``acc`` in place (non-numeric entries are ignored)."""
+    for k, v in new.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            acc[k] = acc.get(k, 0.0) + float(v)

@@ -2,8 +2,9 @@
 
 The trainer is strategy-agnostic: every update it draws ``update_freq`` micro-batches and one wait-k per
 micro-batch, then calls ``strategy.run_update(...)``. The default :class:`SingleProcessStrategy` does
-plain gradient accumulation. ``mmst.distributed`` registers other strategies (``ddp``, ``dropcompute``,
-``param-server``) with :func:`register_strategy`; ``mmst-train --distributed NAME`` picks one.
+plain gradient accumulation. The distributed ones (``ddp``, ``dropcompute``, ``param-server``,
+adapters in :mod:`mmst.training.distributed` over :mod:`mmst.distributed`) are listed in the registry
+below; :func:`register_strategy` adds others. ``mmst-train --distributed NAME`` picks one.
 
 A strategy must implement::
 
@@ -22,43 +23,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from mmst.training.step import compute_loss, optimizer_step
+from mmst.training.distributed import TrainerDDP, TrainerDropCompute, TrainerParamServer
+from mmst.training.step import StrategyError, UpdateResult, compute_loss, merge_stats, optimizer_step
 
-
-class StrategyError(RuntimeError):
-    """An update strategy failed while training (a peer rank died or timed out, the process group
-    could not be formed). The message is one line naming the rank and the operation;
-    ``mmst-train`` prints it as ``mmst-train: error: ...`` and exits 1."""
-
-
-@dataclass
-class UpdateResult:
-    """Outcome of one update.
-
-    Attributes:
-        stats: summed statistics of the micro-batches (``loss`` = summed loss, ``ntokens``,
-            ``nsentences``, per-language ``loss_<lang>``/``nll_<lang>``/``ntokens_<lang>``, ``n_frames``).
-        grad_norm: global gradient norm before clipping (nan when skipped before backward).
-        skipped: True when the update was skipped because of a non-finite loss or gradient.
-        batch_ids: utterance ids of all micro-batches (to name them in a NaN error).
-    """
-
-    stats: dict[str, float] = field(default_factory=dict)
-    grad_norm: float = float("nan")
-    skipped: bool = False
-    batch_ids: list[str] = field(default_factory=list)
-
-
-def merge_stats(acc: dict[str, float], new: dict[str, Any]) -> None:
-    """Add numeric entries of ``new`` into ``acc`` in place (non-numeric entries are ignored)."""
-    for k, v in new.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            acc[k] = acc.get(k, 0.0) + float(v)
+__all__ = ["StrategyError", "UpdateResult", "SingleProcessStrategy", "available_strategies", "build_strategy",
+           "register_strategy"]
 
 
 class SingleProcessStrategy:
@@ -114,20 +87,28 @@ def _single_process(**options: Any) -> SingleProcessStrategy:
     return SingleProcessStrategy()
 
 
-_REGISTRY: dict[str, Callable[..., Any]] = {"none": _single_process}
+_REGISTRY: dict[str, Callable[..., Any]] = {
+    "none": _single_process,
+    "ddp": TrainerDDP,
+    "dropcompute": TrainerDropCompute,
+    "param-server": TrainerParamServer,
+}
+"""``--distributed`` name -> ``factory(**options) -> strategy``; the built-in strategies, listed here."""
 
 
 def register_strategy(name: str, factory: Callable[..., Any]) -> None:
-    """Register ``factory(**options) -> strategy`` under ``name`` (for ``mmst-train --distributed``)."""
+    """Register ``factory(**options) -> strategy`` under ``name`` (for ``mmst-train --distributed``).
+
+    Raises:
+        ValueError: ``name`` is already registered.
+    """
+    if name in _REGISTRY:
+        raise ValueError(f"--distributed strategy {name!r} is already registered")
     _REGISTRY[name] = factory
 
 
 def available_strategies() -> list[str]:
-    """Registered strategy names (``none`` = single process), after importing ``mmst.distributed``."""
-    try:  # the distributed package registers its strategies on import
-        import mmst.distributed  # noqa: F401
-    except Exception:  # pragma: no cover - optional
-        pass
+    """Registered strategy names (``none`` = single process)."""
     return sorted(_REGISTRY)
 
 

@@ -35,9 +35,9 @@ import numpy as np
 import torch
 
 from mmst.data.batching import Batch, EpochBatchIterator, make_batches
+from mmst.evaluation.quality import bleu_tokenizer_for
 from mmst.training.checkpoint import (
     CHECKPOINT_FORMAT,
-    CheckpointError,
     CheckpointManager,
     check_vocab_compat,
     get_rng_state,
@@ -92,11 +92,6 @@ class WaitkSampler:
         return self.choices[int(rng.integers(len(self.choices)))]
 
 
-def bleu_tokenizer(lang: str) -> str:
-    """sacrebleu tokenizer for a target language: ja-mecab, zh, ko-mecab, else 13a."""
-    return {"ja": "ja-mecab", "zh": "zh", "ko": "ko-mecab"}.get(lang, "13a")
-
-
 # ------------------------------------------------------------------------------------------ logging
 
 
@@ -139,7 +134,7 @@ class TrainLogger:
         self._purge_step = int(update) + 1
         if not self.enabled or not self.path.is_file():
             return 0
-        from mmst.data.atomic import atomic_write_text
+        from mmst.atomic import atomic_write_text
 
         kept, dropped = [], 0
         for line in self.path.read_text(encoding="utf-8").splitlines():
@@ -262,7 +257,7 @@ class Validator:
             name = "offline" if k is None else f"k{k}"
             for lang in langs:
                 if refs[lang]:
-                    s = sacrebleu.corpus_bleu(hyps[lang], [refs[lang]], tokenize=bleu_tokenizer(lang)).score
+                    s = sacrebleu.corpus_bleu(hyps[lang], [refs[lang]], tokenize=bleu_tokenizer_for(lang)[0]).score
                     out[f"bleu_{lang}_{name}"] = s
                     scores.append(s)
         if scores:
@@ -601,6 +596,7 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
     model_cfg = None
     if resume_ckpt is not None and resume_ckpt.get("model_cfg"):
         model_cfg = ModelConfig.from_dict(resume_ckpt["model_cfg"])
+        warn_override_changes(cfg, resume_ckpt, last)
         arch = model_cfg.arch
     vocab_mode = "per_lang" if cfg.model.vocab == "per_lang" else "joint"
     tgt_langs = cfg.data.tgt_langs
@@ -637,7 +633,7 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
         kw["src_vocab_size"] = len(train_ds.src_vocab) if (with_src and train_ds.src_vocab is not None) else 0
         try:
             model_cfg = model_config_for_size(cfg.model.size, arch=arch, tgt_langs=train_ds.tgt_langs,
-                                              **kw, **cfg.model.overrides)
+                                              **kw, **cfg.model.overrides.as_dict())
         except (TypeError, ValueError) as e:
             raise ValueError(f"model.overrides: {e}") from e
     model = build_model(model_cfg)
@@ -682,18 +678,27 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
     return trainer
 
 
-def load_model_from_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[Any, dict[str, Any]]:
-    """Rebuild an ``MMSTModel`` from one of our checkpoints (``weights_only=True``).
+def override_changes(current: dict[str, Any], saved: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{field: (checkpoint value, current value)}`` for every ``model.overrides`` field that differs.
 
-    Returns ``(model in eval mode, checkpoint dict)``. Raises :class:`CheckpointError` when the file has
-    no ``model_cfg``.
+    Both arguments are ``{field: value}`` of the fields that are set (``None`` entries are ignored).
     """
-    from mmst.models import ModelConfig, build_model
+    cur = {k: v for k, v in current.items() if v is not None}
+    old = {k: v for k, v in (saved or {}).items() if v is not None}
+    return {k: (old.get(k), cur.get(k)) for k in sorted(set(cur) | set(old)) if cur.get(k) != old.get(k)}
 
-    ckpt = load_checkpoint(path, map_location)
-    if not ckpt.get("model_cfg"):
-        raise CheckpointError(f"{path}: no model_cfg in checkpoint")
-    model = build_model(ModelConfig.from_dict(ckpt["model_cfg"]))
-    model.load_state_dict(ckpt["model"])
-    model.eval()
-    return model, ckpt
+
+def warn_override_changes(cfg: TrainConfig, ckpt: dict[str, Any], path: str | Path) -> dict[str, tuple[Any, Any]]:
+    """Warn (naming each field) when ``cfg.model.overrides`` differs from the checkpoint's.
+
+    A resumed run rebuilds the model from the checkpoint's ``model_cfg``, so changed overrides have no
+    effect; the warning says so. Returns the differences (see :func:`override_changes`).
+    """
+    saved = ((ckpt.get("config") or {}).get("model") or {}).get("overrides") or {}
+    diff = override_changes(cfg.model.overrides.as_dict(), saved)
+    if diff:
+        logger.warning(
+            "resuming from %s: model.overrides differ from the checkpoint's (%s); the model is rebuilt from the "
+            "checkpoint, so these changes are ignored", path,
+            ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items()))
+    return diff

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared helpers for the system-comparison stages (issue 8) of recipes/ted_mmst/run.sh and
+# Shared helpers for the system-comparison stages of recipes/ted_mmst/run.sh and
 # recipes/synthetic/run_compare.sh. Source after recipes/lib/stages.sh.
 #
 # A SYSTEM NAME says what is trained (mmst-train overrides come from `system_overrides`):

@@ -40,11 +40,10 @@ nproc=1
 eval_k=3
 eval_threads=""
 source_segment_size=320          # ms
-results=""                       # also write the summary here as <results>.{md,json} (e.g. docs/results/augment)
-doc=""                           # also render the tables into this Markdown file's results block (docs/augmentation.md)
-cost_json=""                     # with --doc: the bench/bench_train.py JSON of the augmentation cost row
+results=""                       # also write the report here as <results>.{md,json} (docs/results/augment), then
+                                 # re-render the docs' results tables (tools/render_docs.py)
 RECIPE_OPTIONS=(stage stop_stage force data exp_dir systems seeds config asr_config specaugment speed_factors
-  train_overrides jobs nproc eval_k eval_threads source_segment_size results doc cost_json)
+  train_overrides jobs nproc eval_k eval_threads source_segment_size results)
 recipe_args="$*"
 parse_options "$@"
 
@@ -127,16 +126,17 @@ stage4() {
   done
 }
 stage5() {
-  local prep=()
-  [ -n "$doc" ] && [ -f "$work_data/speed_perturb_train.json" ] && prep=(--prep-json "$work_data/speed_perturb_train.json")
   python eval/unseen_gap.py --evals-dir "$evals_dir" --systems "$systems" --seeds "$seeds" --baseline none \
     --k "$eval_k" --models-dir "$models_dir" --command "bash recipes/synthetic/run_augment.sh $recipe_args" \
     --describe "none=no augmentation" --describe "specaugment=SpecAugment $specaugment" \
     --describe "speed=speed perturbation $speed_factors (prep-time copies, soxr)" \
     --describe "both=SpecAugment $specaugment + speed perturbation $speed_factors" \
     --describe "both_asr=both, encoder pretrained on English ASR with the same augmentation ($asr_config)" \
-    --out "$exp_dir/augment" ${results:+--copy-to "$results"} ${doc:+--inject "$doc"} \
-    ${cost_json:+--cost-json "$cost_json"} "${prep[@]}"
+    --out "$exp_dir/augment" ${results:+--copy-to "$results"}
+  if [ -n "$results" ]; then
+    [ -f "$work_data/speed_perturb_train.json" ] && cp "$work_data/speed_perturb_train.json" "${results}_speed_prep.json"
+    python tools/render_docs.py
+  fi
   cat "$exp_dir/augment.md"
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The issue-8 experiment on the synthetic grammar corpus: the same data and the same training budget
+# The sync vs async vs bilingual comparison on the synthetic grammar corpus: the same data and the same training budget
 # (optim.max_update, batch size, multi-k wait-k) for
 #   bilingual      one model per target language
 #   separate       shared encoder, one decoder per language, sync

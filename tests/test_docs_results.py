@@ -1,0 +1,147 @@
+"""Every results table in README.md and docs/ equals its rendering from the committed JSON in docs/results/
+(``tools/render_docs.py --check``), and every results JSON says where it came from."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+sys.path.insert(0, str(REPO / "bench"))
+
+import provenance  # noqa: E402
+import render_docs  # noqa: E402
+import summarize  # noqa: E402
+
+RESULTS = REPO / "docs" / "results"
+
+
+def test_docs_tables_match_their_json():
+    stale = render_docs.run(check=True)
+    assert not stale, f"out of date with docs/results (run python tools/render_docs.py): {stale}"
+
+
+def test_every_marker_names_a_known_table_and_every_table_is_used():
+    used = set()
+    for p in render_docs.doc_files():
+        for m in render_docs.MARKER.finditer(p.read_text()):
+            if m.group(1) == "results":
+                assert m.group(2) in render_docs.TABLES, f"{p}: unknown table {m.group(2)}"
+                used.add(m.group(2))
+    # a table whose JSON is committed must be shown somewhere (the quickstart's appears once collected)
+    have = {n for n, t in render_docs.TABLES.items() if (RESULTS / t.json).exists()}
+    assert have <= used, f"tables rendered nowhere: {have - used}"
+
+
+def test_check_detects_a_table_edited_by_hand(tmp_path):
+    doc = tmp_path / "x.md"
+    doc.write_text("text\n\n<!-- results:features -->\n<!-- /results:features -->\n\nmore\n")
+    assert render_docs.run(check=False, files=[doc]) == [doc]  # rendered once
+    good = doc.read_text()
+    assert "| fbank | 1 |" in good and "Source: `docs/results/features.json`" in good
+    assert render_docs.run(check=True, files=[doc]) == []
+    # one measured number changed by hand: the check must notice it
+    row = next(line for line in good.splitlines() if line.startswith("| fbank | 1 |"))
+    cells = row.split(" | ")
+    cells[2] = str(int(cells[2]) + 1)
+    doc.write_text(good.replace(row, " | ".join(cells)))
+    assert render_docs.run(check=True, files=[doc]) == [doc]
+
+
+def test_bad_markers_name_file_and_line(tmp_path):
+    doc = tmp_path / "bad.md"
+    doc.write_text("a\nb\n<!-- results:features -->\nno end marker\n")
+    with pytest.raises(render_docs.RenderError, match=r"bad.md:3: .*no closing"):
+        render_docs.run(check=True, files=[doc])
+    doc.write_text("a\n<!-- results:no-such-table -->\n<!-- /results:no-such-table -->\n")
+    with pytest.raises(render_docs.RenderError, match=r"bad.md:2: unknown results table 'no-such-table'"):
+        render_docs.run(check=True, files=[doc])
+
+
+def test_config_key_reference_lists_every_key():
+    from mmst.training.config import iter_config_docs
+
+    text = render_docs.config_keys()
+    keys = [k for k, *_ in iter_config_docs()]
+    assert len(keys) > 30
+    for k in keys:
+        assert f"| `{k}` |" in text, k
+    training = (REPO / "docs" / "training.md").read_text()
+    assert "| `optim.implementation` |" in training  # the generated block is in the training docs
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("*.json")), ids=lambda p: p.name)
+def test_results_json_records_command_date_commit_machine(path):
+    rec = json.loads(path.read_text()).get("provenance")
+    assert rec, f"{path.name}: no provenance record (bench/provenance.py)"
+    assert rec["command"] and rec["date"][:4].isdigit() and rec["git_commit"]
+    m = rec["machine"]
+    assert m["cpu_model"] and m["cores"] >= 1 and m["torch"]
+
+
+def test_run_record_describes_this_machine():
+    rec = provenance.run_record("python bench/x.py --y 1")
+    assert rec["command"] == "python bench/x.py --y 1"
+    assert rec["machine"]["cores"] >= 1 and rec["machine"]["torch"].startswith("2.")
+    assert rec["git_commit"] is None or len(rec["git_commit"].split("-")[0]) == 40
+
+
+def test_stamp_adds_provenance(tmp_path):
+    p = tmp_path / "scores.json"
+    p.write_text(json.dumps({"BLEU": 1.5}))
+    provenance.stamp(p, "make demo", date="2026-01-02T03:04:05+00:00")
+    d = json.loads(p.read_text())
+    assert d["BLEU"] == 1.5 and d["provenance"]["command"] == "make demo"
+    assert d["provenance"]["date"] == "2026-01-02T03:04:05+00:00"
+    p.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="expected a JSON object"):
+        provenance.stamp(p, "x")
+
+
+def test_bench_summary_reads_docs_results():
+    rows = summarize.rows(RESULTS)
+    benches = {r[0] for r in rows}
+    assert {"features", "alignment", "streaming", "train", "stragglers", "vs_fairseq"} <= benches
+    feat = next(r for r in rows if r[0] == "features")
+    single = next(x for x in json.loads((RESULTS / "features.json").read_text())["results"]
+                  if x["task"] == "fbank" and x["jobs"] == 1)
+    assert feat[2] == f"{single['x_realtime_per_cpu_second']:.0f}"
+
+
+def test_quickstart_collection_and_tables(tmp_path):
+    """tools/collect_quickstart.py reads what recipes/synthetic/run.sh writes (a k sweep, one k on
+    tst-unseen, stage markers); the README's quickstart tables render from it."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import collect_quickstart
+
+    langs = ["de", "ja"]
+
+    def scores(bleu):
+        return {"BLEU": bleu, "AL": 1000.0 + bleu, "LAAL": 1001.5, "AL_CA": 1020.25, "AP": 0.7}
+
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval_unseen").mkdir()
+    (tmp_path / ".done").mkdir()
+    sweep = {"sweep": {f"k{k}": {"per_lang": {lang: scores(90 + k + i) for i, lang in enumerate(langs)},
+                                 "average": scores(91 + k), "rtf": 0.1} for k in (1, 3)}, "ks": [1, 3], "langs": langs}
+    (tmp_path / "eval" / "scores.json").write_text(json.dumps(sweep))
+    (tmp_path / "eval_unseen" / "scores.json").write_text(json.dumps(
+        {"per_lang": {lang: {**scores(80.0), "info": {}} for lang in langs}, "average": scores(80.0),
+         "config": {"waitk": 3}}))
+    (tmp_path / ".done" / "stage2").write_text("460\n")
+    d = collect_quickstart.collect(tmp_path, "make demo")
+    assert d["provenance"]["command"] == "make demo" and d["stage_seconds"] == {"2": 460}
+    tab = render_docs.quickstart_sweep(d["tst-COMMON"]).splitlines()
+    assert tab[0] == "| lang | k | BLEU | AL | LAAL | AL_CA |"
+    assert "| ja | 3 | 94.00 | 1094.00 | 1001.50 | 1020.25 |" in tab
+    assert tab[-1] == "| avg | 3 | 94.00 | 1094.00 | 1001.50 | 1020.25 |"
+    unseen = render_docs.quickstart_single(d["tst-unseen"])
+    assert unseen.startswith("wait-3:") and "| avg | 80.00 | 1080.00 |" in unseen
+    assert "| 2 | train the xs unified model (multi-k wait-k) | 460 |" in render_docs.quickstart_stages(d)
+    (tmp_path / "eval" / "scores.json").write_text(json.dumps({"per_lang": {}}))
+    with pytest.raises(SystemExit, match="not a k sweep"):
+        collect_quickstart.collect(tmp_path, "make demo")

@@ -1,0 +1,509 @@
+#!/usr/bin/env python
+"""Render every results table in README.md and docs/ from the committed JSON files in docs/results/.
+
+A table lives between two markers in a Markdown file::
+
+    <!-- results:NAME -->
+    (generated text: the table and a line naming its JSON, command, date and machine)
+    <!-- /results:NAME -->
+
+``NAME`` is a key of :data:`TABLES`, which names the JSON file under ``docs/results/`` and the function
+that turns it into Markdown. The marker ``<!-- generated:config-keys -->`` ... ``<!-- /generated:config-keys
+-->`` holds the ``mmst-train`` config key reference, generated from the field documentation of
+:mod:`mmst.training.config` (the same text as ``mmst-train --help``).
+
+Usage::
+
+    python tools/render_docs.py            # rewrite every marked block in README.md and docs/**/*.md
+    python tools/render_docs.py --check    # exit 1 (and list them) when a block differs from its source
+    python tools/render_docs.py --list     # the table names and their JSON files
+
+Errors (exit 2): an unknown NAME, a marker without its closing marker, a missing or unreadable JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "docs" / "results"
+
+MARKER = re.compile(r"<!-- (results|generated):([A-Za-z0-9_.-]+) -->\n(.*?)<!-- /\1:\2 -->", re.S)
+OPEN = re.compile(r"<!-- (results|generated):([A-Za-z0-9_.-]+) -->")
+
+
+class RenderError(Exception):
+    """A marker or a results file that cannot be rendered (message names file and line)."""
+
+
+# ----------------------------------------------------------------------------------------------- format
+def num(x: Any, fmt: str = "{:.2f}") -> str:
+    """``fmt`` applied to a number; ``-`` for ``None``/missing, ``inf`` for infinity."""
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not math.isfinite(x):
+        return "inf"
+    return fmt.format(x)
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def params_m(n: int | None) -> str:
+    """Parameter count in millions (``4.33M``)."""
+    return "-" if n is None else f"{n / 1e6:.2f}M"
+
+
+def source_line(name: str, data: Mapping[str, Any]) -> str:
+    """One line naming the JSON file and its provenance (command, date, commit, machine)."""
+    p = data.get("provenance")
+    if not p:
+        return f"Source: `docs/results/{name}` (no provenance record)."
+    m = p.get("machine") or {}
+    mach = ", ".join(x for x in (m.get("cpu_model"), f"{m['cores']} cores" if m.get("cores") else None,
+                                 f"torch {m['torch']}" if m.get("torch") else None) if x)
+    commit = (p.get("git_commit") or "")[:10]
+    return (f"Source: `docs/results/{name}`, written by `{p.get('command', '?')}` on {str(p.get('date', '?'))[:10]}"
+            + (f" at commit `{commit}`" if commit else "") + (f"; machine: {mach}" if mach else "") + ".")
+
+
+# ----------------------------------------------------------------------------------------------- tables
+def _cmp_cell(stat: Mapping[str, Any] | None, metric: str) -> str:
+    if not stat or stat.get("mean") is None:
+        return "-"
+    fmt = "{:.2f}" if metric == "BLEU" else "{:.0f}"
+    s = fmt.format(stat["mean"])
+    return s if stat.get("std") is None else f"{s} ± {fmt.format(stat['std'])}"
+
+
+def compare_avg(d: Mapping[str, Any], *, seeds_column: bool = False, lang: str = "avg") -> str:
+    """Systems x (BLEU, AL) per k, one language (default the average), from a ``comparison.json``."""
+    ks = d["ks"]
+    head = ["system", "params"] + (["seeds"] if seeds_column else [])
+    for k in ks:
+        head += [f"BLEU {_k(k)}", f"AL {_k(k)}"]
+    rows = []
+    for s in d["systems"]:
+        r = [s, params_m(d["params"].get(s))] + ([str(d["n_seeds"][s])] if seeds_column else [])
+        for k in ks:
+            cell = d["results"][s].get(lang, {}).get(k, {})
+            r += [_cmp_cell(cell.get("BLEU"), "BLEU"), _cmp_cell(cell.get("AL"), "AL")]
+        rows.append(r)
+    return md_table(head, rows)
+
+
+def _k(k: str) -> str:
+    return "offline" if k == "offline" else f"k={k[1:]}"
+
+
+def compare_langs(d: Mapping[str, Any]) -> str:
+    """The systems (parameters, seeds, languages), then one table per language and ``avg``: rows = systems,
+    columns = ``<metric> k=<k>``, from a ``comparison.json`` of ``eval/compare_systems.py``."""
+    systems, ks, metrics = d["systems"], d["ks"], d.get("metrics", ["BLEU", "AL"])
+    out = [md_table(["system", "parameters", "seeds", "languages"],
+                    [[s, params_m(d["params"].get(s)), (d.get("n_seeds") or {}).get(s, 1),
+                      ", ".join(x for x in d["results"][s] if x != "avg")] for s in systems])]
+    for lang in [*d["langs"], "avg"]:
+        rows = [[s, params_m(d["params"].get(s)),
+                 *(_cmp_cell(d["results"][s][lang].get(k, {}).get(m), m) for k in ks for m in metrics)]
+                for s in systems if d["results"][s].get(lang) is not None]
+        title = lang if lang != "avg" else "avg (unweighted mean over each system's languages)"
+        out += [f"### {title}", md_table(["system", "params", *(f"{m} {_k(k)}" for k in ks for m in metrics)], rows)]
+    return "\n\n".join(out)
+
+
+def hard_waitk(d: Mapping[str, Any]) -> str:
+    """BLEU (AL ms) per language and model at k = 1, 3, 5 and offline, and the drop vs offline."""
+    wk = [k for k in d["ks"] if k != "offline"]
+    head = ["lang", "model", *[_k(k) for k in wk], "offline",
+            "drop " + " / ".join(_k(k) for k in wk) + " vs offline"]
+    rows = []
+    for lang in [*d["langs"], "avg"]:
+        for s in d["systems"]:
+            r = d["results"][s][lang]
+            off = r["offline"]["BLEU"]["mean"]
+            cells = [f"{r[k]['BLEU']['mean']:.2f} ({r[k]['AL']['mean']:.0f})" for k in wk]
+            drop = " / ".join(f"{off - r[k]['BLEU']['mean']:.1f}" for k in wk)
+            rows.append([lang, s, *cells, f"{off:.2f}", drop])
+    return md_table(head, rows)
+
+
+def offline_bleu(d: Mapping[str, Any]) -> str:
+    """Offline greedy BLEU per language, one row per (system, test set), from an ``offline_xs`` JSON."""
+    langs = d["langs"]
+    rows = []
+    for test in d["test_sets"]:
+        cmp = d["results"][test]
+        for s in cmp["systems"]:
+            vals = [cmp["results"][s][lang]["offline"]["BLEU"]["mean"] for lang in langs]
+            avg = cmp["results"][s]["avg"]["offline"]["BLEU"]["mean"]
+            rows.append([s, params_m(cmp["params"][s]), test, *(f"{v:.2f}" for v in vals), f"{avg:.2f}"])
+    return md_table(["model", "params", "test set", *langs, "avg"], rows)
+
+
+QUICKSTART_METRICS = ("BLEU", "AL", "LAAL", "AL_CA")
+
+
+def quickstart_sweep(d: Mapping[str, Any]) -> str:
+    """Per-language and average BLEU/AL/LAAL/AL_CA at every k of an ``eval/simultaneous_eval.py`` sweep."""
+    rows = []
+    for lang in [*d["langs"], "avg"]:
+        for k in d["ks"]:
+            e = d["sweep"][f"k{k}"]
+            r = e["average"] if lang == "avg" else e["per_lang"][lang]
+            rows.append([lang, k, *(num(r.get(m)) for m in QUICKSTART_METRICS)])
+    return md_table(["lang", "k", *QUICKSTART_METRICS], rows)
+
+
+def quickstart_single(d: Mapping[str, Any]) -> str:
+    """Per-language and average BLEU/AL/LAAL/AL_CA of one ``scores.json`` (one k)."""
+    langs = list(d["per_lang"])
+    rows = [[lang, *(num(d["per_lang"][lang].get(m)) for m in QUICKSTART_METRICS)] for lang in langs]
+    rows.append(["avg", *(num(d["average"].get(m)) for m in QUICKSTART_METRICS)])
+    k = (d.get("config") or {}).get("waitk")
+    return f"wait-{k}:\n\n" + md_table(["lang", *QUICKSTART_METRICS], rows) if k else md_table(
+        ["lang", *QUICKSTART_METRICS], rows)
+
+
+def quickstart_stages(d: Mapping[str, Any]) -> str:
+    """Seconds per recipe stage (``EXP/.done/stageN``)."""
+    st = d.get("stage_seconds") or {}
+    names = d.get("stage_names") or {}
+    rows = [[s, names.get(s, ""), num(v, "{:.0f}")] for s, v in sorted(st.items(), key=lambda x: int(x[0]))]
+    return md_table(["stage", "what", "seconds"], rows)
+
+
+def stragglers(d: Mapping[str, Any]) -> str:
+    """The straggler benchmark's rows (same columns as ``bench/bench_stragglers.py`` prints)."""
+    head = ["W", "scenario", "mode", "samples/s", "eff. vs W x 1", "ratio to cv0", "x DDP", "pred. eff (MC/Blom)",
+            "drop rate (pred.)", "tau ms", "staleness mean/max", "time to target s"]
+    rows = []
+    for r in d["rows"]:
+        if "error" in r:
+            rows.append([r["W"], r["scenario"], r["mode"], "error: " + r["error"][:60], *["-"] * 8])
+            continue
+        mode = r["mode"]
+        pred = (f"{num(r.get('pred_eff_mc'))}/{num(r.get('pred_eff_blom'))}" if mode == "ddp"
+                else (f"x{num(r.get('pred_speedup'))} vs sync" if mode == "dropcompute" else "-"))
+        drop = (f"{num(r.get('drop_rate'), '{:.3f}')} ({num(r.get('pred_drop_rate'), '{:.3f}')})"
+                if mode == "dropcompute" else "-")
+        tau = num(r["tau_s"] * 1000 if r.get("tau_s") is not None else None, "{:.1f}") if mode == "dropcompute" else "-"
+        stale = f"{num(r.get('staleness_mean'))}/{r.get('staleness_max')}" if mode == "param-server" else "-"
+        rows.append([r["W"], r["scenario"], mode, num(r["samples_per_s"], "{:.0f}"), num(r.get("efficiency")),
+                     num(r.get("ratio_to_cv0")), num(r.get("speedup_vs_ddp")), pred, drop, tau, stale,
+                     num(r.get("time_to_target_s"))])
+    return md_table(head, rows)
+
+
+def features(d: Mapping[str, Any]) -> str:
+    """fbank extraction speed: x real time, per core (wall) and per CPU second."""
+    rows = [[r["task"], r["jobs"], num(r["x_realtime"], "{:.0f}"), num(r["x_realtime_per_core_wall"], "{:.0f}"),
+             num(r["x_realtime_per_cpu_second"], "{:.0f}")] for r in d["results"]]
+    s = d.get("settings", {})
+    return (md_table(["task", "jobs", "x real time", "x RT per core (wall)", "x RT per CPU second"], rows)
+            + f"\n\n{num(s.get('seconds'), '{:.0f}')} s of audio in {num(s.get('utt_seconds'), '{:.0f}')} s "
+              f"utterances, best of {s.get('repeats', '-')}; goal {num(d.get('goal_x_realtime_per_core'), '{:.0f}')}x "
+              "real time per core.")
+
+
+def alignment(d: Mapping[str, Any]) -> str:
+    """MuST-C multi-way alignment speed."""
+    s = d["seconds"]
+    rows = [[d["segments"], d["pairs"], num(s["read"]), num(s["align"]), num(s["report"]),
+             num(s["read_align_report"]), num(d["budget_s"], "{:.0f}")]]
+    return md_table(["segments", "pairs", "read s", "align s", "report s", "total s", "goal s"], rows)
+
+
+def streaming_growth(d: Mapping[str, Any]) -> str:
+    """ms per 320 ms segment as the stream grows, per variant, with max/min from 5 s."""
+    g = d["growth"]
+    names = {"incremental": "incremental, preallocated KV buffers (default)",
+             "incremental_cat": "incremental, `torch.cat` caches",
+             "incremental_left": f"incremental, `encoder_left_chunks={g.get('left_chunks')}`",
+             "reference": "reference: fresh stream every 5 s (constant cost)",
+             "reencode": "re-encoding the prefix"}
+    buckets = g["incremental"]["wall"]["buckets"]
+    head = ["variant", *[f"{b['from_s']:.0f}-{b['to_s']:.0f} s" for b in buckets], "max/min from 5 s"]
+    rows = []
+    for key, label in names.items():
+        if key not in g:
+            continue
+        w = g[key]["wall"]
+        cells = [num(b["ms_per_segment"], "{:.1f}") for b in w["buckets"]]
+        cells += [""] * (len(buckets) - len(cells))
+        rows.append([label, *cells, num(w.get("max_over_min_from_5s"))])
+    return md_table(head, rows)
+
+
+def streaming_summary(d: Mapping[str, Any]) -> str:
+    """RTF, per-segment cost, joint vs single, incremental vs re-encoding."""
+    r = d["rtf_by_num_langs"]
+    j, inc = d["joint_vs_single"], d["incremental_vs_reencode"]
+    rows = [
+        ["RTF, 1 / 4 / 8 target languages jointly", " / ".join(num(r[n]["rtf"], "{:.3f}") for n in ("1", "4", "8")), ""],
+        ["ms per 320 ms segment, 4 languages (mean, p90)",
+         f"{num(r['4']['ms_per_segment_mean'], '{:.1f}')}, {num(r['4']['ms_per_segment_p90'], '{:.1f}')}", ""],
+        ["AL / computation-aware AL, 4 languages (ms)", f"{num(r['4']['AL'], '{:.0f}')} / {num(r['4']['AL_CA'], '{:.0f}')}", ""],
+        ["RTF 8 languages / 1 language", num(d.get("joint8_over_joint1_rtf")), "<= 3"],
+        ["joint 4 languages / 4 single-language runs", num(j["ratio"]), j.get("goal", "")],
+        [f"re-encoding / incremental, {num(inc['seconds'], '{:.0f}')} s utterance", num(inc["speedup"], "{:.1f}") + "x",
+         inc.get("goal", "")],
+    ]
+    for key, label in (("incremental", "unlimited history"), ("incremental_left", "bounded left context")):
+        if key in d["growth"]:
+            rows.append([f"per-segment cost max/min from 5 s, {label}",
+                         num(d["growth"][key]["wall"].get("max_over_min_from_5s")), "<= 1.2"])
+    c = d["config"]
+    return (md_table(["measure", "value", "goal"], rows)
+            + f"\n\n`{c['size']}` {c['arch']} model ({params_m(c.get('params'))} parameters, untrained, forced output "
+              f"length), wait-{c['waitk']}, {num(c['segment_ms'], '{:.0f}')} ms segments, {c['threads']} thread(s).")
+
+
+def train(d: Mapping[str, Any]) -> str:
+    """Training throughput and MFU per size, threads and precision."""
+    rows = [[r["size"], params_m(r["params"]), r["threads"], r.get("precision", "fp32"), num(r["s_per_update"]),
+             num(r["frames_per_s"], "{:.0f}"), num(r["tokens_per_s"], "{:.0f}"), num(r["model_gflop_per_update"], "{:.1f}"),
+             num(r["achieved_gflops"], "{:.1f}"), num(r["peak_gflops"], "{:.1f}"), (num(100 * r["mfu"], "{:.1f}") + "%" if r.get("mfu") is not None else "BUG (>100%)"),
+             num(r.get("peak_rss_mb"), "{:.0f}")] for r in d["results"]]
+    return md_table(["size", "params", "threads", "precision", "s/update", "frames/s", "target tokens/s",
+                     "GFLOP/update (fwd+bwd)", "achieved GFLOP/s", "peak GFLOP/s (same dtype)", "MFU", "peak RSS MiB"],
+                    rows)
+
+
+def train_quick(d: Mapping[str, Any]) -> str:
+    """Quick training throughput (frames/s, s/update)."""
+    rows = [[r["size"], params_m(r["params"]), num(r["frames_per_s"], "{:,.0f}"),
+             num(r["seconds"] / r["updates"]), r["batch_frames"]] for r in d["results"]]
+    return md_table(["size", "parameters", "frames/s (10 ms frames)", "s/update", "frames/update"], rows)
+
+
+def vs_fairseq(d: Mapping[str, Any]) -> str:
+    """mmst vs fairseq ``s2t_transformer_s``: throughput ratios and dev loss at equal training time."""
+    by = d.get("by_precision") or {d.get("headline_precision", "fp32"): d}
+    rows = []
+    for prec, b in by.items():
+        e = b.get("equal_wall") or {}
+        after = b.get("dev_loss_after_updates") or [None]
+        fs_after = d.get("fairseq_dev_loss_after_updates")
+        fs_after = fs_after[-1] if isinstance(fs_after, list) else fs_after
+        rows.append([prec, " / ".join(num(b.get(k)) for k in ("ratio_min", "ratio_median", "ratio_max")),
+                     " / ".join(num(b.get(k)) for k in ("cpu_ratio_min", "cpu_ratio_median", "cpu_ratio_max")),
+                     f"{num(after[-1], '{:.3f}')} / {num(fs_after, '{:.3f}')}",
+                     f"{num(e.get('ours_dev_loss'), '{:.3f}')} ({e.get('ours_updates', '-')} updates) / "
+                     f"{num(e.get('fairseq_dev_loss'), '{:.3f}')} ({e.get('fairseq_updates', '-')} updates)"])
+    c = d["config"]
+    return (md_table(["ours", "frames/s ratio ours/fairseq, min / median / max", "per CPU second",
+                      f"dev loss after {c['updates']} updates, ours / fairseq",
+                      "dev loss at equal training time, ours / fairseq"], rows)
+            + f"\n\n{c['pairs']} rounds, {c['updates']} updates each, `--max-tokens {c['max_tokens']}`, "
+              f"{c['threads']} thread(s), {params_m(d['params']['ours'])} parameters both.")
+
+
+def augment_report(d: Mapping[str, Any]) -> str:
+    """The augmentation experiment (``eval/unseen_gap.py``): seen vs unseen BLEU/AL per system, the gap."""
+    from mmst.evaluation.unseen_gap import render_markdown
+
+    rep = {k: v for k, v in d.items() if k != "provenance"}
+    extra = {"loader wait %": d["loader_wait_pct"]} if d.get("loader_wait_pct") else None
+    return render_markdown(rep, "", d.get("descriptions"), extra).split("\n", 2)[2].strip("\n")
+
+
+def augment_cost(d: Mapping[str, Any]) -> str:
+    """SpecAugment and on-the-fly speed perturbation cost per batch (``bench/bench_train.py`` JSON)."""
+    from mmst.evaluation.unseen_gap import cost_table
+
+    return cost_table(d).strip("\n")
+
+
+def augment_prep(d: Mapping[str, Any]) -> str:
+    """Prep-time cost of the speed-perturbed copies (``speed_perturb_<split>.json``)."""
+    from mmst.evaluation.unseen_gap import prep_line
+
+    return prep_line(d).strip("\n")
+
+
+@dataclass(frozen=True)
+class Table:
+    """A rendered table: its JSON under ``docs/results/`` and the function that formats it."""
+
+    json: str
+    render: Callable[[Mapping[str, Any]], str]
+    subkey: str | None = None  # render ``data[k1][k2]..`` for subkey "k1/k2" (provenance from the top level)
+
+
+TABLES: dict[str, Table] = {
+    "augment": Table("augment.json", augment_report),
+    "augment-at200": Table("augment_at200.json", augment_report),
+    "augment-cost": Table("augment_cost.json", augment_cost),
+    "augment-prep": Table("augment_speed_prep.json", augment_prep),
+    "quickstart": Table("quickstart.json", quickstart_sweep, "tst-COMMON"),
+    "quickstart-unseen": Table("quickstart.json", quickstart_single, "tst-unseen"),
+    "quickstart-stages": Table("quickstart.json", quickstart_stages),
+    "offline-xs": Table("offline_xs_10min.json", offline_bleu),
+    "offline-xs.tst-COMMON": Table("offline_xs_10min.json", compare_langs, "results/tst-COMMON"),
+    "offline-xs.tst-unseen": Table("offline_xs_10min.json", compare_langs, "results/tst-unseen"),
+    "hard-waitk": Table("hard_waitk.json", hard_waitk),
+    "hard-waitk.langs": Table("hard_waitk.json", compare_langs),
+    "compare-synthetic.langs": Table("compare_synthetic.json", compare_langs),
+    "compare-synthetic-600.langs": Table("compare_synthetic_600.json", compare_langs),
+    "compare-hard-600.langs": Table("compare_hard_600.json", compare_langs),
+    "compare-synthetic": Table("compare_synthetic.json", compare_avg),
+    "compare-synthetic-600": Table("compare_synthetic_600.json", compare_avg),
+    "compare-hard-600": Table("compare_hard_600.json", lambda d: compare_avg(d, seeds_column=True)),
+    "stragglers": Table("stragglers.json", stragglers),
+    "features": Table("features.json", features),
+    "alignment": Table("alignment.json", alignment),
+    "streaming": Table("streaming.json", streaming_summary),
+    "streaming-growth": Table("streaming.json", streaming_growth),
+    "train": Table("train.json", train),
+    "train-quick": Table("train_quick.json", train_quick),
+    "vs-fairseq": Table("vs_fairseq.json", vs_fairseq),
+}
+
+
+def config_keys() -> str:
+    """The ``mmst-train`` config key reference (key, type, default, documentation), from the dataclasses."""
+    from mmst.training.config import iter_config_docs
+
+    rows = []
+    for key, tname, default, doc in iter_config_docs():
+        d = json.dumps(default) if not isinstance(default, str) else default
+        rows.append([f"`{key}`", f"`{tname}`".replace("|", "\\|"), f"`{d}`", doc.replace("|", "\\|").replace("\n", " ")])
+    return md_table(["key", "type", "default", "meaning"], rows)
+
+
+def model_sizes() -> str:
+    """Named model sizes with their shapes and parameter counts (4 languages, joint vocabulary of 1000),
+    counted with ``model.num_parameters()`` on models built on the ``meta`` device (no memory, no init)."""
+    import torch
+
+    from mmst.models import build_model
+    from mmst.models.config import SIZES, model_config_for_size
+
+    langs = ["de", "es", "fr", "ja"]
+    rows = []
+    for size, kw in SIZES.items():
+        counts = []
+        for arch in ("unified", "separate"):
+            with torch.device("meta"):
+                m = build_model(model_config_for_size(size, arch=arch, tgt_langs=langs, vocab_size=1000,
+                                                      lang_tag_ids={x: 4 + i for i, x in enumerate(langs)}))
+            counts.append(params_m(m.num_parameters()))
+        rows.append([f"`{size}`", kw["d_model"], f"{kw['encoder_layers']} / {kw['decoder_layers']}",
+                     kw["attention_heads"], kw["ffn_dim"], kw["conv_channels"], *counts])
+    return md_table(["size", "d", "enc/dec layers", "heads", "FFN", "conv channels", "unified, 4 langs, V=1000",
+                     "separate, 4 langs, V=1000"], rows)
+
+
+GENERATED: dict[str, Callable[[], str]] = {"config-keys": config_keys, "model-sizes": model_sizes}
+
+
+# ----------------------------------------------------------------------------------------------- driver
+def _load(name: str, cache: dict[str, Any]) -> Any:
+    if name not in cache:
+        p = RESULTS / name
+        try:
+            cache[name] = json.loads(p.read_text())
+        except (OSError, ValueError) as e:
+            raise RenderError(f"docs/results/{name}: cannot read results JSON: {e}") from e
+    return cache[name]
+
+
+def render_block(kind: str, name: str, cache: dict[str, Any]) -> str:
+    """The text between the markers of block ``kind:name`` (starts and ends with a newline)."""
+    if kind == "generated":
+        if name not in GENERATED:
+            raise RenderError(f"unknown generated block {name!r} (known: {', '.join(GENERATED)})")
+        return "\n" + GENERATED[name]() + "\n\n"
+    if name not in TABLES:
+        raise RenderError(f"unknown results table {name!r} (known: {', '.join(TABLES)})")
+    t = TABLES[name]
+    data = _load(t.json, cache)
+    part = data
+    for k in (t.subkey.split("/") if t.subkey else []):
+        part = part[k]
+    try:
+        body = t.render(part)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+        raise RenderError(f"docs/results/{t.json}: cannot render table {name!r}: {type(e).__name__}: {e}") from e
+    return "\n" + body + "\n\n" + source_line(t.json, data) + "\n\n"
+
+
+def render_text(text: str, path: str, cache: dict[str, Any]) -> str:
+    """``text`` with every marked block re-rendered. Raises :class:`RenderError` naming ``path:line``."""
+    closed = {m.start() for m in MARKER.finditer(text)}
+    for m in OPEN.finditer(text):
+        if m.start() not in closed:
+            line = text.count("\n", 0, m.start()) + 1
+            raise RenderError(f"{path}:{line}: marker <!-- {m.group(1)}:{m.group(2)} --> has no closing "
+                              f"<!-- /{m.group(1)}:{m.group(2)} --> (or the opening marker is not alone on its line)")
+
+    def sub(m: re.Match[str]) -> str:
+        try:
+            body = render_block(m.group(1), m.group(2), cache)
+        except RenderError as e:
+            line = text.count("\n", 0, m.start()) + 1
+            raise RenderError(f"{path}:{line}: {e}") from e
+        return f"<!-- {m.group(1)}:{m.group(2)} -->{body}<!-- /{m.group(1)}:{m.group(2)} -->"
+
+    return MARKER.sub(sub, text)
+
+
+def doc_files(root: Path = REPO) -> list[Path]:
+    """README.md and every Markdown file under docs/."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def run(check: bool, files: Sequence[Path] | None = None) -> list[Path]:
+    """Render (or with ``check`` only compare) every file; returns the files that differ(ed)."""
+    cache: dict[str, Any] = {}
+    changed = []
+    for p in files if files is not None else doc_files():
+        old = p.read_text()
+        new = render_text(old, str(p.relative_to(REPO) if p.is_relative_to(REPO) else p), cache)
+        if new != old:
+            changed.append(p)
+            if not check:
+                p.write_text(new)
+    return changed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: render, ``--check`` or ``--list``."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
+    ap.add_argument("--check", action="store_true", help="do not write; exit 1 when a block differs from its source")
+    ap.add_argument("--list", action="store_true", help="print every table name and its JSON file")
+    a = ap.parse_args(argv)
+    if a.list:
+        for name, t in TABLES.items():
+            print(f"{name:24s} docs/results/{t.json}" + (f" [{t.subkey}]" if t.subkey else ""))
+        for name in GENERATED:
+            print(f"{name:24s} (generated from the code)")
+        return 0
+    try:
+        changed = run(a.check)
+    except RenderError as e:
+        print(f"render_docs: error: {e}", file=sys.stderr)
+        return 2
+    for p in changed:
+        rel = p.relative_to(REPO)
+        print(f"{rel}: out of date with its results JSON (run python tools/render_docs.py)" if a.check
+              else f"rendered {rel}")
+    return 1 if (a.check and changed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
