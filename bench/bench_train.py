@@ -165,13 +165,13 @@ def augmentation_cost(batch, policy: str, seed: int = 1) -> dict[str, float]:
       utterance's ``(T, 80)`` features (what ``MultiwayDataset.__getitem__`` adds in training);
     * ``speed_onthefly_s``: what ON-THE-FLY speed perturbation would add: soxr resampling of a
       waveform of the utterance's length (factors 0.9 and 1.1 alternating) plus fbank of the result
-      (audio reading not counted). The toolkit makes prep-time copies instead (mmst.data.speed_perturb);
+      (audio reading not counted). The toolkit makes prep-time copies instead (mmst.corpora.speed_perturb);
       this figure is why.
     """
     import numpy as np
 
+    from mmst.corpora.speed_perturb import speed_perturb
     from mmst.data.augment import FeatureAugment, specaugment_from_config
-    from mmst.data.speed_perturb import speed_perturb
     from mmst.features import fbank
 
     aug = FeatureAugment(specaugment_from_config(policy), seed)

@@ -10,7 +10,7 @@ Reads each ``<split>.tsv`` row's source audio (``wav``, ``offset``, ``duration``
 faster (soxr resampling from ``16000 f`` to 16000 Hz, as ``sox speed``), computes fbank with the DATA's
 dither settings, and writes ``fbank80_<split>_sp.zip``, ``<split>_sp.tsv`` (originals plus copies, each
 with its own ``n_frames``), a ``speed_perturb`` entry in ``config.yaml`` and ``speed_perturb_<split>.json``.
-A rerun reuses cached copies. See ``mmst/data/speed_perturb.py``. Prints the report as JSON. Exit status
+A rerun reuses cached copies. See ``mmst/corpora/speed_perturb.py``. Prints the report as JSON. Exit status
 1 with one ``error:`` line for a bad DATA directory or unreadable audio; 2 for bad arguments.
 """
 
@@ -20,8 +20,8 @@ import argparse
 import json
 import sys
 
+from mmst.corpora.speed_perturb import DEFAULT_FACTORS, SpeedPerturbBuildError, build_speed_perturbed
 from mmst.data.corpus import DataConfigError
-from mmst.data.speed_perturb import DEFAULT_FACTORS, SpeedPerturbBuildError, build_speed_perturbed
 
 
 def build_parser() -> argparse.ArgumentParser:

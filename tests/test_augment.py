@@ -1,5 +1,5 @@
 """Tests for training-time augmentation: SpecAugment (mmst.data.augment), speed perturbation copies
-(mmst.data.speed_perturb), their config keys and their wiring into the dataset, iterator and trainer."""
+(mmst.corpora.speed_perturb), their config keys and their wiring into the dataset, iterator and trainer."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from fixtures_data import tiny_feature_data  # noqa: F401  (session fixture)
 
 from mmst.data.augment import (
     SPECAUGMENT_POLICIES,
@@ -142,7 +141,7 @@ def _dataset(data: Path, augment) -> MultiwayDataset:
     return MultiwayDataset(data, "train", lang_tag_start=True, cache_features=True, augment=augment)
 
 
-def test_augmented_batches_resume_exactly_across_epochs(tiny_feature_data):  # noqa: F811
+def test_augmented_batches_resume_exactly_across_epochs(tiny_feature_data):
     aug = FeatureAugment(specaugment_from_config("LD"), seed=3)
 
     def it():
@@ -179,7 +178,7 @@ def _tiny_cfg(*extra: str):
                               "model.overrides.attention_heads=2", *extra])
 
 
-def test_validation_is_not_augmented(tiny_feature_data, tmp_path):  # noqa: F811
+def test_validation_is_not_augmented(tiny_feature_data, tmp_path):
     from mmst.training.trainer import build_trainer
 
     plain = build_trainer(_tiny_cfg(), tiny_feature_data, tmp_path / "a")
@@ -197,7 +196,7 @@ def test_validation_is_not_augmented(tiny_feature_data, tmp_path):  # noqa: F811
 
 
 def test_speed_perturb_changes_length_and_pitch_by_the_factor():
-    from mmst.data.speed_perturb import speed_perturb
+    from mmst.corpora.speed_perturb import speed_perturb
 
     sr, n = 16000, 16000
     x = np.sin(2 * np.pi * 1000.0 * np.arange(n) / sr).astype(np.float32)
@@ -211,7 +210,7 @@ def test_speed_perturb_changes_length_and_pitch_by_the_factor():
 
 
 @pytest.fixture()
-def audio_data(tiny_feature_data, tmp_path):  # noqa: F811
+def audio_data(tiny_feature_data, tmp_path):
     """A copy of the tiny DATA whose train rows name real wav segments (tone + noise)."""
     from mmst.data.manifest import read_manifest, read_manifest_header, write_manifest
 
@@ -230,9 +229,9 @@ def audio_data(tiny_feature_data, tmp_path):  # noqa: F811
 
 
 def test_speed_perturbed_copies_frame_counts_match_the_manifest(audio_data):
+    from mmst.corpora.speed_perturb import build_speed_perturbed
     from mmst.data.corpus import load_data_config
     from mmst.data.manifest import read_manifest
-    from mmst.data.speed_perturb import build_speed_perturbed
     from mmst.data.store import read_feature
     from mmst.features import num_frames
 
@@ -267,7 +266,7 @@ def test_speed_perturbed_copies_frame_counts_match_the_manifest(audio_data):
     assert "reused" not in rep3 and (audio_data / "train_sp.tsv").read_text() == before
 
     # the trainer trains on the copies; the ASR view carries them along
-    from mmst.data.asr_view import make_asr_view
+    from mmst.corpora.asr_view import make_asr_view
     from mmst.training.trainer import training_augmentation
 
     split, aug = training_augmentation(_tiny_cfg("data.augment.speed_perturb=[0.9,1.0,1.1]"), audio_data)

@@ -345,7 +345,6 @@ class Table:
 
 TABLES: dict[str, Table] = {
     "augment": Table("augment.json", augment_report),
-    "augment-at200": Table("augment_at200.json", augment_report),
     "augment-cost": Table("augment_cost.json", augment_cost),
     "augment-prep": Table("augment_speed_prep.json", augment_prep),
     "quickstart": Table("quickstart.json", quickstart_sweep, "tst-COMMON"),

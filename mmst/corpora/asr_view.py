@@ -18,7 +18,7 @@ without any new code path:
   transcript are dropped (counted in ``asr_view.json``). fairseq-style ``<split>_asr.tsv`` manifests
   (``id, audio, n_frames, tgt_text, speaker``) are written next to them;
 * speed-perturbed copies of an included split (``speed_perturb`` in the source config, see
-  :mod:`mmst.data.speed_perturb`) get their manifest in the view too, and their feature zip a symlink;
+  :mod:`mmst.corpora.speed_perturb`) get their manifest in the view too, and their feature zip a symlink;
 * ``config.yaml`` is the source config with ``tgt_langs: [en]``, the vocab entries above, the same
   ``fbank`` block (dither settings, so a streaming evaluation re-creates the same features) and
   ``asr_view: {source, lang, ...}``.
@@ -129,7 +129,7 @@ def make_asr_view(data_dir: str | os.PathLike[str], out_dir: str | os.PathLike[s
         dict_rel = f"{prefix}/{Path(vcfg['src']).with_suffix('.txt')}" if spm_txt.is_file() else None
 
     wanted = list(splits) if splits is not None else [s for s in cfg["splits"] if (src / f"{s}.tsv").is_file()]
-    # speed-perturbed copies of an included split (mmst.data.speed_perturb) come along, same names
+    # speed-perturbed copies of an included split (mmst.corpora.speed_perturb) come along, same names
     sp = {k: v for k, v in (cfg.get("speed_perturb") or {}).items() if k in wanted}
     for entry in sp.values():
         if entry.get("features") and link == "symlink":

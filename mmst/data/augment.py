@@ -290,7 +290,7 @@ def speed_perturbed_split(data_cfg: Mapping[str, Any], split: str, factors: list
                           data_dir: str = "DATA") -> str:
     """Name of the manifest that holds ``split`` with speed-perturbed copies at ``factors``.
 
-    The copies are made at prep time (``data_prep/speed_perturb.py``, :mod:`mmst.data.speed_perturb`),
+    The copies are made at prep time (``data_prep/speed_perturb.py``, :mod:`mmst.corpora.speed_perturb`),
     which records them in ``DATA/config.yaml`` as ``speed_perturb: {<split>: {manifest, factors, features}}``.
 
     Args:

@@ -42,8 +42,8 @@ import numpy as np
 import soxr
 from tqdm import tqdm
 
+from mmst.atomic import atomic_save_npy, atomic_write_json, atomic_write_text
 from mmst.audio import AudioError, load_audio
-from mmst.data.atomic import atomic_save_npy, atomic_write_json, atomic_write_text
 from mmst.data.corpus import load_data_config
 from mmst.data.manifest import manifest_columns, read_manifest, tgt_langs_of, write_manifest
 from mmst.data.store import pack_npy_files
