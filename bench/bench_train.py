@@ -20,6 +20,9 @@ and reports:
 * ``mfu`` = (model FLOPs per update / seconds per update) / peak matmul FLOP/s. An MFU above 100% is
   a measurement bug: the row gets ``mfu: null`` (value kept as ``mfu_invalid``), the table says BUG
   and the exit status is 1.
+* augmentation row (``--specaugment``, default LB): seconds of SpecAugment on the utterances of one
+  batch, and of what on-the-fly speed perturbation (soxr + fbank) would cost, each as % of the update
+  time (``specaugment_pct``, ``speed_onthefly_pct``).
 
 bf16 rows on a CPU without native bf16 (no AVX512-BF16/AMX, :func:`mmst.training.step.bf16_warning`)
 are skipped with a message: bf16 is emulated there, on a different kernel path for the model than for
@@ -155,6 +158,36 @@ def count_update_flops(model, criterion, batch, waitk: int | None, precision: st
     return float(fc.get_total_flops())
 
 
+def augmentation_cost(batch, policy: str, seed: int = 1) -> dict[str, float]:
+    """Seconds to augment the utterances of one collated batch, per utterance as the data pipeline does.
+
+    * ``specaugment_s``: :class:`mmst.data.augment.FeatureAugment` (SpecAugment ``policy``) on every
+      utterance's ``(T, 80)`` features (what ``MultiwayDataset.__getitem__`` adds in training);
+    * ``speed_onthefly_s``: what ON-THE-FLY speed perturbation would add: soxr resampling of a
+      waveform of the utterance's length (factors 0.9 and 1.1 alternating) plus fbank of the result
+      (audio reading not counted). The toolkit makes prep-time copies instead (mmst.corpora.speed_perturb);
+      this figure is why.
+    """
+    import numpy as np
+
+    from mmst.corpora.speed_perturb import speed_perturb
+    from mmst.data.augment import FeatureAugment, specaugment_from_config
+    from mmst.features import fbank
+
+    aug = FeatureAugment(specaugment_from_config(policy), seed)
+    feats = [batch.fbank[j, : int(batch.fbank_lengths[j])].cpu() for j in range(batch.size)]
+    t0 = time.perf_counter()
+    for j, f in enumerate(feats):
+        aug(f, 1, j)
+    t_spec = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    waves = [(0.1 * rng.standard_normal(int(f.shape[0]) * 160 + 240)).astype(np.float32) for f in feats]
+    t0 = time.perf_counter()
+    for j, w in enumerate(waves):
+        fbank(speed_perturb(w, 0.9 if j % 2 else 1.1))
+    return {"specaugment_s": t_spec, "speed_onthefly_s": time.perf_counter() - t0}
+
+
 def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = "auto") -> dict[str, Any]:
     """Measure one configuration in this process; returns a result dict."""
     from mmst.losses import MultilingualCriterion
@@ -227,6 +260,13 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
         "peak_gflops": gpu_peak_gflops, "mfu": n_flop / dt / 1e9 / gpu_peak_gflops,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+    if args.specaugment != "none":
+        cost = augmentation_cost(batches[0].to("cpu"), args.specaugment)
+        step_s = dt / args.updates * batches[0].n_frames / max(frames / args.updates, 1)  # batch 0's share
+        res.update(specaugment=args.specaugment, specaugment_s_per_batch=cost["specaugment_s"],
+                   specaugment_pct=100 * cost["specaugment_s"] / step_s,
+                   speed_onthefly_s_per_batch=cost["speed_onthefly_s"],
+                   speed_onthefly_pct=100 * cost["speed_onthefly_s"] / step_s)
     if args.data:
         res["loader_wait_pct"] = 100 * loader_s / (loader_s + dt)
     if device == "cuda":
@@ -257,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
                         "fp32 and bf16 on CPU, auto on CUDA")
     p.add_argument("--optimizer", default="fused", choices=["fused", "foreach", "for-loop"],
                    help="AdamW implementation (mmst-train's optim.implementation)")
+    p.add_argument("--specaugment", default="LB", choices=["none", "LB", "LD", "SM", "SS"],
+                   help="augmentation row: cost of SpecAugment with this policy on one batch, and of on-the-fly "
+                        "speed perturbation (soxr + fbank), as %% of the update time ('none' = skip)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--data", default=None, help="DATA dir: use real batches of DATA/train.tsv")
     p.add_argument("--omp-wait-policy", default="PASSIVE",
@@ -333,6 +376,17 @@ def main(argv: list[str] | None = None) -> int:
               f"{'BUG (>100%)' if r['mfu'] is None else format(100 * r['mfu'], '.1f') + '%'} | {r['peak_rss_mb']:.0f} |")
     for sk in skipped:
         print(f"skipped {sk['size']} {sk['threads']}t {sk['precision']}: {sk['reason']}")
+    if any("specaugment_pct" in r for r in results):
+        print()
+        print("Augmentation cost per batch (per utterance, on CPU, as in the data pipeline), % of the update time:")
+        print("| size | threads | precision | batch utts | SpecAugment | ms | % of update | on-the-fly speed "
+              "perturbation (soxr + fbank) ms | % of update |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in results:
+            if "specaugment_pct" in r:
+                print(f"| {r['size']} | {r['threads']} | {r['precision']} | {r['batch_utts']} | {r['specaugment']} | "
+                      f"{1000 * r['specaugment_s_per_batch']:.1f} | {r['specaugment_pct']:.2f}% | "
+                      f"{1000 * r['speed_onthefly_s_per_batch']:.0f} | {r['speed_onthefly_pct']:.1f}% |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"provenance": run_record(), "meta": meta, "results": results}, indent=2) + "\n")

@@ -27,6 +27,10 @@ def test_bench_train_quick(tmp_path):
     _run(["bench/bench_train.py", "--quick", "--out", str(out)])
     res = json.loads(out.read_text())["results"][0]
     assert res["frames_per_s"] > 0 and 0 < res["mfu"] <= 1.0 and res["model_gflop_per_update"] > 0
+    # augmentation row: SpecAugment LB and on-the-fly speed perturbation cost per batch
+    assert res["specaugment"] == "LB" and res["specaugment_s_per_batch"] > 0 and res["speed_onthefly_s_per_batch"] > 0
+    assert res["specaugment_pct"] == pytest.approx(
+        100 * res["specaugment_s_per_batch"] / res["s_per_update"], rel=0.5)
 
 
 @pytest.mark.slow

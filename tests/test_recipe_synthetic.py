@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -30,6 +31,8 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
     exp = tmp_path / "exp"
     args = ["--exp-dir", str(exp), "--tgt-langs", "de,ja", "--num-train", "24", "--num-dev", "6",
             "--num-test", "6", "--num-test-unseen", "4", "--eval-k", "1,3", "--jobs", "1",
+            # the augmentation switches: speed-perturbed copies, SpecAugment, ASR pretraining (same overrides)
+            "--speed-perturb", "true", "--specaugment", "LB", "--asr-pretrain", "true",
             "--train-overrides", "optim.max_update=6 optim.warmup_updates=2 valid.interval_updates=3 "
             "checkpoint.save_interval_updates=3 valid.bleu_subset=4 data.max_tokens=3000 "
             "logging.progress_bar=false"]
@@ -38,6 +41,14 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
     for n in range(5):
         assert f"== Stage {n}:" in p.stdout
     assert (exp / "eval" / "latency_quality.png").stat().st_size > 1000
+    # the copies exist, the ASR run trained on them, the ST model started from its encoder
+    n_train = len((exp / "data" / "train.tsv").read_text().splitlines()) - 1
+    assert len((exp / "data" / "train_sp.tsv").read_text().splitlines()) - 1 == 3 * n_train
+    asr_cfg = torch.load(exp / "asr" / "checkpoint_best.pt", weights_only=True)["config"]
+    assert asr_cfg["data"]["augment"] == {"specaugment_policy": "LB", "specaugment": None,
+                                          "speed_perturb": [0.9, 1.0, 1.1]}
+    st_log = (exp / "model" / "train_log.jsonl").read_text()
+    assert '"pretrained_encoder"' in st_log
     scores = json.loads((exp / "eval" / "scores.json").read_text())
     assert "de" in json.dumps(scores) and "ja" in json.dumps(scores)
     assert "latency_quality.png" in p.stdout
@@ -66,5 +77,17 @@ def test_recipe_help_lists_every_option():
     p = subprocess.run(["bash", "recipes/synthetic/run.sh", "--help"], cwd=ROOT, text=True,
                        capture_output=True, timeout=60)
     assert p.returncode == 0
-    for opt in ("--stage", "--stop-stage", "--force", "--nproc", "--tgt-langs", "--eval-k"):
+    for opt in ("--stage", "--stop-stage", "--force", "--nproc", "--tgt-langs", "--eval-k", "--specaugment",
+                "--speed-perturb", "--asr-pretrain"):
         assert opt in p.stdout
+
+
+def test_augment_recipe_help_and_bad_input(tmp_path):
+    p = subprocess.run(["bash", "recipes/synthetic/run_augment.sh", "--help"], cwd=ROOT, text=True,
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0
+    for opt in ("--systems", "--seeds", "--specaugment", "--speed-factors", "--asr-config", "--results"):
+        assert opt in p.stdout
+    p = subprocess.run(["bash", "recipes/synthetic/run_augment.sh", "--data", str(tmp_path)], cwd=ROOT, text=True,
+                       capture_output=True, timeout=60)
+    assert p.returncode == 2 and "prepare the corpus first" in p.stderr

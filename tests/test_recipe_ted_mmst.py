@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,7 +58,8 @@ def ted_run(tmp_path_factory):
     args = ["--exp-dir", str(exp), "--size", "xs", "--synth-num-train", "30", "--synth-num-dev", "8",
             "--synth-num-test", "8", "--synth-segments-per-talk", "3,5", "--jobs", "2", "--max-update", "60",
             "--avg-last", "2", "--eval-k", "1,3", "--eval-threads", "1", "--eval-max-utterances", "4",
-            "--eval-extra", "--max-len-b 12", "--train-overrides", TINY]
+            "--eval-extra", "--max-len-b 12", "--speed-perturb", "true", "--specaugment", "LB",
+            "--train-overrides", TINY]
     t0 = time.time()
     p = _run("recipes/ted_mmst/run.sh", args)
     return exp, args, p, time.time() - t0
@@ -76,6 +78,11 @@ def test_ted_mmst_recipe_all_stages_tiny(ted_run):
     assert (exp / "data_asr" / "fbank80.zip").is_symlink()
     asr_log = (exp / "asr" / "train_log.jsonl").read_text()
     assert '"ctc_loss"' in asr_log
+    # --speed-perturb true --specaugment LB: copies built, the ASR view carries them, ASR and ST use both
+    assert (exp / "data_asr" / "fbank80_train_sp.zip").is_symlink() and (exp / "data_asr" / "train_sp.tsv").is_file()
+    for ck in (exp / "asr" / "checkpoint_last.pt", exp / "models" / "unified_sync" / "seed1" / "checkpoint_last.pt"):
+        aug = torch.load(ck, weights_only=True)["config"]["data"]["augment"]
+        assert aug["specaugment_policy"] == "LB" and aug["speed_perturb"] == [0.9, 1.0, 1.1]
     for system in ("separate", "unified_sync", "unified_async"):
         d = exp / "models" / system / "seed1"
         assert (d / "checkpoint_avg.pt").is_file()

@@ -129,12 +129,17 @@ def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
 
 
+# training-time augmentation on: its per-utterance draws must resume exactly too (time warp included)
+AUGMENT = ("data.augment.specaugment_policy=LD", "data.augment.specaugment={time_warp_W: 5}")
+
+
 @pytest.mark.slow
 def test_sigkill_resume_is_bit_identical(tiny_feature_data, tmp_path):
     n = 45
     ref, run = tmp_path / "ref", tmp_path / "run"
-    subprocess.run(_cli(tiny_feature_data, ref, f"optim.max_update={n}"), check=True, env=_env(), timeout=120)
-    proc = subprocess.Popen(_cli(tiny_feature_data, run, f"optim.max_update={n}"), env=_env())
+    subprocess.run(_cli(tiny_feature_data, ref, f"optim.max_update={n}", *AUGMENT), check=True, env=_env(),
+                   timeout=120)
+    proc = subprocess.Popen(_cli(tiny_feature_data, run, f"optim.max_update={n}", *AUGMENT), env=_env())
     deadline = time.time() + 120
     killed_at = None
     while time.time() < deadline and proc.poll() is None:
@@ -147,9 +152,11 @@ def test_sigkill_resume_is_bit_identical(tiny_feature_data, tmp_path):
     assert killed_at is not None and proc.returncode == -signal.SIGKILL, "run finished before it could be killed"
     u_killed = load_checkpoint(run / "checkpoint_last.pt")["train_state"]["num_updates"]
     assert 6 <= u_killed < n  # last is written before the numbered copy
-    subprocess.run(_cli(tiny_feature_data, run, f"optim.max_update={n}"), check=True, env=_env(), timeout=120)
+    subprocess.run(_cli(tiny_feature_data, run, f"optim.max_update={n}", *AUGMENT), check=True, env=_env(),
+                   timeout=120)
     a = load_checkpoint(ref / "checkpoint_last.pt")
     b = load_checkpoint(run / "checkpoint_last.pt")
+    assert a["config"]["data"]["augment"]["specaugment_policy"] == "LD"
     assert a["train_state"]["num_updates"] == b["train_state"]["num_updates"] == n
     assert a["data_iterator"] == b["data_iterator"] and a["scheduler"] == b["scheduler"]
     for k in a["model"]:

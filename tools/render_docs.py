@@ -324,6 +324,29 @@ def streaming_policies(d: Mapping[str, Any]) -> str:
               f"{num(pr['la_beam4_rtf'], '{:.3f}')} (target < 1).")
 
 
+def augment_report(d: Mapping[str, Any]) -> str:
+    """The augmentation experiment (``eval/unseen_gap.py``): seen vs unseen BLEU/AL per system, the gap."""
+    from mmst.evaluation.unseen_gap import render_markdown
+
+    rep = {k: v for k, v in d.items() if k != "provenance"}
+    extra = {"loader wait %": d["loader_wait_pct"]} if d.get("loader_wait_pct") else None
+    return render_markdown(rep, "", d.get("descriptions"), extra).split("\n", 2)[2].strip("\n")
+
+
+def augment_cost(d: Mapping[str, Any]) -> str:
+    """SpecAugment and on-the-fly speed perturbation cost per batch (``bench/bench_train.py`` JSON)."""
+    from mmst.evaluation.unseen_gap import cost_table
+
+    return cost_table(d).strip("\n")
+
+
+def augment_prep(d: Mapping[str, Any]) -> str:
+    """Prep-time cost of the speed-perturbed copies (``speed_perturb_<split>.json``)."""
+    from mmst.evaluation.unseen_gap import prep_line
+
+    return prep_line(d).strip("\n")
+
+
 @dataclass(frozen=True)
 class Table:
     """A rendered table: its JSON under ``docs/results/`` and the function that formats it."""
@@ -334,6 +357,9 @@ class Table:
 
 
 TABLES: dict[str, Table] = {
+    "augment": Table("augment.json", augment_report),
+    "augment-cost": Table("augment_cost.json", augment_cost),
+    "augment-prep": Table("augment_speed_prep.json", augment_prep),
     "quickstart": Table("quickstart.json", quickstart_sweep, "tst-COMMON"),
     "quickstart-unseen": Table("quickstart.json", quickstart_single, "tst-unseen"),
     "quickstart-stages": Table("quickstart.json", quickstart_stages),

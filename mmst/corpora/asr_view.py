@@ -17,6 +17,8 @@ without any new code path:
   tgt_text_en, wav, offset, duration``), ``tgt_text_en == src_text``; utterances with an empty
   transcript are dropped (counted in ``asr_view.json``). fairseq-style ``<split>_asr.tsv`` manifests
   (``id, audio, n_frames, tgt_text, speaker``) are written next to them;
+* speed-perturbed copies of an included split (``speed_perturb`` in the source config, see
+  :mod:`mmst.corpora.speed_perturb`) get their manifest in the view too, and their feature zip a symlink;
 * ``config.yaml`` is the source config with ``tgt_langs: [en]``, the vocab entries above, the same
   ``fbank`` block (dither settings, so a streaming evaluation re-creates the same features) and
   ``asr_view: {source, lang, ...}``.
@@ -127,10 +129,16 @@ def make_asr_view(data_dir: str | os.PathLike[str], out_dir: str | os.PathLike[s
         dict_rel = f"{prefix}/{Path(vcfg['src']).with_suffix('.txt')}" if spm_txt.is_file() else None
 
     wanted = list(splits) if splits is not None else [s for s in cfg["splits"] if (src / f"{s}.tsv").is_file()]
+    # speed-perturbed copies of an included split (mmst.corpora.speed_perturb) come along, same names
+    sp = {k: v for k, v in (cfg.get("speed_perturb") or {}).items() if k in wanted}
+    for entry in sp.values():
+        if entry.get("features") and link == "symlink":
+            _link(src / entry["features"], out / Path(entry["features"]).name)
+    manifests = wanted + [str(e["manifest"]) for e in sp.values()]
     cols = manifest_columns([lang])
     tcol = f"tgt_text_{lang}"
     summary: dict[str, Any] = {"source": prefix, "lang": lang, "link": link, "splits": {}}
-    for split in wanted:
+    for split in manifests:
         path = src / f"{split}.tsv"
         if not path.is_file():
             raise AsrViewError(f"{path}: no manifest for split {split!r}")
@@ -167,6 +175,10 @@ def make_asr_view(data_dir: str | os.PathLike[str], out_dir: str | os.PathLike[s
         "prepend_tgt_lang_tag": False,
         "asr_view": {"source": prefix, "lang": lang, "link": link},
     })
+    if sp:
+        view["speed_perturb"] = sp
+    else:
+        view.pop("speed_perturb", None)
     if dict_rel:
         view["vocab_filename"] = dict_rel
     else:

@@ -220,7 +220,8 @@ class EpochBatchIterator:
 
     The position is ``(epoch, offset)``: ``offset`` batches of ``epoch`` have been yielded.
     :meth:`state_dict` / :meth:`load_state_dict` save/restore it (primitives only); the batches that
-    follow a restore are exactly those an uninterrupted iterator would have produced.
+    follow a restore are exactly those an uninterrupted iterator would have produced. A dataset with a
+    ``set_epoch(epoch)`` method is told the epoch before its items are read (augmentation draws).
     """
 
     def __init__(self, dataset: Any, lengths: Sequence[int] | np.ndarray, collate_fn: Callable[[list[Any]], Any],
@@ -256,6 +257,9 @@ class EpochBatchIterator:
 
     def _start(self) -> None:
         batches = self.batches_for_epoch(self.epoch)[self.offset:]
+        set_epoch = getattr(self.dataset, "set_epoch", None)
+        if set_epoch is not None:  # per-epoch augmentation draws (before workers copy the dataset)
+            set_epoch(self.epoch)
         if self.num_workers > 0:
             loader = torch.utils.data.DataLoader(self.dataset, batch_sampler=_ListSampler(batches),
                                                  collate_fn=self.collate_fn, num_workers=self.num_workers)

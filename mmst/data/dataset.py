@@ -84,6 +84,9 @@ class MultiwayDataset(torch.utils.data.Dataset):
         max_frames: drop utterances with more frames than this (``n_dropped`` counts them).
         cache_features: keep CMVN-normalised features in memory after the first read.
         with_src: tokenise ``src_text`` for CTC (needs ``vocab.src``).
+        augment: training-time feature augmentation (:class:`mmst.data.augment.FeatureAugment`), applied
+            per utterance after CMVN with the epoch set by :meth:`set_epoch`; ``None`` (validation,
+            inference) = features as stored.
 
     Raises:
         FileNotFoundError: missing manifest / config / vocab / cmvn file (message names it).
@@ -94,7 +97,7 @@ class MultiwayDataset(torch.utils.data.Dataset):
     def __init__(self, data_dir: str | Path, split: str, tgt_langs: Sequence[str] | None = None,
                  vocab_mode: str = "joint", start_token_ids: dict[str, int] | None = None,
                  lang_tag_start: bool = False, max_frames: int | None = None, cache_features: bool = False,
-                 with_src: bool = True) -> None:
+                 with_src: bool = True, augment: Any = None) -> None:
         from mmst.data.manifest import read_manifest, tgt_langs_of
         from mmst.data.vocab import Vocab
         from mmst.features import GlobalCMVN
@@ -159,6 +162,12 @@ class MultiwayDataset(torch.utils.data.Dataset):
         self.ids = [r["id"] for r in self.rows]
         self.cache_features = cache_features
         self._cache: dict[int, torch.Tensor] = {}
+        self.augment = augment
+        self.epoch = 1
+
+    def set_epoch(self, epoch: int) -> None:
+        """Epoch (1-based) whose augmentation draws :meth:`__getitem__` uses (called by the batch iterator)."""
+        self.epoch = int(epoch)
 
     def __len__(self) -> int:
         """Number of utterances (after ``max_frames`` filtering)."""
@@ -192,12 +201,18 @@ class MultiwayDataset(torch.utils.data.Dataset):
         return self.rows[i].get(f"tgt_text_{lang}", "")
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        """Item dict: ``index``, ``id``, ``fbank (T, 80)``, ``tokens {lang: list|None}``, ``src_tokens``."""
+        """Item dict: ``index``, ``id``, ``fbank (T, 80)``, ``tokens {lang: list|None}``, ``src_tokens``.
+
+        ``fbank`` is augmented (a new tensor) when the dataset has an active ``augment``.
+        """
         src = None
         if self.src_vocab is not None:
             text = self.rows[i].get("src_text", "")
             src = self.src_vocab.encode(text) if text.strip() else None
-        return {"index": i, "id": self.rows[i]["id"], "fbank": self.features(i), "tokens": self.tokens(i),
+        feats = self.features(i)
+        if self.augment is not None:
+            feats = self.augment(feats, self.epoch, i)
+        return {"index": i, "id": self.rows[i]["id"], "fbank": feats, "tokens": self.tokens(i),
                 "src_tokens": src}
 
     def collater(self, items: list[dict[str, Any]]) -> Batch:

@@ -100,6 +100,39 @@ class ModelSection:
 
 
 @dataclass
+class AugmentSection:
+    """Training-time data augmentation (docs/augmentation.md). Validation and inference never augment."""
+
+    specaugment_policy: str = _f("none", doc="SpecAugment preset applied per utterance after CMVN: none, LB, LD, "
+                                 "SM or SS (fairseq's policies; LB = 1 freq mask F=27 + 1 time mask T=100, "
+                                 "LD = 2 + 2; time warp off)", choices=["none", "LB", "LD", "SM", "SS"])
+    specaugment: dict[str, float | None] | None = _f(
+        None, doc="fairseq SpecAugmentTransform keys overriding the preset's values: freq_mask_N, freq_mask_F, "
+        "time_mask_N, time_mask_T, time_mask_p, time_warp_W (the paper's W=80), mask_value (null = "
+        "utterance mean); e.g. {time_warp_W: 80}. time_wrap_W (fairseq's config writer's spelling) is "
+        "read as time_warp_W with a warning")
+    speed_perturb: list[float] | None = _f(
+        None, doc="speed perturbation factors, e.g. [0.9, 1.0, 1.1] (Ko et al. 2015): train on the "
+        "speed-perturbed copies of data.train_subset that data_prep/speed_perturb.py wrote into DATA "
+        "(listed in DATA/config.yaml speed_perturb); null = the plain split")
+
+    def __post_init__(self) -> None:
+        """Validate the SpecAugment keys (and normalise ``time_wrap_W``) and the speed factors."""
+        from mmst.data.augment import MISSPELLED_KEYS, specaugment_from_config
+
+        try:
+            specaugment_from_config(self.specaugment_policy, self.specaugment, where="data.augment.specaugment")
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
+        if self.specaugment:
+            self.specaugment = {MISSPELLED_KEYS.get(k, k): v for k, v in self.specaugment.items()}
+        if self.speed_perturb is not None:
+            if not self.speed_perturb or any(not 0.5 <= f <= 2.0 for f in self.speed_perturb):
+                raise ConfigError("data.augment.speed_perturb: expected factors in [0.5, 2.0], e.g. "
+                                  f"[0.9, 1.0, 1.1], got {self.speed_perturb}")
+
+
+@dataclass
 class DataSection:
     """What to read from the DATA directory and how to batch it."""
 
@@ -114,6 +147,7 @@ class DataSection:
     num_workers: int = _f(0, doc="DataLoader worker processes for feature loading (0 = in-process)",
                           min=0)
     cache_features: bool = _f(False, doc="keep loaded fbank matrices in memory (small corpora)")
+    augment: AugmentSection = field(default_factory=AugmentSection)
 
 
 @dataclass

@@ -538,6 +538,32 @@ class Trainer:
 # ------------------------------------------------------------------------------------------ recipe
 
 
+def training_augmentation(cfg: TrainConfig, data_dir: str | Path) -> tuple[str, Any]:
+    """The training manifest and feature augmentation that ``cfg.data.augment`` asks for.
+
+    Returns:
+        ``(split, augment)``: ``data.train_subset``, or the name of its speed-perturbed manifest when
+        ``data.augment.speed_perturb`` is set; a :class:`mmst.data.augment.FeatureAugment` (SpecAugment,
+        seeded with ``cfg.seed``) or ``None``.
+
+    Raises:
+        mmst.data.augment.SpeedPerturbError: the DATA has no speed-perturbed copy with those factors.
+    """
+    from mmst.data.augment import FeatureAugment, specaugment_from_config, speed_perturbed_split
+    from mmst.data.dataset import load_data_config
+
+    acfg = cfg.data.augment
+    split = cfg.data.train_subset
+    if acfg.speed_perturb is not None and sorted(acfg.speed_perturb) != [1.0]:
+        split = speed_perturbed_split(load_data_config(data_dir), split, acfg.speed_perturb, str(data_dir))
+    spec = specaugment_from_config(acfg.specaugment_policy, acfg.specaugment, where="data.augment.specaugment")
+    augment = FeatureAugment(spec, cfg.seed) if spec is not None and spec.active else None
+    if augment is not None or split != cfg.data.train_subset:
+        logger.info("training augmentation: manifest %s.tsv; SpecAugment %s", split,
+                    spec.to_dict() if augment is not None and spec is not None else "off")
+    return split, augment
+
+
 def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, strategy: Any = None) -> Trainer:
     """Build every component from ``cfg`` + DATA, resume from ``SAVE_DIR/checkpoint_last.pt`` if present.
 
@@ -583,8 +609,9 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
         tgt_langs = list(model_cfg.tgt_langs)
     with_src = cfg.criterion.ctc_weight > 0
     common = dict(tgt_langs=tgt_langs, vocab_mode=vocab_mode, lang_tag_start=(arch == "unified"), with_src=with_src)
-    train_ds = MultiwayDataset(data_dir, cfg.data.train_subset, max_frames=min(cfg.data.max_frames, cfg.data.max_tokens),
-                               cache_features=cfg.data.cache_features, **common)
+    train_split, augment = training_augmentation(cfg, data_dir)
+    train_ds = MultiwayDataset(data_dir, train_split, max_frames=min(cfg.data.max_frames, cfg.data.max_tokens),
+                               cache_features=cfg.data.cache_features, augment=augment, **common)
     if train_ds.n_dropped:
         logger.warning("dropped %d training utterances longer than %d frames", train_ds.n_dropped,
                        min(cfg.data.max_frames, cfg.data.max_tokens))

@@ -5,7 +5,10 @@
 # heard in training) and tst-unseen (espeak accents and variants never heard in training). Stages:
 #   0  generate the grammar corpus (data_prep/synthesize_corpus.py)
 #   1  prep the multi-way corpus (data_prep/prep_multiway.py)
-#   2  train the xs unified model with multi-k wait-k (mmst-train, conf/train_xs.yaml)
+#   2  train the xs unified model with multi-k wait-k (mmst-train, conf/train_xs.yaml); with
+#      --speed-perturb true first the speed-perturbed copies (data_prep/speed_perturb.py), with
+#      --asr-pretrain true first English ASR pretraining of the encoder (conf/asr_xs.yaml), both with
+#      the same augmentation (docs/augmentation.md)
 #   3  evaluate on tst-COMMON at k = 1,3,5 with joint decoding (eval/simultaneous_eval.py)
 #   4  evaluate on tst-unseen at k = 3, print the results tables and the path of latency_quality.png
 #   5  real speech: FLEURS clips (prep_audio_list.py + simultaneous_eval.py) and the English-only clips
@@ -13,6 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."   # repository root
 source recipes/lib/stages.sh
 source recipes/lib/real_speech.sh
+source recipes/lib/augment.sh
 
 # ---- options (each can be overridden: --name value) --------------------------------------------
 stage=0
@@ -30,11 +34,17 @@ jobs=2                       # processes for synthesis and feature extraction
 config=recipes/synthetic/conf/train_xs.yaml
 train_overrides=""           # extra key=value overrides for mmst-train, space separated
 nproc=1                      # >1: train with torchrun --nproc_per_node $nproc
+specaugment=none             # SpecAugment policy in training: none | LB | LD | SM | SS
+speed_perturb=false          # true: train on speed-perturbed copies (--speed-factors) of train
+speed_factors=0.9,1.0,1.1
+asr_pretrain=false           # true: pretrain the encoder on English ASR first (same data and augmentation)
+asr_config=recipes/synthetic/conf/asr_xs.yaml
 eval_k=1,3,5
 source_segment_size=320      # ms
 shared_data=../shared/data   # real FLEURS / English clips (skipped when absent)
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs difficulty num_train num_dev num_test
-  num_test_unseen seed jobs config train_overrides nproc eval_k source_segment_size shared_data)
+  num_test_unseen seed jobs config train_overrides specaugment speed_perturb speed_factors asr_pretrain
+  asr_config nproc eval_k source_segment_size shared_data)
 parse_options "$@"
 
 raw=$exp_dir/raw
@@ -56,8 +66,16 @@ stage1() {
     --splits "$splits"
 }
 stage2() {
+  local aug extra
+  aug="$(augment_overrides "$specaugment" "$speed_perturb" "$speed_factors")"
+  extra="$aug $train_overrides"
+  [ "$speed_perturb" = "true" ] && ensure_speed_perturbed "$data" "$speed_factors" "$jobs"
+  if [ "$asr_pretrain" = "true" ]; then
+    asr_pretrain "$data" "$exp_dir/data_asr" "$exp_dir/asr" "$asr_config" "$extra"
+    extra="$extra checkpoint.load_pretrained_encoder_from=$exp_dir/asr/checkpoint_best.pt"
+  fi
   # shellcheck disable=SC2086
-  launch_train --config "$config" --data "$data" --save-dir "$model_dir" $train_overrides
+  launch_train --config "$config" --data "$data" --save-dir "$model_dir" $extra
 }
 stage3() {
   python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
@@ -86,7 +104,7 @@ stage5() {
 
 run_stage 0 "generate the grammar corpus ($difficulty; en -> $tgt_langs)" stage0
 run_stage 1 "prep the multi-way corpus" stage1
-run_stage 2 "train the xs unified model (multi-k wait-k)" stage2
+run_stage 2 "train the xs unified model (multi-k wait-k; SpecAugment $specaugment, speed perturbation $speed_perturb, ASR pretraining $asr_pretrain)" stage2
 run_stage 3 "evaluate on tst-COMMON at k = $eval_k with joint decoding" stage3
 run_stage 4 "tst-unseen at k = 3, results" stage4
 run_stage 5 "real speech: FLEURS + English-only clips" stage5

@@ -9,7 +9,9 @@
 # with joint decoding, then a Markdown table (BLEU and AL per language and system, mean ± std over
 # seeds, parameter counts) and BLEU-vs-AL plots. Reuses a prepared corpus (recipes/synthetic/run.sh
 # --stop-stage 1 writes exp/synthetic/data). Stages:
-#   1  train every (system, seed)            (mmst-train, conf/compare_xs.yaml)
+#   1  train every (system, seed)            (mmst-train, conf/compare_xs.yaml); first, with
+#      --speed-perturb true, the speed-perturbed copies and, with --asr-pretrain true, one English ASR
+#      pretraining of the encoder (conf/asr_xs.yaml, same augmentation) that every model starts from
 #   2  average the last --avg-last checkpoints (mmst-average-checkpoints)
 #   3  evaluate, k sweep                      (eval/simultaneous_eval.py)
 #   4  comparison table and plots             (eval/compare_systems.py) -> $exp_dir/compare/
@@ -17,6 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."   # repository root
 source recipes/lib/stages.sh
 source recipes/lib/systems.sh
+source recipes/lib/augment.sh
 
 # ---- options (each can be overridden: --name value) --------------------------------------------
 stage=1
@@ -33,6 +36,12 @@ config=recipes/synthetic/conf/compare_xs.yaml
 max_update=""                # the budget: optim.max_update of every model (default: the config's)
 train_overrides=""           # extra key=value overrides for every mmst-train run, space separated
 pretrained_encoder=""        # optional encoder init (checkpoint.load_pretrained_encoder_from) for every model
+specaugment=none             # SpecAugment policy of every model: none | LB | LD | SM | SS
+speed_perturb=false          # true: every model trains on speed-perturbed copies (--speed-factors)
+speed_factors=0.9,1.0,1.1
+asr_pretrain=false           # true: pretrain one encoder on English ASR (first seed, same augmentation) for all
+asr_config=recipes/synthetic/conf/asr_xs.yaml
+jobs=1                       # processes for the speed-perturbation features
 nproc=1                      # >1: train with torchrun --nproc_per_node $nproc
 avg_last=10
 eval_split=tst-COMMON
@@ -42,7 +51,8 @@ eval_threads=""
 eval_extra=""                # more eval/simultaneous_eval.py options
 source_segment_size=320      # ms
 RECIPE_OPTIONS=(stage stop_stage force data exp_dir tgt_langs systems async_delta async_order seeds config
-  max_update train_overrides pretrained_encoder nproc avg_last eval_split eval_k eval_max_utterances
+  max_update train_overrides pretrained_encoder specaugment speed_perturb speed_factors asr_pretrain asr_config
+  jobs nproc avg_last eval_split eval_k eval_max_utterances
   eval_threads eval_extra source_segment_size)
 parse_options "$@"
 
@@ -62,10 +72,21 @@ check_systems
 models_dir=$exp_dir/models
 evals_dir=$exp_dir/eval
 mkdir -p "$exp_dir"
-extra="$train_overrides${max_update:+ optim.max_update=$max_update}"
+aug="$(augment_overrides "$specaugment" "$speed_perturb" "$speed_factors")"
+extra="$train_overrides $aug${max_update:+ optim.max_update=$max_update}"
+if [ "$asr_pretrain" = "true" ]; then
+  [ -n "$pretrained_encoder" ] && { echo "$0: --asr-pretrain true and --pretrained-encoder exclude each other" >&2; exit 2; }
+  pretrained_encoder=$exp_dir/asr/checkpoint_best.pt
+fi
 [ -n "$pretrained_encoder" ] && extra="$extra checkpoint.load_pretrained_encoder_from=$pretrained_encoder"
 
-stage1() { train_models "$config" "$data" "$extra"; }
+stage1() {
+  [ "$speed_perturb" = "true" ] && ensure_speed_perturbed "$data" "$speed_factors" "$jobs"
+  if [ "$asr_pretrain" = "true" ]; then
+    asr_pretrain "$data" "$exp_dir/data_asr" "$exp_dir/asr" "$asr_config" "seed=${seeds%%,*} $train_overrides $aug"
+  fi
+  train_models "$config" "$data" "$extra"
+}
 stage2() { average_models; }
 stage3() { eval_models "$data"; }
 stage4() {

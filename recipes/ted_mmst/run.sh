@@ -5,8 +5,10 @@
 #   0  (only without --mustc-root) synthesize a small MuST-C-layout corpus with MuST-C-like pair
 #      disagreements (data_prep/synthesize_corpus.py --mustc-like-perturb): the CI smoke test input
 #   1  multi-way alignment + features + vocab (data_prep/prep_mustc_multiway.py)
-#   2  English ASR view (data_prep/make_asr_view.py) + ASR pretraining, CTC + attention (mmst-train,
-#      conf/asr_$size.yaml), averaged into asr/checkpoint_avg.pt
+#   2  speed-perturbed copies of train when the configs ask for them (data_prep/speed_perturb.py), English
+#      ASR view (data_prep/make_asr_view.py) + ASR pretraining, CTC + attention (mmst-train,
+#      conf/asr_$size.yaml), averaged into asr/checkpoint_avg.pt. ASR and ST get the same augmentation:
+#      s/m configs SpecAugment LB + speed perturbation 0.9/1.0/1.1, xs none (docs/augmentation.md)
 #   3  ST training of every --systems entry from the pretrained encoder (conf/st_$size.yaml)
 #   4  average the last --avg-last (10) checkpoints of every model (mmst-average-checkpoints)
 #   5  evaluate every model sweeping k on tst-COMMON with joint decoding (eval/simultaneous_eval.py)
@@ -16,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."   # repository root
 source recipes/lib/stages.sh
 source recipes/lib/systems.sh
+source recipes/lib/augment.sh
 
 # ---- options (each can be overridden: --name value) --------------------------------------------
 stage=0
@@ -38,6 +41,9 @@ st_max_update=""             # override optim.max_update of the ST config (wins 
 train_overrides=""           # extra key=value overrides for every mmst-train run, space separated
 asr_overrides=""             # extra overrides for the ASR run only
 st_overrides=""              # extra overrides for the ST runs only
+specaugment=auto             # SpecAugment policy of ASR and ST: auto (the configs': LB for s/m, none for xs) | none | LB | LD | SM | SS
+speed_perturb=auto           # auto (the configs': on for s/m) | true | false
+speed_factors=0.9,1.0,1.1    # with --speed-perturb true
 nproc=1                      # >1: train with torchrun --nproc_per_node $nproc
 avg_last=10                  # checkpoints averaged (fewer if fewer exist)
 eval_split=tst-COMMON
@@ -53,7 +59,7 @@ synth_segments_per_talk=6,12
 synth_seed=1
 RECIPE_OPTIONS=(stage stop_stage force exp_dir mustc_root tgt_langs size systems async_delta async_order seeds
   min_langs jobs asr_checkpoint max_update asr_max_update st_max_update train_overrides asr_overrides
-  st_overrides nproc avg_last eval_split eval_k eval_max_utterances eval_threads eval_extra source_segment_size
+  st_overrides specaugment speed_perturb speed_factors nproc avg_last eval_split eval_k eval_max_utterances eval_threads eval_extra source_segment_size
   synth_num_train synth_num_dev synth_num_test synth_segments_per_talk synth_seed)
 parse_options "$@"
 
@@ -78,8 +84,17 @@ mkdir -p "$exp_dir"
 # optim.max_update overrides: specific > general > config
 asr_mu=${asr_max_update:-$max_update}
 st_mu=${st_max_update:-$max_update}
-asr_extra="$train_overrides $asr_overrides${asr_mu:+ optim.max_update=$asr_mu}"
-st_extra="$train_overrides $st_overrides${st_mu:+ optim.max_update=$st_mu} checkpoint.load_pretrained_encoder_from=$asr_ckpt"
+# augmentation: the same for ASR and ST; auto = what the configs say
+aug=""
+[ "$specaugment" != "auto" ] && aug="data.augment.specaugment_policy=$specaugment"
+case "$speed_perturb" in
+  true) aug="$aug data.augment.speed_perturb=[$speed_factors]"; sp_factors=$speed_factors ;;
+  false) aug="$aug data.augment.speed_perturb=null"; sp_factors="" ;;
+  auto) sp_factors=$(config_speed_factors "recipes/ted_mmst/conf/st_$size.yaml") ;;
+  *) echo "$0: --speed-perturb must be auto, true or false (got '$speed_perturb')" >&2; exit 2 ;;
+esac
+asr_extra="$train_overrides $aug $asr_overrides${asr_mu:+ optim.max_update=$asr_mu}"
+st_extra="$train_overrides $aug $st_overrides${st_mu:+ optim.max_update=$st_mu} checkpoint.load_pretrained_encoder_from=$asr_ckpt"
 
 stage0() {
   if [ "$synthetic" != "true" ]; then
@@ -99,6 +114,7 @@ stage1() {
     --out "$data" --jobs "$jobs" --no-progress "${extra[@]}"
 }
 stage2() {
+  [ -n "$sp_factors" ] && ensure_speed_perturbed "$data" "$sp_factors" "$jobs"
   if [ -n "$asr_checkpoint" ]; then
     echo "--asr-checkpoint $asr_checkpoint given: ST encoders start from it; no ASR training"; return 0
   fi
@@ -109,6 +125,7 @@ stage2() {
   average_dir "$asr_dir"
 }
 stage3() {
+  [ -n "$sp_factors" ] && ensure_speed_perturbed "$data" "$sp_factors" "$jobs"
   train_models "recipes/ted_mmst/conf/st_$size.yaml" "$data" "$st_extra"
 }
 stage4() {
