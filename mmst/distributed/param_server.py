@@ -118,6 +118,7 @@ class ParamServer:
         self.lost: list[int] = []
         self.lost_at: dict[int, int] = {}
         self._byes: set[int] = set()
+        self._rx_byes: set[int] = set()  # BYEs taken off the wire by the receiver thread
         self.staleness: list[int] = []
         self.samples = 0.0
         self.loss_sum = 0.0
@@ -158,7 +159,7 @@ class ParamServer:
         receive from a worker that just died is pending (the thread is then abandoned; it is a daemon).
         """
         group = self._group  # bound once: never post on a LATER process group of the same process
-        while not self._done.is_set():
+        while not self._done.is_set() and not self._all_byes_received():
             buf = torch.empty(HDR + self.n_params)
             try:
                 work = dist.irecv(buf, group=group)  # no src: receive from any worker
@@ -166,7 +167,18 @@ class ParamServer:
             except Exception as e:  # noqa: BLE001 - handed to the main thread (ignored once done)
                 self._inbox.put((None, e))
                 return
-            self._inbox.put((int(work._source_rank()), buf))
+            src = int(work._source_rank())
+            if int(buf[0]) == BYE:
+                with self._lock:
+                    self._rx_byes.add(src)
+            self._inbox.put((src, buf))
+
+    def _all_byes_received(self) -> bool:
+        """True once every live worker has been told to stop and its BYE has been received: no message is
+        left to come, so the receiver thread must not post another receive. (A gloo send blocks until it
+        is matched, so a BYE left unreceived would hang its worker until the timeout.)"""
+        with self._lock:
+            return not (self.alive - self.stopped) and (self.alive & self.stopped) <= self._rx_byes
 
     # -- messaging ------------------------------------------------------------------------------
     def _reply(self, w: int, stop: bool) -> None:
@@ -278,10 +290,14 @@ class ParamServer:
                     else:
                         self._reply(src, stop=False)
                     self._release_pending()
-        finally:
+        except BaseException:
             self._done.set()
+            raise
+        finally:
             self.elapsed_s = time.perf_counter() - self.t_start
+        # the receiver thread goes on until every stopped worker's BYE is in (or a receive fails)
         self._collect_byes()
+        self._done.set()
         return self.stats()
 
     def _collect_byes(self, timeout_s: float = 5.0) -> None:
