@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import subprocess
-import sys
-import time
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from mmst.provenance import run_record
 
 
 class CompareError(ValueError):
@@ -127,24 +126,9 @@ def summary(eq_offline_al: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Command, UTC date, git commit, machine (CPU model, cores, torch) for a results JSON."""
-    import torch
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    cpu = platform.processor() or None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"command": " ".join(argv if argv is not None else sys.argv), "date": time.strftime("%Y-%m-%d %H:%M UTC",
-            time.gmtime()), "git_commit": commit or None,
-            "machine": {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__}}
+    """The results JSON's provenance record (:func:`mmst.provenance.run_record`) for ``argv``
+    (default: this process's command line)."""
+    return run_record(shlex.join(["python", *argv]) if argv is not None else None)
 
 
 def plot_policies(
@@ -190,7 +174,7 @@ def render_markdown(res: Mapping[str, Any]) -> str:
     md = [f"# {res['title']}", "",
           f"Command: `{res['provenance']['command']}`  ",
           f"Date: {res['provenance']['date']}, commit `{res['provenance']['git_commit']}`, "
-          f"{res['provenance']['machine']['cpu']} ({res['provenance']['machine']['cores']} cores), "
+          f"{res['provenance']['machine'].get('cpu_model') or res['provenance']['machine'].get('cpu')} ({res['provenance']['machine']['cores']} cores), "
           f"torch {res['provenance']['machine']['torch']}.  ",
           f"Test set: {res['split']}, first {res['n_utterances']} utterances; segments of "
           f"{res['segment_ms']:.0f} ms; joint decoding of {', '.join(langs)}; greedy.", ""]

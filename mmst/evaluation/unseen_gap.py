@@ -17,16 +17,14 @@ expected (system, seed, split) has no evaluation: a partial report.
 
 from __future__ import annotations
 
-import datetime
 import os
-import platform
 import re
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from mmst.evaluation.compare import CompareError, mean_std, read_eval_dir
+from mmst.provenance import run_record
 
 SEEN, UNSEEN = "tst-COMMON", "tst-unseen"
 
@@ -115,25 +113,9 @@ def unseen_gap_report(scores: dict[str, dict[str, dict[int, dict[str, dict[str, 
             "baseline": baseline, "systems": systems, "missing": missing}
 
 
-def provenance(command: str, repo: str | os.PathLike[str] = ".") -> dict[str, Any]:
-    """``{"command", "date", "git_commit", "machine": {cpu, cores, torch}}`` for a results JSON."""
-    import torch
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
-                                check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"command": command, "date": datetime.date.today().isoformat(), "git_commit": commit,
-            "machine": {"cpu": cpu, "cpu_model": cpu, "cores": os.cpu_count(), "torch": torch.__version__}}
+def provenance(command: str) -> dict[str, Any]:
+    """The results JSON's provenance record (:func:`mmst.provenance.run_record`) for ``command``."""
+    return run_record(command)
 
 
 def _fmt(ms: dict[str, Any], nd: int = 2) -> str:
@@ -156,7 +138,7 @@ def render_markdown(report: dict[str, Any], title: str, descriptions: dict[str, 
     if p:
         m = p.get("machine", {})
         lines += [f"`{p.get('command')}` ({p.get('date')}, commit {str(p.get('git_commit'))[:10]}, "
-                  f"{m.get('cpu')}, {m.get('cores')} cores, torch {m.get('torch')}).", ""]
+                  f"{m.get('cpu_model') or m.get('cpu')}, {m.get('cores')} cores, torch {m.get('torch')}).", ""]
     if report.get("note"):
         lines += [f"**Note**: {report['note']}", ""]
     if not s["complete"]:
@@ -193,7 +175,7 @@ def render_markdown(report: dict[str, Any], title: str, descriptions: dict[str, 
 def cost_table(bench: dict) -> str:
     """Markdown table of the augmentation rows of a ``bench/bench_train.py`` JSON."""
     m = bench.get("meta", {})
-    lines = [f"Augmentation cost per batch (`bench/bench_train.py`, {m.get('cpu')} x{m.get('cpu_count')}, torch "
+    lines = [f"Augmentation cost per batch (`bench/bench_train.py`, {m.get('cpu_model') or m.get('cpu')} x{m.get('cpu_count')}, torch "
              f"{m.get('torch')}, ~{m.get('frames_per_batch')} frames per batch"
              + (f" of {m['data']}" if m.get("data") else "") + "):", "",
              "| model | threads | utterances | update s | SpecAugment ms | % of update | on-the-fly speed perturbation "
