@@ -185,11 +185,9 @@ def tiny_feature_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_feature_corpus(tmp_path_factory.mktemp("tiny_feature_data"), missing_every=7)
 
 
-@pytest.fixture(scope="session")
-def tiny_speech_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Session-scoped real-pipeline corpus: espeak-ng English speech of lexicon sentences (de, es; 24 train /
-    6 dev), prepared by ``data_prep/prep_multiway.py``. Skips when espeak-ng or the script is missing."""
-    root = tmp_path_factory.mktemp("tiny_speech_data")
+def _espeak_lexicon_data(root: Path) -> Path:
+    """The espeak lexicon corpus of :func:`build_espeak_raw_corpus`, prepared under ``root/data``
+    (skips the test when espeak-ng or ``data_prep/prep_multiway.py`` is missing)."""
     if not (REPO / "data_prep" / "prep_multiway.py").is_file():
         pytest.skip("data_prep/prep_multiway.py not available")
     try:
@@ -215,14 +213,7 @@ def tiny_e2e_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = build_grammar_corpus(tmp_path_factory.mktemp("tiny_e2e_grammar"))
     if d is not None:
         return d
-    root = tmp_path_factory.mktemp("tiny_e2e_espeak")
-    if not (REPO / "data_prep" / "prep_multiway.py").is_file():
-        pytest.skip("data_prep/prep_multiway.py not available")
-    try:
-        raw = build_espeak_raw_corpus(root / "raw")
-    except RuntimeError as e:
-        pytest.skip(str(e))
-    return prep_multiway(raw, root / "data")
+    return _espeak_lexicon_data(tmp_path_factory.mktemp("tiny_e2e_espeak"))
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ Builders:
 * :func:`build_grammar_corpus` - ``data_prep/synthesize_corpus.py --grammar --difficulty easy`` then
   ``prep_multiway.py``; None when unavailable.
 
-Session-scoped pytest fixtures ``tiny_feature_data``, ``tiny_speech_data``, ``tiny_grammar_data`` and
+Session-scoped pytest fixtures ``tiny_feature_data``, ``tiny_grammar_data`` and
 ``tiny_e2e_data`` are registered for every test by ``conftest.py``.
 """
 
