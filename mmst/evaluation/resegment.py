@@ -163,11 +163,17 @@ def stream_instances(units: Sequence[TimedUnit], sentences: Sequence[RefSentence
     for j, (s, idx) in enumerate(zip(sentences, groups)):
         us = [units[i] for i in idx]
         out.append(make_instance(
-            first_index + j, [u.text for u in us], [u.time_ms - s.offset_ms for u in us],
-            [u.time_ca_ms - s.offset_ms for u in us], s.text,
+            first_index + j, [u.text for u in us], [_ms(u.time_ms - s.offset_ms) for u in us],
+            [_ms(u.time_ca_ms - s.offset_ms) for u in us], s.text,
             [source, f"offset={s.offset_ms / 1000.0:.3f}", f"duration={s.duration_ms / 1000.0:.3f}"],
-            s.duration_ms, unit))
+            _ms(s.duration_ms), unit))
     return out
+
+
+def _ms(x: float) -> float:
+    """Round to 1 us: times converted from seconds must compare equal where they are (LAAL's cut-off
+    ``d_i >= |X|``), not differ by float noise."""
+    return round(float(x), 3)
 
 
 def hypothesis_text(units: Sequence[TimedUnit], unit: str = "word") -> str:
