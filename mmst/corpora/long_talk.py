@@ -116,3 +116,47 @@ def write_long_talk(talk: LongTalk, out_dir: str | os.PathLike, name: str = "tal
         paths[lang] = out / f"{name}.{lang}"
         atomic_write_lines(paths[lang], [s.replace("\n", " ") for s in r])
     return paths
+
+
+def iter_long_talk(audios: Sequence[np.ndarray], duration_s: float, chunk_samples: int, *,
+                   pause_s: tuple[float, float] = (0.3, 0.8), lead_s: float = 0.5, seed: int = 0):
+    """The audio of a talk like :func:`build_long_talk`'s, generated chunk by chunk (a 60-minute talk
+    never exists in memory at once): utterances cycled with random pauses until ``duration_s``.
+
+    Yields:
+        ``(chunk float32 (<= chunk_samples,), utterance starts in this chunk as absolute seconds)``; the
+        last chunk may be shorter; the talk ends at ``duration_s`` (possibly inside an utterance).
+
+    Raises:
+        ValueError: no non-empty utterance, a bad pause range, ``chunk_samples`` < 1.
+    """
+    lo, hi = pause_s
+    if not 0 <= lo <= hi:
+        raise ValueError(f"pause range must satisfy 0 <= lo <= hi, got {pause_s}")
+    if chunk_samples < 1:
+        raise ValueError(f"chunk_samples must be >= 1, got {chunk_samples}")
+    usable = [np.asarray(a, dtype=np.float32) for a in audios if np.asarray(a).size]
+    if not usable:
+        raise ValueError("no non-empty utterance to build a talk from")
+    rng = np.random.default_rng(seed)
+    total = int(round(duration_s * SAMPLE_RATE))
+    buf: list[np.ndarray] = [np.zeros(int(round(lead_s * SAMPLE_RATE)), dtype=np.float32)]
+    have, pos, k = buf[0].size, 0, 0
+    starts: list[float] = []
+    while pos < total:
+        while have < chunk_samples and pos + have < total:
+            if k:
+                gap = np.zeros(int(round(rng.uniform(lo, hi) * SAMPLE_RATE)), dtype=np.float32)
+                buf.append(gap)
+                have += gap.size
+            starts.append((pos + have) / SAMPLE_RATE)
+            buf.append(usable[k % len(usable)])
+            have += usable[k % len(usable)].size
+            k += 1
+        cat = np.concatenate(buf)
+        n = min(chunk_samples, total - pos)
+        chunk, rest = cat[:n], cat[n:]
+        end_s = (pos + n) / SAMPLE_RATE
+        yield chunk, [s for s in starts if s < end_s]
+        starts = [s for s in starts if s >= end_s]
+        buf, have, pos = [rest], rest.size, pos + n
