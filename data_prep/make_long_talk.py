@@ -6,8 +6,8 @@ Usage::
     python data_prep/make_long_talk.py --data DATA --split tst-COMMON --minutes 2.5 --out TALKDIR
 
 Reads each utterance's audio from the manifest (``wav``/``offset``/``duration``), joins them in
-manifest order with pauses drawn uniformly from ``--pause-ms`` (cycling through the split until the
-talk lasts ``--minutes``), and writes ``OUT/NAME.wav``, ``OUT/NAME.yaml`` (MuST-C segment lines) and
+manifest order with pauses drawn uniformly from ``--pause-ms`` until the talk lasts ``--minutes``
+(cycling through the split when it is shorter), and writes ``OUT/NAME.wav``, ``OUT/NAME.yaml`` (MuST-C segment lines) and
 ``OUT/NAME.<lang>`` (references), the input of ``eval/longform_eval.py --audio OUT/NAME.wav
 --segments OUT/NAME.yaml --refs de=OUT/NAME.de,...``. A thin command line over
 :mod:`mmst.corpora.long_talk`.
@@ -29,7 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="tst-COMMON", help="manifest split whose utterances make the talk")
     p.add_argument("--tgt-langs", default=None, help="comma-separated reference languages (default: all columns)")
     p.add_argument("--minutes", type=float, default=0.0,
-                   help="talk length: cycle through the split until this long (0 = every utterance once)")
+                   help="talk length in minutes: utterances in manifest order (cycled when the split is shorter) until "
+                   "this long (0 = every utterance once)")
     p.add_argument("--max-utterances", type=int, default=None, help="use at most this many utterances")
     p.add_argument("--pause-ms", default="300,800", help="shortest,longest pause between utterances in ms")
     p.add_argument("--seed", type=int, default=0, help="seed of the pause lengths")
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         utts = load_utterances(args.data, args.split, langs, args.max_utterances)
         audios = [read_utterance_audio(u) for u in utts]
         talk = build_long_talk(audios, {lang: [u["refs"][lang] or "" for u in utts] for lang in langs},
-                               pause_s=(lo, hi), min_duration_s=args.minutes * 60.0, seed=args.seed)
+                               pause_s=(lo, hi), duration_s=args.minutes * 60.0, seed=args.seed)
         paths = write_long_talk(talk, args.out, args.name)
     except (LoadError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

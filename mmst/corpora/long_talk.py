@@ -44,7 +44,7 @@ class LongTalk:
 
 def build_long_talk(audios: Sequence[np.ndarray], refs: Mapping[str, Sequence[str]] | None = None, *,
                     pause_s: tuple[float, float] = (0.3, 0.8), lead_s: float = 0.5,
-                    min_duration_s: float = 0.0, max_utterances: int | None = None, seed: int = 0) -> LongTalk:
+                    duration_s: float = 0.0, max_utterances: int | None = None, seed: int = 0) -> LongTalk:
     """Join utterances with pauses drawn uniformly from ``pause_s`` (seconds).
 
     Args:
@@ -52,7 +52,8 @@ def build_long_talk(audios: Sequence[np.ndarray], refs: Mapping[str, Sequence[st
         refs: ``{lang: [reference per utterance]}`` (same order as ``audios``).
         pause_s: (shortest, longest) pause between utterances, seconds.
         lead_s: silence before the first and after the last utterance, seconds.
-        min_duration_s: cycle through the utterances until the talk is at least this long (0 = once).
+        duration_s: stop after the utterance that makes the talk this long, cycling through the utterances
+            when they are too few (0 = every utterance once).
         max_utterances: stop after this many positions (None = no limit).
         seed: pause lengths.
 
@@ -89,7 +90,7 @@ def build_long_talk(audios: Sequence[np.ndarray], refs: Mapping[str, Sequence[st
         k += 1
         if max_utterances is not None and k >= max_utterances:
             break
-        if k >= len(usable) and n / SAMPLE_RATE >= min_duration_s:
+        if (duration_s > 0 and n / SAMPLE_RATE >= duration_s) or (duration_s <= 0 and k >= len(usable)):
             break
     pieces.append(lead)
     return LongTalk(np.concatenate(pieces), offsets, durs, order,

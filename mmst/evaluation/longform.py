@@ -191,6 +191,8 @@ def talks_from_mustc(root: str | os.PathLike, split: str, langs: Sequence[str]) 
             raise LongFormInputError(str(e)) from None
         for s in segs:
             t = talks.setdefault(s.talk, Talk(s.talk, s.wav))
+            if s.wav != t.wav and lang not in t.refs and os.path.getsize(s.wav) != os.path.getsize(t.wav):
+                logger.warning("talk %s: %s differs from %s; the %s times refer to the first", t.id, s.wav, t.wav, lang)
             t.refs.setdefault(lang, []).append(RefSentence(s.tgt, s.offset * 1000.0, s.duration * 1000.0))
     for t in talks.values():
         for lang in langs:
