@@ -190,24 +190,22 @@ def test_decoder_state_is_bounded_across_segments(system, tiny_system):
     assert all(e.state_numel == ends[0].state_numel for e in ends), [e.state_numel for e in ends]
 
 
-def _ctc_translator(system, policy):
+def _ctc_translator(system, tiny_model, policy):
     """The tiny system's vocabulary on a tiny model with a CTC head (the ``ctc`` policy needs one)."""
-    from conftest import build_tiny_model
-
     from mmst.simultaneous import StreamingTranslator
 
     vocab = system.vocabs["de"]
-    model = build_tiny_model(langs=("de", "es"), vocab_size=len(vocab), src_vocab_size=30,
-                             lang_tag_ids={lang: vocab.lang_tag_id(lang) for lang in ("de", "es")})
+    model = tiny_model(langs=("de", "es"), vocab_size=len(vocab), src_vocab_size=30,
+                       lang_tag_ids={lang: vocab.lang_tag_id(lang) for lang in ("de", "es")})
     return StreamingTranslator(model, vocab, ["de", "es"], cmvn=system.cmvn, policy=policy, max_len_b=5, min_len=1)
 
 
 @pytest.mark.parametrize("policy", ["waitk:k=2", "alignatt:frames=2", "edatt:alpha=0.2,frames=2", "la:n=2",
                                     "holdn:n=1", "ctc:k=1"])
-def test_every_policy_streams_segments(system, tiny_system, policy):
+def test_every_policy_streams_segments(system, tiny_system, tiny_model, policy):
     utts = _aligned_utts(tiny_system, 2)
     audio, bounds = _grid_talk(utts, [2, 2])
-    tr = (_ctc_translator(system, policy) if policy.startswith("ctc")
+    tr = (_ctc_translator(system, tiny_model, policy) if policy.startswith("ctc")
           else system.translator(2, max_len_b=5, min_len=1, policy=policy))
     lf = LongFormTranslator(tr, vad=OracleSegmenter(bounds))
     evs = _run(lf, audio)
