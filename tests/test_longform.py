@@ -230,7 +230,11 @@ def test_stream_ending_mid_word_and_silence(system, tiny_system):
     assert lf.finish() == []
     with pytest.raises(ValueError, match="finished"):
         lf.push(audio[:10])
-    lf.reset()  # silence only: no output, no error (real VAD)
+    lf.reset()
+    with pytest.raises(ValueError, match="int16"):
+        lf.push((audio[:100] * 32767).astype(np.int16))
+    with pytest.raises(ValueError, match="1-D"):
+        lf.push(np.stack([audio[:100], audio[:100]], 1))  # silence only: no output, no error (real VAD)
     from mmst.simultaneous.vad import StreamingVad
 
     lf2 = LongFormTranslator(system.translator(2, max_len_b=5), vad=StreamingVad())

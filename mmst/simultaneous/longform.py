@@ -270,13 +270,16 @@ class LongFormTranslator:
             The words written and the segments closed by these samples, in stream order.
 
         Raises:
-            ValueError: audio after :meth:`finish` (call :meth:`reset`), or non-1-D audio.
+            ValueError: audio after :meth:`finish` (call :meth:`reset`), non-1-D or non-float audio.
         """
         if self._finished:
             raise ValueError("stream already finished; call reset() for a new stream")
-        x = np.asarray(samples, dtype=np.float32)
+        x = np.asarray(samples)
+        if x.dtype.kind not in "f":
+            raise ValueError(f"audio must be float samples in [-1, 1], got dtype {x.dtype} (scale integer PCM first)")
         if x.ndim != 1:
             raise ValueError(f"audio must be 1-D float32 mono 16 kHz (n,), got shape {x.shape}")
+        x = x.astype(np.float32, copy=False)
         self.num_samples += x.size
         buf = np.concatenate([self._pending, x]) if self._pending.size else x
         out: list[LongFormWord | SegmentEnd] = []
