@@ -81,7 +81,9 @@ class SegmentEnd:
 
     Attributes:
         segment: its index (0-based).
-        start_ms, end_ms: its boundaries, ms since the stream start.
+        start_ms, end_ms: its boundaries (the segmenter's), ms since the stream start. The translator
+            received the audio from ``start_ms`` up to ``end_ms`` or, when the end was decided later
+            (the VAD waits for ``min_silence_ms`` of silence), up to the chunk in which it was decided.
         forced: cut by the maximum segment length (no pause).
         state_numel: tensor and array elements held by the translator's caches (encoder and decoder)
             when the segment closed, before the reset (bounded memory check).
@@ -338,13 +340,15 @@ class LongFormTranslator:
         return out
 
     def _close(self, end: int, now: int, forced: bool, out: list, clock_ca) -> None:
-        end = max(end, self._fed)
-        self._feed(self._recent.slice(self._fed, end), True, now, out, clock_ca)
+        # the translator may already hold audio past the boundary: the chunks read while the VAD was
+        # still waiting for min_silence_ms of silence
+        fed_to = max(end, self._fed)
+        self._feed(self._recent.slice(self._fed, fed_to), True, now, out, clock_ca)
         seg = self.num_segments - 1
         out.append(SegmentEnd(seg, self._seg_start * 1000.0 / SAMPLE_RATE, end * 1000.0 / SAMPLE_RATE, forced,
                               state_numel(self.translator)))
         self._seg_start = None
-        self._fed = end
+        self._fed = fed_to
 
     def _feed(self, x: np.ndarray, finished: bool, now: int, out: list, clock_ca) -> None:
         words = self.translator.accept_audio(x, finished=finished)
