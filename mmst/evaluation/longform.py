@@ -320,6 +320,7 @@ def evaluate_talks(lf: Any, talks: Sequence[Talk], langs: Sequence[str], units: 
     notes: list[str] = []
     total_audio = total_compute = 0.0
     n_segments = 0
+    untimed_mode = any(t.refs and not t.timed for t in talks)
     for talk in tqdm(talks, desc="talks", disable=not progress):
         audio = read_talk_audio(talk.wav)
         run = stream_talk(lf, audio, langs)
@@ -336,15 +337,13 @@ def evaluate_talks(lf: Any, talks: Sequence[Talk], langs: Sequence[str], units: 
             ws = run.words[lang]
             hyp_lines[lang] += _hypothesis_lines(talk, ws)
             refs = talk.refs.get(lang) or []
-            if not refs:
-                continue
             units_l = timed_units(ws, units[lang])
-            if talk.timed:
-                instances[lang] += stream_instances(units_l, refs, units[lang], talk.wav,
-                                                    first_index=len(instances[lang]))
-            else:
+            if untimed_mode:  # references without times: every talk's words, aligned to all references at once
                 untimed[lang][0].extend(u.text for u in units_l)
                 untimed[lang][1].extend(s.text for s in refs)
+            elif refs:
+                instances[lang] += stream_instances(units_l, refs, units[lang], talk.wav,
+                                                    first_index=len(instances[lang]))
     per_lang: dict[str, dict[str, Any]] = {}
     for lang in langs:
         atomic_write_lines(out / lang / "hypothesis.jsonl", hyp_lines[lang])
