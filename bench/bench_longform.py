@@ -13,7 +13,7 @@ Reports, and writes to ``docs/results/longform.json`` (the ``summary`` object fi
    Summary: ``cost_ratio_60min_vs_5min`` = thread-CPU ms per chunk in the last bucket / in the first
    (goal <= 1.2; CPU time, because the machine may be shared: wall-clock ratios are in the buckets),
    ``rss_growth_mib_10_to_60min`` = peak RSS at 60 min - at 10 min (goal <= 50 MiB), ``rtf`` = wall
-   compute / audio of the whole talk.
+   compute / audio of the whole talk (``cost.rtf_cpu``: the same with thread CPU time).
 2. **Cross-check** (``--crosscheck-utts`` utterances, default 100): the same utterances evaluated
    one by one (segmented, :func:`mmst.evaluation.streaming.stream_utterance`) and as one talk with
    pauses (long-form, VAD and oracle segmentation, scored by mWER resegmentation): BLEU and LAAL vs
@@ -148,7 +148,9 @@ def bounded_cost(system, audios, args) -> dict[str, Any]:
         return rss_peak[i]
 
     first, last = buckets[0], buckets[-1]
+    cpu_s = sum(sum(v) for v in cpu) / 1000.0
     return {"buckets": buckets, "audio_s": pos, "compute_s": compute, "rtf": compute / pos,
+            "cpu_s": cpu_s, "rtf_cpu": cpu_s / pos,
             "n_segments": sum(segs), "n_words": sum(words),
             "cost_ratio_cpu": last["ms_per_chunk_cpu"]["mean"] / first["ms_per_chunk_cpu"]["mean"],
             "cost_ratio_wall": last["ms_per_chunk_wall"]["mean"] / first["ms_per_chunk_wall"]["mean"],

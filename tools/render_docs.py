@@ -339,7 +339,7 @@ def longform_cost(d: Mapping[str, Any]) -> str:
         ["peak RSS growth from 10 min to the end (MiB)", num(s["rss_growth_mib_10_to_60min"], "{:.1f}"),
          "<= 50"],
         ["real-time factor (wall compute / audio)", num(s["rtf"], "{:.3f}"), "< 1"],
-    ])
+    ] + ([["real-time factor (thread CPU time / audio)", num(c["rtf_cpu"], "{:.3f}"), ""]] if "rtf_cpu" in c else []))
     note = (d.get("provenance") or {}).get("note")
     return (summ + "\n\n" + table + f"\n\n{num(cfg['minutes'], '{:.0f}')}-minute talk of {cfg['split']} utterances "
             f"(pauses {cfg['pause_ms']} ms), {len(cfg['tgt_langs'])} languages jointly ({', '.join(cfg['tgt_langs'])}), "
