@@ -104,12 +104,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         strategy = build_strategy(args.distributed, **cfg.distributed.options)
+        main_process = bool(getattr(strategy, "is_main_process", True))
+        if not main_process:  # only rank 0 (or the parameter server) talks; warnings and errors still show
+            logging.getLogger("mmst").setLevel(max(logging.WARNING, logging.getLogger().level))
         trainer = build_trainer(cfg, args.data, args.save_dir, strategy=strategy)
         state = trainer.train()
     except (ConfigError, LanguageMismatchError, CheckpointError, TrainingDivergedError, FileNotFoundError,
             ValueError, StrategyError, DistributedError) as e:
         print(f"mmst-train: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2 if isinstance(e, ConfigError) else 1
+    if not main_process:
+        return 0
     print(f"mmst-train: done at update {state.num_updates} (best {cfg.valid.best_metric}: {state.best}); "
           f"checkpoints in {args.save_dir}")
     return 0
