@@ -26,7 +26,8 @@ Per update the adapters return their mode's numbers in ``UpdateResult.dist_stats
 them per log interval (means; ``*_max`` keys as maxima; ``*_count`` keys as rates ``*_per_s``):
 
 * ``ddp``: ``ddp_step_s`` (+ ``_max``), ``ddp_delay_s`` (injected delay of rank 0);
-* ``dropcompute``: ``dc_drop_rate``, ``dc_tau_s`` (-1 while ``auto`` records), ``dc_compute_s`` (mean over
+* ``dropcompute``: ``dc_drop_rate``, ``dc_tau_s`` (-1 = no threshold: while ``auto`` records, or when it found none
+  that pays), ``dc_compute_s`` (mean over
   ranks, + ``_max`` over ranks), ``dc_delay_s`` (mean over ranks), ``dc_step_s`` (+ ``_max``),
   ``dc_overshoot_s`` (rank 0 past tau);
 * ``param-server``: ``ps_staleness`` (+ ``_max``), ``ps_pushes_per_s``, ``ps_live_workers``.
@@ -268,9 +269,14 @@ class TrainerParamServer(_Base):
         self.trainer = trainer
         self._shard(trainer, max(0, self.env.rank - 1), self.n_workers)
         if self.env.rank != 0:
-            self.worker = ParamWorker(self.env, trainer.model, self.injector)
+            self.worker = ParamWorker(self.env, trainer.model, self.injector, self._heartbeat_s())
             self.worker.start_heartbeat()
             self._pulled = False
+
+    def _heartbeat_s(self) -> float:
+        """Heartbeat interval: a fifth of ``worker_timeout`` (at most 0.5 s), so a late beat is not a death."""
+        wt = self.opts.get("worker_timeout")
+        return min(0.5, float(wt) / 5.0) if wt else 0.5
 
     def _server(self) -> ParamServer:
         if self.server is None:
@@ -320,7 +326,7 @@ class TrainerParamServer(_Base):
     def _worker_update(self, model: torch.nn.Module, criterion: Any, micro_batches: list[Any],
                        waitks: list[int | None], clip_norm: float) -> UpdateResult:
         if self.worker is None:
-            self.worker = ParamWorker(self.env, model, self.injector)
+            self.worker = ParamWorker(self.env, model, self.injector, self._heartbeat_s())
             self._pulled = False
         if not self._pulled:
             self._pulled = True
