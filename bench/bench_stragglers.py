@@ -30,7 +30,9 @@ all-reduce/optimiser/Python time of the same run. The comparison therefore tests
 part of the model: predicted ``E[max_n sum_m t_nm]`` from the marginal micro-batch times vs what the
 run realised. (``pred_eff_mc_cv0_overhead`` in the JSON uses the overhead of the cv0 run instead;
 noisier on a shared machine.) Efficiency = single-worker step time of the scenario / predicted step. For DropCompute the table shows the model's expected
-speed-up over synchronous training and drop rate at the chosen tau (Eq. 4-6).
+speed-up over synchronous training, drop rate and overshoot past tau at the chosen tau (Eq. 4-7, which
+model the real check points: before each micro-batch and between forward and backward; injected delays
+are never cut at tau).
 
 Usage::
 
@@ -165,6 +167,7 @@ def analyse(rows: list[dict[str, Any]], m: int) -> None:
         if r["mode"] == "dropcompute" and r.get("tau_info"):
             r["pred_speedup"] = r["tau_info"].get("speedup")
             r["pred_drop_rate"] = r["tau_info"].get("drop_rate")
+            r["pred_overshoot_s"] = r["tau_info"].get("overshoot_s")
         if r["mode"] != "ddp":
             r.pop("micro_times_s", None)  # DDP rows keep them (for re-analysis)
 
@@ -180,7 +183,7 @@ def _f(x: Any, fmt: str = "{:.2f}") -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     """Markdown table of the benchmark rows."""
     head = ("| W | scenario | mode | samples/s | eff. vs W x 1 | ratio to cv0 | x DDP | pred. eff (MC/Blom) "
-            "| drop rate (pred.) | tau ms | staleness mean/max | time to target s |")
+            "| drop rate (pred.) | tau ms | overshoot ms (pred.) | staleness mean/max | time to target s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if "error" in r:
@@ -190,9 +193,14 @@ def table(rows: list[dict[str, Any]]) -> str:
                 else (f"x{_f(r.get('pred_speedup'))} vs sync" if r["mode"] == "dropcompute" else "-"))
         drop = "-" if r["mode"] != "dropcompute" else f"{_f(r['drop_rate'], '{:.3f}')} ({_f(r.get('pred_drop_rate'), '{:.3f}')})"
         tau = _f(r["tau_s"] * 1000, "{:.1f}") if r["mode"] == "dropcompute" else "-"
+        over = "-"
+        if r["mode"] == "dropcompute" and "overshoot_s" in r:
+            pred_over = r.get("pred_overshoot_s")
+            over = (f"{_f(r['overshoot_s'] * 1000, '{:.1f}')} "
+                    f"({_f(pred_over * 1000 if pred_over is not None else None, '{:.1f}')})")
         stale = f"{_f(r.get('staleness_mean'))}/{r.get('staleness_max')}" if r["mode"] == "param-server" else "-"
         lines.append(f"| {r['W']} | {r['scenario']} | {r['mode']} | {r['samples_per_s']:.0f} | {_f(r.get('efficiency'))} "
-                     f"| {_f(r.get('ratio_to_cv0'))} | {_f(r.get('speedup_vs_ddp'))} | {pred} | {drop} | {tau} | {stale} "
+                     f"| {_f(r.get('ratio_to_cv0'))} | {_f(r.get('speedup_vs_ddp'))} | {pred} | {drop} | {tau} | {over} | {stale} "
                      f"| {_f(r.get('time_to_target_s'))} |")
     return "\n".join(lines)
 

@@ -174,7 +174,7 @@ def _train(cfg: argparse.Namespace, env: DistEnv, spec: Any, slow: Any, thr: Any
     clock = time.perf_counter
     train_time = meas_time = 0.0
     meas_samples = meas_computed = meas_total = 0.0
-    steps_meas, step_times, computes = 0, [], []
+    steps_meas, step_times, computes, overshoots, delays = 0, [], [], [], []
     curve: list[tuple[float, float]] = []
     ttt = None
     micro_rec: list[list[float]] = []
@@ -196,6 +196,8 @@ def _train(cfg: argparse.Namespace, env: DistEnv, spec: Any, slow: Any, thr: Any
             steps_meas += 1
             step_times.append(dt)
             computes.append(st.compute_s)
+            overshoots.append(st.overshoot_s)
+            delays.append(st.delay_s)
             micro_rec.append(list(st.micro_times_s) + [float("nan")] * (m - len(st.micro_times_s)))
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
             loss = task.eval_loss(inner)
@@ -215,6 +217,8 @@ def _train(cfg: argparse.Namespace, env: DistEnv, spec: Any, slow: Any, thr: Any
         step_time_s=meas_time / steps_meas if steps_meas else 0.0,
         drop_rate=1.0 - meas_computed / meas_total if meas_total else 0.0,
         compute_s_rank=sum(computes) / len(computes) if computes else 0.0,
+        delay_s_rank=sum(delays) / len(delays) if delays else 0.0,
+        overshoot_s=sum(overshoots) / len(overshoots) if overshoots else 0.0,
         tau_s=getattr(strat, "tau_s", math.inf), tau_info=getattr(strat, "tau_info", {}),
         final_loss=task.eval_loss(inner), time_to_target_s=ttt, curve=curve)
     # reporting only (after training): per-rank compute times and micro-batch times
