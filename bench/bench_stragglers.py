@@ -14,7 +14,8 @@ prediction (:mod:`mmst.simulation.step_time`), drop rate, staleness and time to 
 
 DropCompute uses ``--compute-threshold auto`` capped at an expected drop rate of 15% (``--max-drop-rate``;
 the paper's unconstrained argmax is stored in ``tau_info`` as ``unconstrained_*``). The parameter server
-uses ``--staleness-lr`` (lr / staleness; at lr 0.2 plain async SGD diverges with W >= 4).
+uses ``--staleness-lr`` (lr / staleness; at lr 0.2 plain async SGD diverges with W >= 4) and no SSP
+bound (``--max-staleness inf``).
 
 Simulated compute: every micro-batch sleeps ``base x X`` (``--base-ms``, X the delay multiplier) so 8
 ranks fit on 2 cores; the real compute is a tiny MLP (~0.1 ms). Param-server runs use W workers + 1
@@ -75,7 +76,7 @@ def _job_argv(mode: str, scen: str, w: int, a: argparse.Namespace) -> list[str]:
             "--straggler-delay", delay, "--straggler-base-ms", str(a.base_ms), "--auto-steps", str(a.auto_steps),
             "--eval-every", "2", "--log-every", "0", "--dist-timeout", "60", "--seed", "1", "--record-micro"]
     if mode == "param-server":
-        argv += ["--staleness-lr"]
+        argv += ["--staleness-lr", "--max-staleness", "inf"]
     if a.target_loss is not None:
         argv += ["--target-loss", str(a.target_loss)]
     if slow:

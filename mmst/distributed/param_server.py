@@ -150,7 +150,7 @@ class ParamServer:
             self.pending.discard(w)
             self.lost.append(w)
             self.lost_at[w] = self.version
-            log.warning("param-server: worker %d lost (%s) after %d updates; continuing with %d worker(s)",
+            log.warning("param-server: worker %d lost (%s) after %d applied pushes; continuing with %d worker(s)",
                         w, why, self.version, len(self.alive))
             self._release_pending()
 

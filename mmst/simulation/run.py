@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compute-threshold", default="auto", help="DropCompute tau: seconds, 'inf' or 'auto'")
     p.add_argument("--auto-steps", type=int, default=5, help="S: steps recorded before choosing tau (auto)")
     p.add_argument("--max-drop-rate", type=float, default=None, help="cap on the expected drop rate for auto tau")
-    p.add_argument("--max-staleness", type=int, default=None, help="param-server SSP bound s (default: none)")
+    p.add_argument("--max-staleness", default=None,
+                   help="param-server SSP bound s (default: W, the number of workers; inf = no bound)")
     p.add_argument("--staleness-lr", action="store_true", help="param-server: divide lr by staleness")
     p.add_argument("--worker-timeout", type=float, default=None,
                    help="param-server: seconds without heartbeat before a worker is declared dead")
@@ -260,8 +261,9 @@ def _train_param_server(cfg: argparse.Namespace, env: DistEnv, task: ToyTask, mo
             if srv.version == total:
                 state["end"] = time.perf_counter() - state["eval_s"]
 
-        srv = ParamServer(env, model, opt, total, cfg.max_staleness, cfg.staleness_lr, cfg.worker_timeout,
-                          on_update=on_update)
+        bound = cfg.max_staleness
+        bound = workers if bound is None else (None if str(bound).lower() in ("inf", "none") else int(bound))
+        srv = ParamServer(env, model, opt, total, bound, cfg.staleness_lr, cfg.worker_timeout, on_update=on_update)
         stats = srv.serve()
         if cfg.dump_params:
             torch.save(flat_params(model), cfg.dump_params)
