@@ -270,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                         rows.append(r)
                         print(f"W={w} {scen} {mode} seed {seed}: {r['wall_s']:.0f}s"
                               + (f" ERROR {r['error']}" if "error" in r else ""), file=sys.stderr, flush=True)
-    spm = _mean([r.get("samples_per_microbatch") for r in rows]) or 1.0
+    # the single-process runs see the whole epoch (distributed ranks log their shard's batch count)
+    spm = _mean([r.get("samples_per_microbatch") for r in rows if r["mode"] == "none"]) or 1.0
     agg = aggregate(rows, targets, spm)
     summ = summary(agg)
     gl = goals(summ)
