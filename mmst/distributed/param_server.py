@@ -19,15 +19,23 @@ sender)::
   therefore waits) until the slowest catches up. So no live worker falls more than ``s`` updates of its
   own behind the fastest, and the staleness of any push is bounded by about ``s * (W - 1) + W``.
 * Worker death does not stop training: workers write a heartbeat to the c10d store every
-  ``heartbeat_s``; a worker whose heartbeat is older than ``worker_timeout_s`` (or whose reply fails to
-  send) is declared dead, logged, removed from the SSP minimum, and the server carries on with the rest.
+  ``heartbeat_s`` from a thread started before their first message (:meth:`ParamWorker.start`); a
+  worker whose heartbeat is older than ``worker_timeout_s`` (or whose reply fails to send) is declared
+  dead, logged, removed from the SSP minimum, and the server carries on with the rest. A worker never
+  heard of is given ``--dist-timeout`` to start up. (Under torchrun's agent a dead process ends the
+  whole job anyway; see :mod:`mmst.training.distributed`.)
   Receives run in a helper thread feeding a queue, so the main thread keeps checking liveness while a
   receive is pending (gloo cannot poll a receive or give it a short timeout: a timed-out gloo op closes
   its connections).
 * Training ends after ``total_updates`` applied pushes: each worker gets ``stop=1`` in its next reply.
+* Two ways to drive the server: :meth:`ParamServer.serve` runs to the end in one call (the stand-alone
+  runner); :meth:`ParamServer.run_pushes` applies the next ``n`` pushes and returns, so a caller can
+  validate, log and checkpoint between calls (``mmst-train``), and :meth:`ParamServer.finish` stops the
+  workers.
 * Workers never talk to each other; no ``torch.distributed.rpc``.
 
-Logged (server): mean / max staleness, updates per second, lost workers.
+Kept by the server: every push's staleness and gradient norm, samples, summed loss and target tokens,
+lost workers and when; :meth:`ParamServer.stats` summarises them.
 """
 
 from __future__ import annotations
