@@ -98,13 +98,13 @@ def test_dropcompute_logs_its_numbers_once(tiny_feature_data, tmp_path):
 
 @pytest.mark.slow
 def test_param_server_trains_across_liveness_checks(tiny_feature_data, tmp_path):
-    # W = 3 workers; each push sleeps >= 150 ms, so 30 updates of 3 pushes last >~ 4.5 s > 3 x worker_timeout:
+    # W = 3 workers; each push sleeps >= 250 ms, so 30 updates of 3 pushes last >~ 7.5 s > 3 x worker_timeout:
     # the server checks liveness many times, and every worker must stay alive (heartbeats running)
-    save, updates, wt = tmp_path / "run", 30, 1.0
+    save, updates, wt = tmp_path / "run", 30, 2.0
     p = _torchrun(4, _cli(tiny_feature_data, save, "param-server", "optim.update_freq=1",
                           f"optim.max_update={updates}", "logging.log_interval=10", "valid.interval_updates=10",
                           "checkpoint.save_interval_updates=10", "--straggler-delay", "const",
-                          "distributed.options.straggler_base_ms=150", f"distributed.options.worker_timeout={wt}",
+                          "distributed.options.straggler_base_ms=250", f"distributed.options.worker_timeout={wt}",
                           "--dist-timeout", "30"), timeout=170)
     assert p.returncode == 0, p.stderr[-4000:]
     out = p.stdout + p.stderr

@@ -22,7 +22,8 @@ sender)::
   ``heartbeat_s`` from a thread started before their first message (:meth:`ParamWorker.start`); a
   worker whose heartbeat is older than ``worker_timeout_s`` (or whose reply fails to send) is declared
   dead, logged, removed from the SSP minimum, and the server carries on with the rest. A worker never
-  heard of is given ``--dist-timeout`` to start up. (Under torchrun's agent a dead process ends the
+  heard of is given ``--dist-timeout`` to start up. A worker lost for a late heartbeat (a loaded machine,
+  not a death) is readmitted as soon as its heartbeat is fresh again or a message of it arrives. (Under torchrun's agent a dead process ends the
   whole job anyway; see :mod:`mmst.training.distributed`.)
   Receives run in a helper thread feeding a queue, so the main thread keeps checking liveness while a
   receive is pending (gloo cannot poll a receive or give it a short timeout: a timed-out gloo op closes
@@ -127,6 +128,9 @@ class ParamServer:
         self.lost: list[int] = []
         self.lost_at: dict[int, int] = {}
         self._byes: set[int] = set()
+        self._suspect: set[int] = set()  # lost for a late heartbeat: readmitted if it shows up again
+        self._lost_waiting: set[int] = set()  # lost while waiting for an (SSP-held) reply
+        self.rejoined: list[int] = []
         self._rx_byes: set[int] = set()  # BYEs taken off the wire by the receiver thread
         self.staleness: list[int] = []
         self.samples = 0.0
@@ -150,22 +154,43 @@ class ParamServer:
         # never heard of: still starting up (loading data, building the model); lost only after --dist-timeout
         return 0.0 if time.perf_counter() - self.t_start < max(self.worker_timeout_s, self.env.timeout_s) else float("inf")
 
-    def _declare_dead(self, w: int, why: str) -> None:
+    def _declare_dead(self, w: int, why: str, may_return: bool = False) -> None:
         with self._lock:
             if w not in self.alive:
                 return
             self.alive.discard(w)
-            self.pending.discard(w)
+            if w in self.pending:
+                self.pending.discard(w)
+                self._lost_waiting.add(w)
+            if may_return:
+                self._suspect.add(w)
             self.lost.append(w)
             self.lost_at[w] = self.version
             log.warning("param-server: worker %d lost (%s) after %d applied pushes; continuing with %d worker(s)",
                         w, why, self.version, len(self.alive))
             self._release_pending()
 
+    def _readmit(self, w: int, why: str) -> None:
+        """A worker declared lost for a late heartbeat shows it is alive (a fresh heartbeat or a message):
+        it takes part again, and a reply it was waiting for is sent (its push was applied or is pending)."""
+        with self._lock:
+            self._suspect.discard(w)
+            self.alive.add(w)
+            self.rejoined.append(w)
+            log.warning("param-server: worker %d is back (%s) after %d applied pushes; %d worker(s)",
+                        w, why, self.version, len(self.alive))
+            if w in self._lost_waiting:
+                self._lost_waiting.discard(w)
+                self.pending.add(w)
+            self._release_pending()
+
     def _check_liveness(self) -> None:
         for w in sorted(self.alive - self.stopped):
             if self._heartbeat_age(w) > self.worker_timeout_s:
-                self._declare_dead(w, f"no heartbeat for > {self.worker_timeout_s:.1f}s")
+                self._declare_dead(w, f"no heartbeat for > {self.worker_timeout_s:.1f}s", may_return=True)
+        for w in sorted(self._suspect):
+            if self._heartbeat_age(w) <= self.worker_timeout_s:
+                self._readmit(w, "its heartbeat is fresh again: it was late, not dead")
 
     def _receiver(self) -> None:
         """Receiver thread: post an any-source ``irecv``, wait, queue ``(src, buffer)``; repeat.
@@ -296,6 +321,8 @@ class ParamServer:
 
     def _handle(self, src: int, buf: torch.Tensor) -> None:
         with self._lock:
+            if src in self._suspect:
+                self._readmit(src, "a message arrived: it was late, not dead")
             if src not in self.alive:
                 return
             typ = int(buf[0])
@@ -386,6 +413,7 @@ class ParamServer:
         return {"updates": self.version, "elapsed_s": el, "updates_per_s": self.version / el,
                 "samples": self.samples, "samples_per_s": self.samples / el,
                 "staleness_mean": sum(st) / len(st), "staleness_max": max(st), "lost_workers": list(self.lost),
+                "rejoined_workers": list(self.rejoined),
                 "lost_at_update": dict(self.lost_at),
                 "loss_mean": self.loss_sum / max(self.samples, 1.0)}
 

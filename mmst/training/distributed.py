@@ -46,8 +46,9 @@ them per log interval (means; ``*_max`` keys as maxima; ``*_count`` keys as rate
 * ``max_staleness`` (SSP bound ``s``) defaults to ``W``; ``max_staleness=inf`` turns the bound off.
 * ``worker_timeout`` (s, default ``max(2, dist_timeout / 2)``): a worker without heartbeat for that long
   is declared lost, logged (console and a ``worker_lost`` event in ``train_log.jsonl``), and training
-  goes on with the others. Under ``torchrun`` a dead rank makes the agent stop every rank; with
-  ``--max-restarts`` the job restarts from ``checkpoint_last.pt``.
+  goes on with the others; one that was only late comes back (a ``worker_back`` event). Under
+  ``torchrun`` a dead rank makes the agent stop every rank; with ``--max-restarts`` the job restarts
+  from ``checkpoint_last.pt``.
 
 Options (keyword arguments of the factories; ``mmst-train`` forwards them from its config / flags):
 ``dist_timeout`` (s), ``backend``, ``compute_threshold`` (s | ``auto`` | ``inf``), ``auto_steps``,
@@ -252,7 +253,7 @@ class TrainerParamServer(_Base):
         self.worker: ParamWorker | None = None
         self._version = 0
         self._stopped = False
-        self._lost_logged: set[int] = set()
+        self._n_lost_logged = self._n_back_logged = 0
 
     @property
     def needs_batches(self) -> bool:
@@ -311,11 +312,13 @@ class TrainerParamServer(_Base):
         if scheduler is not None:
             scheduler.step()
         self.trainer.train_iter.skip(self.trainer.cfg.optim.update_freq)
-        for w in srv.lost:
-            if w not in self._lost_logged:
-                self._lost_logged.add(w)
-                self.trainer.log.log("event", int(self.trainer.state.num_updates) + 1,
-                                     {"worker_lost": w, "at_push": srv.lost_at.get(w), "live_workers": len(srv.alive)})
+        u = int(self.trainer.state.num_updates) + 1
+        for w in srv.lost[self._n_lost_logged:]:
+            self.trainer.log.log("event", u, {"worker_lost": w, "at_push": srv.lost_at.get(w),
+                                              "live_workers": len(srv.alive)})
+        for w in srv.rejoined[self._n_back_logged:]:
+            self.trainer.log.log("event", u, {"worker_back": w, "live_workers": len(srv.alive)})
+        self._n_lost_logged, self._n_back_logged = len(srv.lost), len(srv.rejoined)
         stale = srv.staleness[i0:] or [0]
         gn = srv.grad_norms[i0:] or [0.0]
         stats = {"loss": srv.loss_sum - l0, "ntokens": srv.ntokens - n0, "nsentences": srv.samples - s0}
