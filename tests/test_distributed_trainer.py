@@ -144,7 +144,7 @@ def test_param_server_goes_on_without_a_dead_worker(tiny_feature_data, tmp_path)
     res = _launch_by_hand(3, _cli(tiny_feature_data, save, "param-server", "optim.update_freq=1",
                                   "optim.max_update=16", "valid.interval_updates=0",
                                   "checkpoint.save_interval_updates=0", "--straggler-delay", "const",
-                                  "distributed.options.straggler_base_ms=100", "distributed.options.worker_timeout=1",
+                                  "distributed.options.straggler_base_ms=100", "distributed.options.worker_timeout=2",
                                   "distributed.options.fail_at_update=2", "distributed.options.fail_rank=2",
                                   "--dist-timeout", "30"), timeout=300)
     assert res[2]["rc"] == 13
