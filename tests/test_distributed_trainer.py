@@ -76,7 +76,7 @@ def test_dropcompute_logs_its_numbers_once(tiny_feature_data, tmp_path):
              "checkpoint.save_interval_updates=0", "--straggler-delay", "lognormal:cv=0.5",
              "distributed.options.straggler_base_ms=5", "--compute-threshold", "auto",
              "distributed.options.auto_steps=2", "logging.tensorboard=true"]
-    p = _torchrun(2, _cli(tiny_feature_data, save, "dropcompute", *extra), timeout=300)
+    p = _torchrun(2, _cli(tiny_feature_data, save, "dropcompute", *extra), timeout=600)
     assert p.returncode == 0, p.stderr[-4000:]
     out = p.stdout + p.stderr
     assert out.count("mmst-train: done at update 4") == 1  # rank 1 stays quiet
@@ -106,7 +106,7 @@ def test_param_server_trains_across_liveness_checks(tiny_feature_data, tmp_path)
                           f"optim.max_update={updates}", "logging.log_interval=10", "valid.interval_updates=10",
                           "checkpoint.save_interval_updates=10", "--straggler-delay", "const",
                           "distributed.options.straggler_base_ms=250", f"distributed.options.worker_timeout={wt}",
-                          "--dist-timeout", "30"), timeout=400)
+                          "--dist-timeout", "30"), timeout=600)
     assert p.returncode == 0, p.stderr[-4000:]
     out = p.stdout + p.stderr
     assert "lost" not in out.replace("lost workers []", ""), out[-3000:]
@@ -130,7 +130,7 @@ def test_torchrun_restart_resumes_param_server_from_checkpoint_last(tiny_feature
     p = _torchrun(3, _cli(tiny_feature_data, save, "param-server", "optim.update_freq=1", "optim.max_update=8",
                           "checkpoint.save_interval_updates=3", "valid.interval_updates=0",
                           "distributed.options.fail_at_update=5", "distributed.options.fail_rank=1",
-                          "--dist-timeout", "20"), timeout=400, restarts=1)
+                          "--dist-timeout", "20"), timeout=600, restarts=1)
     assert p.returncode == 0, p.stderr[-4000:]
     assert "injected failure at update 5" in p.stderr
     events = _records(save, "event")
@@ -146,7 +146,7 @@ def test_param_server_goes_on_without_a_dead_worker(tiny_feature_data, tmp_path)
                                   "checkpoint.save_interval_updates=0", "--straggler-delay", "const",
                                   "distributed.options.straggler_base_ms=100", "distributed.options.worker_timeout=2",
                                   "distributed.options.fail_at_update=2", "distributed.options.fail_rank=2",
-                                  "--dist-timeout", "30"), timeout=300)
+                                  "--dist-timeout", "30"), timeout=600)
     assert res[2]["rc"] == 13
     assert res[0]["rc"] == 0 and res[1]["rc"] == 0, res[0]["out"][-3000:] + res[1]["out"][-2000:]
     assert "worker 2 lost" in res[0]["out"]
@@ -161,7 +161,7 @@ def test_dead_param_server_gives_workers_a_clear_error(tiny_feature_data, tmp_pa
     res = _launch_by_hand(3, _cli(tiny_feature_data, tmp_path / "run", "param-server", "optim.update_freq=1",
                                   "optim.max_update=50", "valid.interval_updates=0", "checkpoint.save_interval_updates=0",
                                   "distributed.options.fail_at_update=3", "distributed.options.fail_rank=0",
-                                  "--dist-timeout", str(timeout_s)), timeout=300)
+                                  "--dist-timeout", str(timeout_s)), timeout=600)
     assert res[0]["rc"] == 13
     for w in (1, 2):
         assert res[w]["rc"] == 1, res[w]["out"][-2000:]
