@@ -14,7 +14,8 @@ prediction (:mod:`mmst.simulation.step_time`), drop rate, staleness and time to 
 
 DropCompute uses ``--compute-threshold auto`` capped at an expected drop rate of 15% (``--max-drop-rate``;
 the paper's unconstrained argmax is stored in ``tau_info`` as ``unconstrained_*``). The parameter server
-uses ``--staleness-lr`` (lr / staleness; at lr 0.2 plain async SGD diverges with W >= 4).
+uses ``--staleness-lr`` (lr / staleness; at lr 0.2 plain async SGD diverges with W >= 4) and no SSP
+bound (``--max-staleness inf``).
 
 Simulated compute: every micro-batch sleeps ``base x X`` (``--base-ms``, X the delay multiplier) so 8
 ranks fit on 2 cores; the real compute is a tiny MLP (~0.1 ms). Param-server runs use W workers + 1
@@ -30,7 +31,9 @@ all-reduce/optimiser/Python time of the same run. The comparison therefore tests
 part of the model: predicted ``E[max_n sum_m t_nm]`` from the marginal micro-batch times vs what the
 run realised. (``pred_eff_mc_cv0_overhead`` in the JSON uses the overhead of the cv0 run instead;
 noisier on a shared machine.) Efficiency = single-worker step time of the scenario / predicted step. For DropCompute the table shows the model's expected
-speed-up over synchronous training and drop rate at the chosen tau (Eq. 4-6).
+speed-up over synchronous training, drop rate and overshoot past tau at the chosen tau (Eq. 4-7, which
+model the real check points: before each micro-batch and between forward and backward; injected delays
+are never cut at tau).
 
 Usage::
 
@@ -73,7 +76,7 @@ def _job_argv(mode: str, scen: str, w: int, a: argparse.Namespace) -> list[str]:
             "--straggler-delay", delay, "--straggler-base-ms", str(a.base_ms), "--auto-steps", str(a.auto_steps),
             "--eval-every", "2", "--log-every", "0", "--dist-timeout", "60", "--seed", "1", "--record-micro"]
     if mode == "param-server":
-        argv += ["--staleness-lr"]
+        argv += ["--staleness-lr", "--max-staleness", "inf"]
     if a.target_loss is not None:
         argv += ["--target-loss", str(a.target_loss)]
     if slow:
@@ -165,6 +168,7 @@ def analyse(rows: list[dict[str, Any]], m: int) -> None:
         if r["mode"] == "dropcompute" and r.get("tau_info"):
             r["pred_speedup"] = r["tau_info"].get("speedup")
             r["pred_drop_rate"] = r["tau_info"].get("drop_rate")
+            r["pred_overshoot_s"] = r["tau_info"].get("overshoot_s")
         if r["mode"] != "ddp":
             r.pop("micro_times_s", None)  # DDP rows keep them (for re-analysis)
 
@@ -180,7 +184,7 @@ def _f(x: Any, fmt: str = "{:.2f}") -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     """Markdown table of the benchmark rows."""
     head = ("| W | scenario | mode | samples/s | eff. vs W x 1 | ratio to cv0 | x DDP | pred. eff (MC/Blom) "
-            "| drop rate (pred.) | tau ms | staleness mean/max | time to target s |")
+            "| drop rate (pred.) | tau ms | overshoot ms (pred.) | staleness mean/max | time to target s |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         if "error" in r:
@@ -190,9 +194,14 @@ def table(rows: list[dict[str, Any]]) -> str:
                 else (f"x{_f(r.get('pred_speedup'))} vs sync" if r["mode"] == "dropcompute" else "-"))
         drop = "-" if r["mode"] != "dropcompute" else f"{_f(r['drop_rate'], '{:.3f}')} ({_f(r.get('pred_drop_rate'), '{:.3f}')})"
         tau = _f(r["tau_s"] * 1000, "{:.1f}") if r["mode"] == "dropcompute" else "-"
+        over = "-"
+        if r["mode"] == "dropcompute" and "overshoot_s" in r:
+            pred_over = r.get("pred_overshoot_s")
+            over = (f"{_f(r['overshoot_s'] * 1000, '{:.1f}')} "
+                    f"({_f(pred_over * 1000 if pred_over is not None else None, '{:.1f}')})")
         stale = f"{_f(r.get('staleness_mean'))}/{r.get('staleness_max')}" if r["mode"] == "param-server" else "-"
         lines.append(f"| {r['W']} | {r['scenario']} | {r['mode']} | {r['samples_per_s']:.0f} | {_f(r.get('efficiency'))} "
-                     f"| {_f(r.get('ratio_to_cv0'))} | {_f(r.get('speedup_vs_ddp'))} | {pred} | {drop} | {tau} | {stale} "
+                     f"| {_f(r.get('ratio_to_cv0'))} | {_f(r.get('speedup_vs_ddp'))} | {pred} | {drop} | {tau} | {over} | {stale} "
                      f"| {_f(r.get('time_to_target_s'))} |")
     return "\n".join(lines)
 

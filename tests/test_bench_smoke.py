@@ -87,3 +87,22 @@ def test_vs_fairseq_our_side_and_precision_summary(tmp_path):
         "throughput ours (fp32) / fairseq (fp32) min / median / max",
         "throughput ours (bf16) / fairseq (fp32) min / median / max"]
     assert rows[2][2] == "1.10 / 2.20 / 2.30"
+
+
+@pytest.mark.slow
+def test_bench_stragglers_mmst_quick(tmp_path, tiny_feature_data):
+    out, png = tmp_path / "stragglers_mmst.json", tmp_path / "stragglers_mmst.png"
+    stdout = _run(["bench/bench_stragglers_mmst.py", "--quick", "--data", str(tiny_feature_data), "--out", str(out),
+                   "--plot", str(png)])
+    res = json.loads(out.read_text())
+    assert list(res)[0] == "summary" and set(res["summary"]) == {
+        "dropcompute_over_ddp_samples_per_s", "dropcompute_drop_rate", "dropcompute_over_ddp_time_to_target",
+        "param_server_over_ddp_slow_rank"}
+    rows = {r["mode"]: r for r in res["aggregate"]}
+    assert set(rows) == {"ddp", "dropcompute", "param-server"} and all(not r["errors"] for r in rows.values())
+    assert all(r["samples_per_s"] > 0 and r["seeds"] == 1 for r in rows.values())
+    assert rows["ddp"]["x_ddp_samples_per_s"] == 1.0 and 0 <= rows["dropcompute"]["drop_rate"] <= 1
+    assert 0 < rows["ddp"]["delay_share"] < 1  # injected delay is part of a rank's step, not all of it
+    assert rows["param-server"]["staleness_max"] >= 0 and res["targets"]["2"] > 0
+    assert res["summary"]["dropcompute_over_ddp_samples_per_s"] == pytest.approx(rows["dropcompute"]["x_ddp_samples_per_s"])
+    assert "| W | scenario | mode |" in stdout and out.with_suffix(".md").is_file() and png.stat().st_size > 1000

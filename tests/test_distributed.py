@@ -1,4 +1,5 @@
-"""Multi-process tests of mmst.distributed on CPU with gloo (each < 60 s on a loaded 2-core machine).
+"""Multi-process tests of mmst.distributed on CPU with gloo (each < 60 s on a loaded 2-core machine; the
+wall-clock bounds leave room for a heavily loaded one).
 
 Ranks are launched with :func:`mmst.simulation.run.launch_local` (spawn, a free port, the torchrun
 environment variables) or with ``torchrun`` itself for the restart test.
@@ -7,6 +8,7 @@ environment variables) or with ``torchrun`` itself for the restart test.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -34,7 +36,7 @@ def test_ddp_two_ranks_match_single_process_global_batch(tmp_path):
     steps, m = 3, 2
     out = tmp_path / "ddp.pt"
     res = launch_local(["--distributed", "ddp", "--steps", str(steps), "--update-freq", str(m),
-                        "--dump-params", str(out), *COMMON], 2, timeout_s=55)
+                        "--dump-params", str(out), *COMMON], 2, timeout_s=120)
     _ok(res)
     # single process, same global batch (2 ranks x 2 micro-batches), mean loss, same SGD
     torch.manual_seed(0)
@@ -54,42 +56,53 @@ def test_ddp_two_ranks_match_single_process_global_batch(tmp_path):
 def test_dropcompute_tau_inf_gives_exactly_ddp_gradients(tmp_path):
     a, b = tmp_path / "ddp.pt", tmp_path / "dc.pt"
     args = ["--steps", "3", "--update-freq", "3", *COMMON]
-    _ok(launch_local(["--distributed", "ddp", "--dump-params", str(a), *args], 2, timeout_s=55))
+    _ok(launch_local(["--distributed", "ddp", "--dump-params", str(a), *args], 2, timeout_s=120))
     res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "inf",
-                        "--dump-params", str(b), *args], 2, timeout_s=55)
+                        "--dump-params", str(b), *args], 2, timeout_s=120)
     _ok(res)
     assert res[0]["drop_rate"] == 0.0
     assert torch.equal(torch.load(a), torch.load(b))  # bit-identical, not just close
 
 
 @pytest.mark.slow
-def test_dropcompute_drops_slow_rank_without_hanging():
-    t0 = time.monotonic()
+def test_dropcompute_drops_slow_rank_without_hanging_and_never_cuts_a_micro_batch():
     res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "0.03", "--update-freq", "4",
-                        "--steps", "6", "--measure-from", "0", "--straggler-delay", "const",
-                        "--straggler-base-ms", "10", "--slow-rank", "1:3", *COMMON], 2, timeout_s=55)
+                        "--steps", "6", "--measure-from", "0", "--straggler-delay", "const", "--record-micro",
+                        "--straggler-base-ms", "10", "--slow-rank", "1:4", *COMMON], 2, timeout_s=120)
     _ok(res)
-    # rank 0 needs ~40 ms for 4 micro-batches, rank 1 ~120 ms: both cut at 30 ms => 3 + 1 of 8 computed
+    # rank 0: ~10 ms per micro-batch, checks pass at ~0, 10, 20 ms => 3 computed; rank 1: >= 40 ms of
+    # sleep per micro-batch, its forward share (~1/3) ends before tau, so the first micro-batch runs to
+    # its end, past tau (a deadline cut would have dropped it at 30 ms), and the next check stops it
+    micro = res[0]["micro_times_s"]  # (rank, step, micro-batch), NaN = not started
+    for step in micro[1]:
+        assert step[0] >= 0.040 and all(math.isnan(x) for x in step[1:])
+    assert all(not math.isnan(x) for step in micro[0] for x in step[:2])
     assert 0.3 < res[0]["drop_rate"] < 0.8
-    assert res[0]["step_time_s"] < 0.08
-    assert time.monotonic() - t0 < 55
 
 
 @pytest.mark.slow
-def test_dropcompute_auto_threshold_is_chosen_once_and_agreed():
-    res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "auto", "--auto-steps", "3",
-                        "--steps", "8", "--straggler-delay", "lognormal:cv=0.5", "--straggler-base-ms", "5",
-                        *COMMON], 2, timeout_s=55)
+def test_dropcompute_auto_threshold_is_finite_agreed_and_respects_max_drop_rate():
+    # W = 4 ranks, lognormal delays with CV 0.5 (sleeps dominate the tiny compute, so 4 ranks fit on 2 cores)
+    cap, m, steps, rec = 0.15, 4, 16, 4
+    res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "auto", "--auto-steps", str(rec),
+                        "--update-freq", str(m), "--steps", str(steps), "--straggler-delay", "lognormal:cv=0.5",
+                        "--straggler-base-ms", "15", "--max-drop-rate", str(cap), *COMMON], 4, timeout_s=120)
     _ok(res)
-    assert res[0]["tau_s"] == res[1]["tau_s"] and res[0]["tau_s"] > 0
-    assert "speedup" in res[0]["tau_info"]
+    taus = {res[r]["tau_s"] for r in range(4)}
+    assert len(taus) == 1 and math.isfinite(taus.pop())  # chosen once, identical on every rank, not inf
+    assert res[0]["tau_info"]["comm_s"] > 0 and 0 < res[0]["tau_info"]["fwd_fraction"] < 1
+    # realised drop rate after the choice: within the cap plus the sampling error of the recorded
+    # micro-batches (tau) and of the measured ones
+    n_rec, n_meas = rec * 4 * m, (steps - rec) * 4 * m
+    se = math.sqrt(cap * (1 - cap) * (1 / n_rec + 1 / n_meas))
+    assert res[0]["drop_rate"] <= cap + 3 * se
 
 
 @pytest.mark.slow
 def test_dead_rank_gives_clear_error_within_timeout():
     t0 = time.monotonic()
     res = launch_local(["--distributed", "ddp", "--steps", "50", "--fail-at-step", "3", "--fail-rank", "1",
-                        "--log-every", "0", "--eval-every", "0", "--dist-timeout", "15"], 2, timeout_s=55)
+                        "--log-every", "0", "--eval-every", "0", "--dist-timeout", "15"], 2, timeout_s=120)
     assert time.monotonic() - t0 < 50
     assert res[1]["exitcode"] == 13
     err = res[0].get("error", "")
@@ -101,7 +114,7 @@ def test_param_server_survives_worker_death():
     res = launch_local(["--distributed", "param-server", "--steps", "20", "--fail-at-step", "3",
                         "--fail-rank", "2", "--worker-timeout", "2", "--straggler-delay", "const",
                         "--straggler-base-ms", "20", "--eval-every", "1", "--log-every", "0",
-                        "--dist-timeout", "30"], 3, timeout_s=58)
+                        "--dist-timeout", "30"], 3, timeout_s=120)
     assert "error" not in res[0], res[0].get("traceback")
     assert res[0]["updates"] == 40 and res[0]["lost_workers"] == [2]
     assert res[0]["lost_at_update"]["2"] < 40  # detected while training went on (JSON keys are str)
@@ -113,7 +126,7 @@ def test_param_server_survives_worker_death():
 def test_param_server_ssp_bounds_staleness():
     res = launch_local(["--distributed", "param-server", "--steps", "8", "--max-staleness", "1",
                         "--straggler-delay", "const", "--straggler-base-ms", "3", "--slow-rank", "1:4",
-                        *COMMON], 3, timeout_s=55)
+                        *COMMON], 3, timeout_s=120)
     _ok(res)
     assert res[0]["updates"] == 16
     assert res[0]["staleness_max"] <= 1 * (2 - 1) + 2
@@ -128,7 +141,7 @@ def test_torchrun_max_restarts_resumes_from_checkpoint(tmp_path):
            "--fail-at-step", "7", "--fail-rank", "1", "--checkpoint-dir", str(tmp_path / "ckpt"),
            "--metrics-out", str(metrics), *COMMON]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=58, env=env)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     m = json.loads(Path(metrics).read_text())
     assert m["resumed_from_step"] == 5 and m["steps"] == 12

@@ -1,11 +1,17 @@
-"""mmst-train --distributed {ddp,dropcompute,param-server} end to end on the tiny feature corpus (torchrun,
-2-3 CPU ranks, gloo). Slow: each run starts torchrun and trains a tiny model for a few updates."""
+"""mmst-train --distributed {ddp,dropcompute,param-server} end to end on the tiny feature corpus (2-4 CPU
+ranks, gloo): logging of each mode's numbers, parameter-server training past several liveness checks,
+restart from checkpoint_last.pt under torchrun, a dead parameter-server worker, a dead server.
+Slow: each test starts 2-4 processes that train a tiny model (10-30 s each on a 2-core machine with one
+other job). Every launch has a wall-clock bound, generous for a heavily loaded machine."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -15,20 +21,150 @@ from mmst.training.checkpoint import load_checkpoint
 TINY = ["num_threads=1", "logging.progress_bar=false", "logging.tensorboard=false", "data.max_tokens=1500",
         "optim.warmup_updates=2", "valid.bleu_subset=0", "model.overrides.d_model=32",
         "model.overrides.encoder_layers=1", "model.overrides.decoder_layers=1", "model.overrides.ffn_dim=32",
-        "model.overrides.conv_channels=32", "model.overrides.attention_heads=2", "optim.update_freq=2",
-        "optim.max_update=3", "checkpoint.save_interval_updates=0", "valid.interval_updates=0"]
+        "model.overrides.conv_channels=32", "model.overrides.attention_heads=2"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _cli(data: Path, save: Path, mode: str, *extra: str) -> list[str]:
+    return ["-m", "mmst.training.cli", "--data", str(data), "--save-dir", str(save), "--distributed", mode,
+            *TINY, *extra]
+
+
+def _torchrun(nproc: int, args: list[str], timeout: float, restarts: int = 0) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+           "--max-restarts", str(restarts), "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", f"127.0.0.1:{find_free_port()}", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+def _launch_by_hand(nproc: int, args: list[str], timeout: float) -> list[dict]:
+    """Start ``nproc`` ranks as independent processes (no torchrun agent: a dead rank does not take the
+    others down). Returns per rank ``{"rc", "out", "exit_s"}`` (seconds after the start); kills any
+    rank still running after ``timeout``."""
+    port = find_free_port()
+    procs = []
+    for r in range(nproc):
+        env = {**ENV, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(r),
+               "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(r)}
+        procs.append(subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, env=env))
+    t0 = time.monotonic()
+    exit_s: dict[int, float] = {}
+    try:
+        while len(exit_s) < nproc and time.monotonic() - t0 < timeout:
+            for r, p in enumerate(procs):
+                if r not in exit_s and p.poll() is not None:
+                    exit_s[r] = time.monotonic() - t0
+            time.sleep(0.05)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return [{"rc": p.wait(), "out": p.stdout.read(), "exit_s": exit_s.get(r)} for r, p in enumerate(procs)]
+
+
+def _records(save: Path, kind: str) -> list[dict]:
+    lines = (save / "train_log.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == kind]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode,nproc", [("ddp", 2), ("dropcompute", 2), ("param-server", 3)])
-def test_mmst_train_distributed(tiny_feature_data, tmp_path, mode, nproc):
+def test_dropcompute_logs_its_numbers_once(tiny_feature_data, tmp_path):
+    # (DDP's and the parameter server's numbers: tests/test_bench_smoke.py::test_bench_stragglers_mmst_quick)
     save = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{find_free_port()}",
-           "-m", "mmst.training.cli", "--data", str(tiny_feature_data), "--save-dir", str(save),
-           "--distributed", mode, "--log-level", "WARNING", *TINY]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=110, env=env)
+    extra = ["optim.update_freq=2", "optim.max_update=4", "logging.log_interval=2", "valid.interval_updates=2",
+             "checkpoint.save_interval_updates=0", "--straggler-delay", "lognormal:cv=0.5",
+             "distributed.options.straggler_base_ms=5", "--compute-threshold", "auto",
+             "distributed.options.auto_steps=2", "logging.tensorboard=true"]
+    p = _torchrun(2, _cli(tiny_feature_data, save, "dropcompute", *extra), timeout=600)
     assert p.returncode == 0, p.stderr[-4000:]
+    out = p.stdout + p.stderr
+    assert out.count("mmst-train: done at update 4") == 1  # rank 1 stays quiet
+    assert out.count("valid @2:") == 1 and out.count("valid @4:") == 1
+    assert load_checkpoint(save / "checkpoint_last.pt")["train_state"]["num_updates"] == 4
+    train = _records(save, "train")
+    assert [r["update"] for r in train] == [2, 4]
+    for r in train:
+        assert 0.0 <= r["dc_drop_rate"] <= 1.0
+        assert r["dc_compute_s_max"] >= r["dc_compute_s"] > r["dc_delay_s"] > 0  # delays are part of compute
+        assert r["dc_step_s_max"] >= r["dc_step_s"] >= r["dc_compute_s"]
+        assert "dc_tau_s" in r and r["dc_overshoot_s"] >= 0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(save / "tensorboard"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"train/dc_drop_rate", "train/dc_compute_s_max", "train/dc_step_s"} <= tags
+
+
+@pytest.mark.slow
+def test_param_server_trains_across_liveness_checks(tiny_feature_data, tmp_path):
+    # W = 3 workers; each push sleeps >= 250 ms, so 30 updates of 3 pushes last >~ 7.5 s > 3 x worker_timeout:
+    # the server checks liveness many times, and every worker must stay alive (heartbeats running)
+    save, updates, wt = tmp_path / "run", 30, 2.0
+    p = _torchrun(4, _cli(tiny_feature_data, save, "param-server", "optim.update_freq=1",
+                          f"optim.max_update={updates}", "logging.log_interval=10", "valid.interval_updates=10",
+                          "checkpoint.save_interval_updates=10", "--straggler-delay", "const",
+                          "distributed.options.straggler_base_ms=250", f"distributed.options.worker_timeout={wt}",
+                          "--dist-timeout", "30"), timeout=600)
+    assert p.returncode == 0, p.stderr[-4000:]
+    out = p.stdout + p.stderr
+    assert "lost" not in out.replace("lost workers []", ""), out[-3000:]
+    assert f"param-server: {updates * 3} pushes applied" in out  # one update = W pushes
+    assert out.count(f"mmst-train: done at update {updates}") == 1
     ck = load_checkpoint(save / "checkpoint_last.pt")
-    assert ck["train_state"]["num_updates"] == 3
+    assert ck["train_state"]["num_updates"] == updates and ck["train_state"]["train_time_s"] >= 3 * wt
+    assert (save / "checkpoint_best.pt").is_file() and (save / "checkpoint_20.pt").is_file()
+    valid = [r["loss"] for r in _records(save, "valid")]
+    assert len(valid) == 3 and valid[0] > valid[1] > valid[2]
+    train = _records(save, "train")
+    assert [r["update"] for r in train] == [10, 20, 30]
+    for r in train:
+        assert r["ps_live_workers"] == 3 and r["ps_pushes_per_s"] > 0
+        assert 0 <= r["ps_staleness"] <= r["ps_staleness_max"] <= 3 * (3 - 1) + 3  # SSP s = W by default
+
+
+@pytest.mark.slow
+def test_torchrun_restart_resumes_param_server_from_checkpoint_last(tiny_feature_data, tmp_path):
+    save = tmp_path / "run"
+    p = _torchrun(3, _cli(tiny_feature_data, save, "param-server", "optim.update_freq=1", "optim.max_update=8",
+                          "checkpoint.save_interval_updates=3", "valid.interval_updates=0",
+                          "distributed.options.fail_at_update=5", "distributed.options.fail_rank=1",
+                          "--dist-timeout", "20"), timeout=600, restarts=1)
+    assert p.returncode == 0, p.stderr[-4000:]
+    assert "injected failure at update 5" in p.stderr
+    events = _records(save, "event")
+    assert [e["update"] for e in events if "resumed_from" in e] == [3]
+    assert load_checkpoint(save / "checkpoint_last.pt")["train_state"]["num_updates"] == 8
+
+
+@pytest.mark.slow
+def test_param_server_goes_on_without_a_dead_worker(tiny_feature_data, tmp_path):
+    save = tmp_path / "run"
+    res = _launch_by_hand(3, _cli(tiny_feature_data, save, "param-server", "optim.update_freq=1",
+                                  "optim.max_update=16", "valid.interval_updates=0",
+                                  "checkpoint.save_interval_updates=0", "--straggler-delay", "const",
+                                  "distributed.options.straggler_base_ms=100", "distributed.options.worker_timeout=2",
+                                  "distributed.options.fail_at_update=2", "distributed.options.fail_rank=2",
+                                  "--dist-timeout", "30"), timeout=600)
+    assert res[2]["rc"] == 13
+    assert res[0]["rc"] == 0 and res[1]["rc"] == 0, res[0]["out"][-3000:] + res[1]["out"][-2000:]
+    assert "worker 2 lost" in res[0]["out"]
+    lost = [e for e in _records(save, "event") if "worker_lost" in e]
+    assert len(lost) == 1 and lost[0]["worker_lost"] == 2 and lost[0]["update"] < 16
+    assert load_checkpoint(save / "checkpoint_last.pt")["train_state"]["num_updates"] == 16
+
+
+@pytest.mark.slow
+def test_dead_param_server_gives_workers_a_clear_error(tiny_feature_data, tmp_path):
+    timeout_s = 20
+    res = _launch_by_hand(3, _cli(tiny_feature_data, tmp_path / "run", "param-server", "optim.update_freq=1",
+                                  "optim.max_update=50", "valid.interval_updates=0", "checkpoint.save_interval_updates=0",
+                                  "distributed.options.fail_at_update=3", "distributed.options.fail_rank=0",
+                                  "--dist-timeout", str(timeout_s)), timeout=600)
+    assert res[0]["rc"] == 13
+    for w in (1, 2):
+        assert res[w]["rc"] == 1, res[w]["out"][-2000:]
+        err = res[w]["out"]
+        assert "mmst-train: error: DistributedError" in err and f"param-server exchange (worker {w}, push" in err
+        assert res[w]["exit_s"] - res[0]["exit_s"] < timeout_s + 5  # within --dist-timeout of the death

@@ -188,11 +188,11 @@ def quickstart_stages(d: Mapping[str, Any]) -> str:
 def stragglers(d: Mapping[str, Any]) -> str:
     """The straggler benchmark's rows (same columns as ``bench/bench_stragglers.py`` prints)."""
     head = ["W", "scenario", "mode", "samples/s", "eff. vs W x 1", "ratio to cv0", "x DDP", "pred. eff (MC/Blom)",
-            "drop rate (pred.)", "tau ms", "staleness mean/max", "time to target s"]
+            "drop rate (pred.)", "tau ms", "overshoot ms (pred.)", "staleness mean/max", "time to target s"]
     rows = []
     for r in d["rows"]:
         if "error" in r:
-            rows.append([r["W"], r["scenario"], r["mode"], "error: " + r["error"][:60], *["-"] * 8])
+            rows.append([r["W"], r["scenario"], r["mode"], "error: " + r["error"][:60], *["-"] * 9])
             continue
         mode = r["mode"]
         pred = (f"{num(r.get('pred_eff_mc'))}/{num(r.get('pred_eff_blom'))}" if mode == "ddp"
@@ -201,8 +201,13 @@ def stragglers(d: Mapping[str, Any]) -> str:
                 if mode == "dropcompute" else "-")
         tau = num(r["tau_s"] * 1000 if r.get("tau_s") is not None else None, "{:.1f}") if mode == "dropcompute" else "-"
         stale = f"{num(r.get('staleness_mean'))}/{r.get('staleness_max')}" if mode == "param-server" else "-"
+        over = "-"
+        if mode == "dropcompute" and r.get("overshoot_s") is not None:  # measured since the faithful injection
+            pred_over = r.get("pred_overshoot_s")
+            over = (f"{num(r['overshoot_s'] * 1000, '{:.1f}')} "
+                    f"({num(pred_over * 1000 if pred_over is not None else None, '{:.1f}')})")
         rows.append([r["W"], r["scenario"], mode, num(r["samples_per_s"], "{:.0f}"), num(r.get("efficiency")),
-                     num(r.get("ratio_to_cv0")), num(r.get("speedup_vs_ddp")), pred, drop, tau, stale,
+                     num(r.get("ratio_to_cv0")), num(r.get("speedup_vs_ddp")), pred, drop, tau, over, stale,
                      num(r.get("time_to_target_s"))])
     return md_table(head, rows)
 

@@ -282,6 +282,17 @@ class EpochBatchIterator:
                 self.epoch += 1
                 self.offset = 0
 
+    def skip(self, n: int) -> None:
+        """Advance the position by ``n`` batches without reading them (rolls over epochs like
+        :meth:`next_batch`). The parameter server uses it to keep its checkpointed position equal to an
+        average worker's."""
+        for _ in range(int(n)):
+            self.offset += 1
+            if self.offset >= len(self.batches_for_epoch(self.epoch)):
+                self.epoch += 1
+                self.offset = 0
+        self._it = None
+
     def __iter__(self) -> Iterator[Any]:
         while True:
             yield self.next_batch()

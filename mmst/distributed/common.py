@@ -40,6 +40,11 @@ class StepStats:
         loss_sum: sum of the micro-batch losses (as returned by ``loss_fn``) computed on this rank.
         n_samples: samples in this rank's computed micro-batches; global_samples: summed over ranks.
         micro_times_s: wall time of each micro-batch started on this rank (forward+delay+backward).
+        delay_s: injected delay slept on this rank in this step (part of ``compute_s``).
+        overshoot_s: DropCompute: how far this rank's compute ran past ``tau`` (0 when it finished
+            before; a forward or backward in progress is never interrupted).
+        compute_s_per_rank / delay_s_per_rank: ``compute_s`` / ``delay_s`` of every rank (DropCompute:
+            from the gradient all-reduce; empty where not known).
     """
 
     step_time_s: float = 0.0
@@ -54,6 +59,10 @@ class StepStats:
     n_samples: float = 0.0
     global_samples: float = 0.0
     micro_times_s: list[float] = field(default_factory=list)
+    delay_s: float = 0.0
+    overshoot_s: float = 0.0
+    compute_s_per_rank: list[float] = field(default_factory=list)
+    delay_s_per_rank: list[float] = field(default_factory=list)
 
     @property
     def drop_rate(self) -> float:

@@ -76,7 +76,7 @@ class DDPStrategy:
             with ctx:
                 loss, stats = loss_fn(model, mb)
                 fwd = clock() - t0
-                self.injector.delay(compute_estimate_s=3.0 * fwd)
+                st.delay_s += self.injector.delay(compute_estimate_s=3.0 * fwd)
                 tb = clock()
                 if last:
                     with guard(f"DDP gradient all-reduce (micro-batch {m + 1}/{n})", self.env):

@@ -5,7 +5,11 @@ arXiv:2306.10598).
 Per step, each rank starts a clock. Before each micro-batch, and again between its forward and
 backward, it compares the elapsed time with the threshold ``tau``; once past ``tau`` it skips the
 remaining micro-batches (a micro-batch whose forward finished past ``tau`` is dropped without its
-backward) and joins the gradient all-reduce. The normalisation is unchanged: every micro-batch is
+backward) and joins the gradient all-reduce. These are the only check points: a forward or backward
+in progress is never interrupted (nor is an injected delay, which is split between the two phases like
+the compute it simulates, see :mod:`mmst.distributed.stragglers`), so a
+rank can pass ``tau`` by up to one forward or backward; ``StepStats.overshoot_s`` measures it and
+:mod:`mmst.distributed.straggler_model` (Eq. 4-7) predicts it. The normalisation is unchanged: every micro-batch is
 scaled by the nominal factor (``1/(N*M)`` overall), so dropped micro-batches simply contribute zero
 (paper Sec. 3, Alg. 1).
 
@@ -14,21 +18,21 @@ the LAST micro-batch; a rank that dropped it would never join, and the other ran
 module therefore does not use the DDP wrapper: the model is a plain module whose parameters are
 broadcast from rank 0 once, gradients accumulate locally, and after the micro-batch loop every rank -
 whatever it dropped - performs exactly one all-reduce of one flattened bucket
-``[grads / N, n_computed, n_samples, loss_sum, compute_s]``. The gradient part is computed exactly like
+``[grads / N, n_computed, n_samples, loss_sum, compute_s, compute_s of rank 0..N-1, delay_s of rank
+0..N-1]`` (each rank writes its own two slots, zeros elsewhere, so the SUM gives every rank's time). The gradient part is computed exactly like
 DDP's reducer (local accumulation, divide by N, SUM all-reduce), so with ``tau = inf`` the gradients are
 bit-identical to :class:`~mmst.distributed.ddp.DDPStrategy` (tested in ``tests/test_distributed.py``).
-The four extra numbers ride in the same message, so logging the global drop rate costs no extra
-message. The only other communication is the one-off all-gather of ``--compute-threshold auto``.
+The extra numbers ride in the same message, so logging the global drop rate and every rank's compute
+time costs no extra message. The only other communication is the one-off all-gather of ``--compute-threshold auto``.
 
 ``--compute-threshold auto``: the first ``S`` steps run with ``tau = inf`` and record each rank's
-micro-batch times ``t_{n,s,m}`` and all-reduce times; after step ``S`` one all-gather shares them and
-every rank computes the same ``tau`` with :func:`mmst.distributed.straggler_model.choose_tau`, which
-maximises the paper's expected effective speed (Sec. 4.2, Eq. 5-6)::
-
-    S_eff(tau) = E[ sum_n Mtilde_n(tau) ] / ( E[ min(tau, max_n T_n) ] + T_c ),
-    Mtilde_n(tau) = #{ m : T_n^(m) <= tau },   T_n^(m) = sum_{i<=m} t_{n,i}
-
-estimated by Monte-Carlo resampling of the recorded per-rank micro-batch times.
+micro-batch times ``t_{n,s,m}``, the share of each spent before the forward/backward check, and the
+all-reduce times; after step ``S`` one all-gather shares them and every rank computes the same ``tau``
+with :func:`mmst.distributed.straggler_model.choose_tau`, which maximises the expected effective speed
+(paper Sec. 4.2, Eq. 5-6, with the check points above: Eq. 4-7 of the model module), estimated by
+Monte-Carlo resampling of the recorded per-rank micro-batch times. ``T_c`` is the median over the
+recorded steps of the last-arriving rank's all-reduce time
+(:func:`~mmst.distributed.straggler_model.estimate_comm_s`).
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from mmst.distributed.common import LossFn, StepStats, as_scales, samples_of
 from mmst.distributed.env import DistEnv, all_gather_tensor, all_reduce_sum_, broadcast_module_
 from mmst.distributed.stragglers import StragglerInjector
 
-N_EXTRA = 4  # n_computed, n_samples, loss_sum, compute_s appended to the gradient bucket
+N_SUMS = 4  # n_computed, n_samples, loss_sum, compute_s appended to the gradient bucket (then 2N per-rank slots)
 
 
 def parse_threshold(text: str | float | None) -> float | str:
@@ -72,7 +76,7 @@ class DropComputeStrategy:
         env: the :class:`~mmst.distributed.env.DistEnv`.
         threshold: ``tau`` in seconds, ``math.inf`` (never drop; = DDP), or ``"auto"``.
         auto_steps: S, steps recorded before choosing ``tau`` automatically.
-        injector: optional straggler injector; its simulated compute is cut at the deadline.
+        injector: optional straggler injector; its delays are whole (never cut at the deadline).
         max_drop_rate: optional cap on the expected drop rate for ``auto`` (None = paper's pure argmax).
         seed: Monte-Carlo seed of ``auto`` (identical on all ranks, so all choose the same tau).
     """
@@ -94,6 +98,9 @@ class DropComputeStrategy:
         self._rec_comm: list[float] = []
         self.tau_info: dict[str, float] = {}
         self._chosen = False
+        self._fwd_share = 0.5  # share of a micro-batch's time before check 2 (measured; straggler model's phi)
+        self._compute_fwd_share = 1.0 / 3.0  # forward / (forward + backward) of the pure compute (EMA)
+        self._rec_fwd: list[float] = []
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """Broadcast rank 0's parameters/buffers to all ranks; returns ``model`` itself (no DDP wrapper)."""
@@ -113,48 +120,67 @@ class DropComputeStrategy:
         st = StepStats(n_micro=n, tau_s=self.tau_s)
         t_start = clock()
         deadline = t_start + self.tau_s if math.isfinite(self.tau_s) else None
+        fwd_phase = 0.0
         for mb, s in zip(micro_batches, scales):
             t0 = clock()
             if deadline is not None and t0 >= deadline:
-                break  # would start after tau: skip the rest
+                break  # check 1: would start after tau, skip the rest
             loss, stats = loss_fn(model, mb)
             fwd = clock() - t0
-            finished = self.injector.delay(compute_estimate_s=3.0 * fwd, deadline=deadline)
-            if not finished or (deadline is not None and clock() >= deadline):
-                st.micro_times_s.append(clock() - t0)
-                break  # past tau between forward and backward: drop this one too
+            # a simulated slow-down stretches both phases: the forward's share of the compute now
+            delay = self.injector.sample_delay(compute_estimate_s=3.0 * fwd)
+            st.delay_s += self.injector.sleep(delay * self._compute_fwd_share)
+            t_mid = clock()
+            if deadline is not None and t_mid >= deadline:
+                st.micro_times_s.append(t_mid - t0)
+                break  # check 2: past tau between forward and backward, drop this one too
+            fwd_phase += t_mid - t0
             tb = clock()
             (loss * s).backward()
             bwd = clock() - tb
+            st.delay_s += self.injector.sleep(delay * (1.0 - self._compute_fwd_share))  # ... and the backward's
             self.injector.observe_compute(fwd + bwd)
+            self._compute_fwd_share = 0.9 * self._compute_fwd_share + 0.1 * fwd / max(fwd + bwd, 1e-12)
             st.micro_times_s.append(clock() - t0)
             st.loss_sum += float(loss.detach())
             st.n_samples += samples_of(stats)
             st.n_computed += 1
         st.compute_s = clock() - t_start
+        if math.isfinite(self.tau_s):
+            st.overshoot_s = max(0.0, st.compute_s - self.tau_s)
+        done = sum(st.micro_times_s[:st.n_computed])
+        self._fwd_share = (fwd_phase / done) if done > 0 else self._fwd_share
         t_comm = clock()
         extra = self._all_reduce_grads(model, st)
         st.comm_s = clock() - t_comm
         st.global_computed, st.global_samples = float(extra[0]), float(extra[1])
-        st.global_total = float(n * self.env.world_size)
+        w = self.env.world_size
+        st.compute_s_per_rank = extra[N_SUMS:N_SUMS + w].tolist()
+        st.delay_s_per_rank = extra[N_SUMS + w:N_SUMS + 2 * w].tolist()
+        st.global_total = float(n * w)
         st.step_time_s = clock() - t_start
         if self.auto and not self._chosen:
             self._record(st)
         return st
 
     def _all_reduce_grads(self, model: torch.nn.Module, st: StepStats) -> torch.Tensor:
-        """One SUM all-reduce of ``[grad/N ..., n_computed, n_samples, loss_sum, compute_s]``; writes the
-        averaged gradients back to ``p.grad`` and returns the 4 summed extras (float64)."""
+        """One SUM all-reduce of ``[grad/N ..., n_computed, n_samples, loss_sum, compute_s, per-rank compute_s
+        (N slots), per-rank delay_s (N slots)]``; writes the averaged gradients back to ``p.grad`` and
+        returns the summed extras (float64, ``N_SUMS + 2N`` values)."""
         params = [p for p in model.parameters() if p.requires_grad]
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         grads = [p.grad for p in params]
         dtype = grads[0].dtype if grads else torch.float32
-        flat = torch.cat([g.reshape(-1) for g in grads] + [torch.zeros(N_EXTRA, dtype=dtype, device=self.env.device)])
-        ng = flat.numel() - N_EXTRA
-        flat[:ng].div_(self.env.world_size)
-        flat[ng:] = torch.tensor([st.n_computed, st.n_samples, st.loss_sum, st.compute_s], dtype=dtype)
+        w = self.env.world_size
+        extras = torch.zeros(N_SUMS + 2 * w, dtype=torch.float64)
+        extras[:N_SUMS] = torch.tensor([st.n_computed, st.n_samples, st.loss_sum, st.compute_s], dtype=torch.float64)
+        extras[N_SUMS + self.env.rank] = st.compute_s
+        extras[N_SUMS + w + self.env.rank] = st.delay_s
+        flat = torch.cat([g.reshape(-1) for g in grads] + [extras.to(dtype=dtype, device=self.env.device)])
+        ng = flat.numel() - extras.numel()
+        flat[:ng].div_(w)
         all_reduce_sum_(flat, self.env, "DropCompute gradient all-reduce")
         off = 0
         for g in grads:
@@ -167,22 +193,26 @@ class DropComputeStrategy:
         """Store this step's micro-batch/all-reduce times; after ``auto_steps`` steps choose ``tau``."""
         self._rec_micro.append(list(st.micro_times_s))
         self._rec_comm.append(st.comm_s)
+        self._rec_fwd.append(self._fwd_share)
         if len(self._rec_micro) < self.auto_steps:
             return
-        from mmst.distributed.straggler_model import choose_tau
+        from mmst.distributed.straggler_model import choose_tau, estimate_comm_s
 
         m = max(len(r) for r in self._rec_micro)
-        local = torch.tensor([r + [float("nan")] * (m - len(r)) for r in self._rec_micro] , dtype=torch.float64)
-        payload = torch.cat([local.reshape(-1), torch.tensor(self._rec_comm, dtype=torch.float64)])
+        local = torch.tensor([r + [float("nan")] * (m - len(r)) for r in self._rec_micro], dtype=torch.float64)
+        payload = torch.cat([local.reshape(-1), torch.tensor(self._rec_comm, dtype=torch.float64),
+                             torch.tensor(self._rec_fwd, dtype=torch.float64)])
         gathered = all_gather_tensor(payload, self.env, "DropCompute auto-threshold all-gather")
         s = len(self._rec_micro)
         times = gathered[:, : s * m].reshape(self.env.world_size, s, m).numpy()
-        comm = gathered[:, s * m:].numpy()  # (N, S)
-        # pure communication ~ the all-reduce time of the rank that arrived last (it waited least)
-        t_c = float(min(comm[int(times[:, i].sum(axis=1).argmax()), i] for i in range(s)))
-        res = choose_tau(times, comm_s=t_c, max_drop_rate=self.max_drop_rate, seed=self.seed)
+        comm = gathered[:, s * m:s * m + s].numpy()  # (N, S)
+        phi = float(gathered[:, s * m + s:].mean())
+        t_c = estimate_comm_s(times, comm)
+        res = choose_tau(times, comm_s=t_c, max_drop_rate=self.max_drop_rate, seed=self.seed, fwd_fraction=phi)
+        res["comm_s"], res["fwd_fraction"] = t_c, phi
         self.tau_s = float(res["tau_s"])
         self._chosen = True
         self.tau_info = {k: float(v) for k, v in res.items()}
         self._rec_micro.clear()
         self._rec_comm.clear()
+        self._rec_fwd.clear()

@@ -4,7 +4,8 @@ Rank 0 (server) holds the parameters and the optimiser; ranks 1..W are workers. 
 each way per update; float32 tensors of fixed size, so the server can post a receive before knowing the
 sender)::
 
-    worker -> server   [type, version, n_samples, loss_sum, grad (P values)]   type: 0 PULL, 1 PUSH, 2 BYE
+    worker -> server   [type, version, n_samples, loss_sum, ntokens, grad_norm, grad (P values)]
+                       type: 0 PULL, 1 PUSH, 2 BYE
                        (BYE after the stop reply: lets the server's receiver thread finish cleanly)
     server -> worker   [version, stop, params (P values)]
 
@@ -18,15 +19,24 @@ sender)::
   therefore waits) until the slowest catches up. So no live worker falls more than ``s`` updates of its
   own behind the fastest, and the staleness of any push is bounded by about ``s * (W - 1) + W``.
 * Worker death does not stop training: workers write a heartbeat to the c10d store every
-  ``heartbeat_s``; a worker whose heartbeat is older than ``worker_timeout_s`` (or whose reply fails to
-  send) is declared dead, logged, removed from the SSP minimum, and the server carries on with the rest.
+  ``heartbeat_s`` from a thread started before their first message (:meth:`ParamWorker.start`); a
+  worker whose heartbeat is older than ``worker_timeout_s`` (or whose reply fails to send) is declared
+  dead, logged, removed from the SSP minimum, and the server carries on with the rest. A worker never
+  heard of is given ``--dist-timeout`` to start up. A worker lost for a late heartbeat (a loaded machine,
+  not a death) is readmitted as soon as its heartbeat is fresh again or a message of it arrives. (Under torchrun's agent a dead process ends the
+  whole job anyway; see :mod:`mmst.training.distributed`.)
   Receives run in a helper thread feeding a queue, so the main thread keeps checking liveness while a
   receive is pending (gloo cannot poll a receive or give it a short timeout: a timed-out gloo op closes
   its connections).
 * Training ends after ``total_updates`` applied pushes: each worker gets ``stop=1`` in its next reply.
+* Two ways to drive the server: :meth:`ParamServer.serve` runs to the end in one call (the stand-alone
+  runner); :meth:`ParamServer.run_pushes` applies the next ``n`` pushes and returns, so a caller can
+  validate, log and checkpoint between calls (``mmst-train``), and :meth:`ParamServer.finish` stops the
+  workers.
 * Workers never talk to each other; no ``torch.distributed.rpc``.
 
-Logged (server): mean / max staleness, updates per second, lost workers.
+Kept by the server: every push's staleness and gradient norm, samples, summed loss and target tokens,
+lost workers and when; :meth:`ParamServer.stats` summarises them.
 """
 
 from __future__ import annotations
@@ -48,7 +58,7 @@ from mmst.distributed.stragglers import StragglerInjector
 log = logging.getLogger("mmst.distributed.param_server")
 
 PULL, PUSH, BYE = 0, 1, 2
-HDR, REPLY_HDR = 4, 2
+HDR, REPLY_HDR = 6, 2
 
 
 def flat_params(model: torch.nn.Module) -> torch.Tensor:
@@ -118,10 +128,15 @@ class ParamServer:
         self.lost: list[int] = []
         self.lost_at: dict[int, int] = {}
         self._byes: set[int] = set()
+        self._suspect: set[int] = set()  # lost for a late heartbeat: readmitted if it shows up again
+        self._lost_waiting: set[int] = set()  # lost while waiting for an (SSP-held) reply
+        self.rejoined: list[int] = []
         self._rx_byes: set[int] = set()  # BYEs taken off the wire by the receiver thread
         self.staleness: list[int] = []
         self.samples = 0.0
         self.loss_sum = 0.0
+        self.ntokens = 0.0
+        self.grad_norms: list[float] = []
         self.t_start = 0.0
         self.elapsed_s = 0.0
         self._lock = threading.RLock()
@@ -129,27 +144,53 @@ class ParamServer:
 
     # -- liveness -------------------------------------------------------------------------------
     def _heartbeat_age(self, w: int) -> float:
+        key = f"mmst_ps/hb/{w}"
         try:
-            return time.time() - float(_store().get(f"mmst_ps/hb/{w}").decode())
-        except Exception:  # noqa: BLE001 - not yet written / store gone
-            return 0.0 if time.perf_counter() - self.t_start < self.worker_timeout_s else float("inf")
+            store = _store()
+            if store.check([key]):  # never ``get`` a missing key: that blocks for the store timeout
+                return time.time() - float(store.get(key).decode())
+        except Exception:  # noqa: BLE001 - store gone
+            pass
+        # never heard of: still starting up (loading data, building the model); lost only after --dist-timeout
+        return 0.0 if time.perf_counter() - self.t_start < max(self.worker_timeout_s, self.env.timeout_s) else float("inf")
 
-    def _declare_dead(self, w: int, why: str) -> None:
+    def _declare_dead(self, w: int, why: str, may_return: bool = False) -> None:
         with self._lock:
             if w not in self.alive:
                 return
             self.alive.discard(w)
-            self.pending.discard(w)
+            if w in self.pending:
+                self.pending.discard(w)
+                self._lost_waiting.add(w)
+            if may_return:
+                self._suspect.add(w)
             self.lost.append(w)
             self.lost_at[w] = self.version
-            log.warning("param-server: worker %d lost (%s) after %d updates; continuing with %d worker(s)",
+            log.warning("param-server: worker %d lost (%s) after %d applied pushes; continuing with %d worker(s)",
                         w, why, self.version, len(self.alive))
+            self._release_pending()
+
+    def _readmit(self, w: int, why: str) -> None:
+        """A worker declared lost for a late heartbeat shows it is alive (a fresh heartbeat or a message):
+        it takes part again, and a reply it was waiting for is sent (its push was applied or is pending)."""
+        with self._lock:
+            self._suspect.discard(w)
+            self.alive.add(w)
+            self.rejoined.append(w)
+            log.warning("param-server: worker %d is back (%s) after %d applied pushes; %d worker(s)",
+                        w, why, self.version, len(self.alive))
+            if w in self._lost_waiting:
+                self._lost_waiting.discard(w)
+                self.pending.add(w)
             self._release_pending()
 
     def _check_liveness(self) -> None:
         for w in sorted(self.alive - self.stopped):
             if self._heartbeat_age(w) > self.worker_timeout_s:
-                self._declare_dead(w, f"no heartbeat for > {self.worker_timeout_s:.1f}s")
+                self._declare_dead(w, f"no heartbeat for > {self.worker_timeout_s:.1f}s", may_return=True)
+        for w in sorted(self._suspect):
+            if self._heartbeat_age(w) <= self.worker_timeout_s:
+                self._readmit(w, "its heartbeat is fresh again: it was late, not dead")
 
     def _receiver(self) -> None:
         """Receiver thread: post an any-source ``irecv``, wait, queue ``(src, buffer)``; repeat.
@@ -216,6 +257,8 @@ class ParamServer:
         self.staleness.append(stale)
         self.samples += float(buf[2])
         self.loss_sum += float(buf[3])
+        self.ntokens += float(buf[4])
+        self.grad_norms.append(float(buf[5]))
         g = buf[HDR:]
         off = 0
         for p in self.params:
@@ -235,6 +278,105 @@ class ParamServer:
         self.version += 1
         self.clock[src] += 1
 
+    def start(self) -> None:
+        """Start the clock and the receiver thread (once); :meth:`run_pushes` calls it when needed."""
+        if getattr(self, "_started", False):
+            return
+        self._started = True
+        self.t_start = time.perf_counter()
+        self._last_check = self.t_start
+        self._inbox: queue.Queue = queue.Queue()
+        self._group = dist.distributed_c10d._get_default_group()
+        threading.Thread(target=self._receiver, name="ps-receiver", daemon=True).start()
+
+    def _live_unstopped(self) -> bool:
+        with self._lock:
+            return bool(self.alive - self.stopped)
+
+    def _loop(self, until: Callable[[], bool]) -> None:
+        """Handle messages (apply pushes, reply, check liveness) until ``until()`` or no live worker is left
+        unstopped. Raises DistributedError when a receive fails while training is still on."""
+        try:
+            while not until() and self._live_unstopped():
+                now = time.perf_counter()
+                if now - self._last_check > min(0.5, self.worker_timeout_s / 4):
+                    self._check_liveness()
+                    self._last_check = now
+                try:
+                    src, buf = self._inbox.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                if src is None:
+                    with self._lock:
+                        if not (self.alive - self.stopped) or self.version >= self.total_updates:
+                            return
+                    with guard(f"param-server receive (after {self.version} applied pushes)", self.env):
+                        raise buf
+                self._handle(src, buf)
+        except BaseException:
+            self._done.set()
+            raise
+        finally:
+            self.elapsed_s = time.perf_counter() - self.t_start
+
+    def _handle(self, src: int, buf: torch.Tensor) -> None:
+        with self._lock:
+            if src in self._suspect:
+                self._readmit(src, "a message arrived: it was late, not dead")
+            if src not in self.alive:
+                return
+            typ = int(buf[0])
+            if typ == BYE:
+                if src in self.stopped:
+                    self._byes.add(src)  # normal goodbye after its stop reply
+                else:
+                    self._declare_dead(src, "worker left early (BYE)")
+                return
+            if typ == PUSH and self.version < self.total_updates:
+                self._apply(src, buf)
+                if self.on_update is not None:
+                    self.on_update(self)
+            if self.version >= self.total_updates:
+                self._reply(src, stop=True)
+            elif self._ssp_blocked(src):
+                self.pending.add(src)
+            else:
+                self._reply(src, stop=False)
+            self._release_pending()
+
+    def run_pushes(self, n: int) -> int:
+        """Apply the next ``n`` pushed gradients (fewer when ``total_updates`` is reached), serving every
+        message meanwhile. Used by ``mmst-train``, which counts one update per ``W`` pushes.
+
+        Returns:
+            The number of pushes applied.
+
+        Raises:
+            DistributedError: every worker was lost (or a receive failed) before ``n`` pushes arrived.
+        """
+        self.start()
+        v0 = self.version
+        target = min(self.total_updates, v0 + int(n))
+        self._loop(lambda: self.version >= target)
+        if self.version < target:
+            raise DistributedError(
+                f"[rank 0/{self.env.world_size}] param-server: no live worker left after {self.version} applied "
+                f"pushes (lost workers {self.lost}; worker_timeout {self.worker_timeout_s:.1f}s)")
+        return self.version - v0
+
+    def finish(self) -> dict[str, Any]:
+        """End training now: every live worker gets ``stop`` in its next reply (pushes arriving from now on
+        are not applied); wait for their goodbyes. Returns :meth:`stats`."""
+        self.start()
+        with self._lock:
+            self.total_updates = min(self.total_updates, self.version)
+            self._release_pending()
+        self._loop(lambda: False)
+        # the receiver thread goes on until every stopped worker's BYE is in (or a receive fails)
+        self._collect_byes()
+        self._done.set()
+        return self.stats()
+
     def serve(self) -> dict[str, Any]:
         """Run until ``total_updates`` pushes are applied and every live worker is stopped.
 
@@ -245,60 +387,9 @@ class ParamServer:
         Raises:
             DistributedError: a receive failed (e.g. every worker died before finishing) within the timeout.
         """
-        self.t_start = time.perf_counter()
-        self._inbox: queue.Queue = queue.Queue()
-        self._group = dist.distributed_c10d._get_default_group()
-        threading.Thread(target=self._receiver, name="ps-receiver", daemon=True).start()
-        last_check = self.t_start
-        try:
-            while True:
-                with self._lock:
-                    if not (self.alive - self.stopped):
-                        break
-                now = time.perf_counter()
-                if now - last_check > min(0.5, self.worker_timeout_s / 4):
-                    self._check_liveness()
-                    last_check = now
-                try:
-                    src, buf = self._inbox.get(timeout=0.05)
-                except queue.Empty:
-                    continue
-                if src is None:
-                    with self._lock:
-                        if not (self.alive - self.stopped) or self.version >= self.total_updates:
-                            break
-                    with guard("param-server receive", self.env):
-                        raise buf
-                with self._lock:
-                    if src not in self.alive:
-                        continue
-                    typ = int(buf[0])
-                    if typ == BYE:
-                        if src in self.stopped:
-                            self._byes.add(src)  # normal goodbye after its stop reply
-                        else:
-                            self._declare_dead(src, "worker left early (BYE)")
-                        continue
-                    if typ == PUSH and self.version < self.total_updates:
-                        self._apply(src, buf)
-                        if self.on_update is not None:
-                            self.on_update(self)
-                    if self.version >= self.total_updates:
-                        self._reply(src, stop=True)
-                    elif self._ssp_blocked(src):
-                        self.pending.add(src)
-                    else:
-                        self._reply(src, stop=False)
-                    self._release_pending()
-        except BaseException:
-            self._done.set()
-            raise
-        finally:
-            self.elapsed_s = time.perf_counter() - self.t_start
-        # the receiver thread goes on until every stopped worker's BYE is in (or a receive fails)
-        self._collect_byes()
-        self._done.set()
-        return self.stats()
+        self.start()
+        self._loop(lambda: self.version >= self.total_updates)
+        return self.finish()
 
     def _collect_byes(self, timeout_s: float = 5.0) -> None:
         """After the loop: wait (bounded) for the BYE of every stopped live worker, so the receiver thread
@@ -322,6 +413,7 @@ class ParamServer:
         return {"updates": self.version, "elapsed_s": el, "updates_per_s": self.version / el,
                 "samples": self.samples, "samples_per_s": self.samples / el,
                 "staleness_mean": sum(st) / len(st), "staleness_max": max(st), "lost_workers": list(self.lost),
+                "rejoined_workers": list(self.rejoined),
                 "lost_at_update": dict(self.lost_at),
                 "loss_mean": self.loss_sum / max(self.samples, 1.0)}
 
@@ -342,6 +434,8 @@ class ParamWorker:
         self.n_params = sum(p.numel() for p in self.params)
         self.heartbeat_s = heartbeat_s
         self._stop_hb = threading.Event()
+        self._hb: threading.Thread | None = None
+        self._said_bye = False
         self.steps = 0
 
     def _heartbeat(self) -> None:
@@ -355,18 +449,64 @@ class ParamWorker:
             if self._stop_hb.wait(self.heartbeat_s):
                 return
 
-    def _exchange(self, typ: int, version: int, n_samples: float, loss_sum: float,
-                  grad: torch.Tensor | None) -> tuple[int, bool]:
+    def _exchange(self, typ: int, version: int, n_samples: float, loss_sum: float, ntokens: float,
+                  grad: torch.Tensor | None, grad_norm: float = 0.0) -> tuple[int, bool]:
         msg = torch.zeros(HDR + self.n_params)
-        msg[0], msg[1], msg[2], msg[3] = float(typ), float(version), n_samples, loss_sum
+        msg[:HDR] = torch.tensor([float(typ), float(version), n_samples, loss_sum, ntokens, grad_norm])
         if grad is not None:
             msg[HDR:] = grad
         reply = torch.empty(REPLY_HDR + self.n_params)
-        with guard(f"param-server exchange (worker {self.env.rank}, step {self.steps})", self.env):
+        what = "pull" if typ == PULL else f"push {self.steps}"
+        with guard(f"param-server exchange (worker {self.env.rank}, {what}, after {self.steps - (typ == PUSH)} "
+                   f"pushes, parameter version {version})", self.env):
             dist.send(msg, dst=0)
             dist.recv(reply, src=0)
         load_flat_params_(self.model, reply[REPLY_HDR:])
         return int(reply[0]), bool(reply[1] > 0.5)
+
+    def start_heartbeat(self) -> None:
+        """Start the heartbeat thread (once): the server declares a worker lost when it stops."""
+        if self._hb is None:
+            self._hb = threading.Thread(target=self._heartbeat, name="ps-heartbeat", daemon=True)
+            self._hb.start()
+
+    def start(self) -> tuple[int, bool]:
+        """Start the heartbeat thread (if not yet) and pull the current parameters into the model.
+
+        Returns:
+            ``(version, stop)`` of the server's reply.
+
+        Raises:
+            DistributedError: the server is dead or hung (within ``--dist-timeout``).
+        """
+        self.start_heartbeat()
+        return self._exchange(PULL, 0, 0.0, 0.0, 0.0, None)
+
+    def push(self, version: int, grad: torch.Tensor, n_samples: float, loss_sum: float,
+             ntokens: float = 0.0, grad_norm: float = 0.0) -> tuple[int, bool]:
+        """Push one gradient computed at parameter ``version`` and load the parameters of the reply.
+
+        Args:
+            version: the server version the gradient was computed at (for its staleness).
+            grad: flat float32 gradient (:func:`flat_grads`), already normalised and clipped.
+            n_samples / loss_sum / ntokens / grad_norm: the samples, summed loss, target tokens and gradient
+                norm (before clipping) behind it (logged by the server).
+
+        Returns:
+            ``(version, stop)``: the new parameter version, and whether training is over.
+
+        Raises:
+            DistributedError: the server is dead or hung; the message names this worker and its push count.
+        """
+        self.steps += 1
+        return self._exchange(PUSH, version, n_samples, loss_sum, ntokens, grad, grad_norm)
+
+    def close(self, say_bye: bool = True) -> None:
+        """Send BYE (after a stop reply) once, and stop the heartbeat thread. Never raises."""
+        if say_bye and not self._said_bye:
+            self._said_bye = True
+            self.bye()
+        self._stop_hb.set()
 
     def bye(self) -> None:
         """Tell the server this worker leaves (after its stop reply); errors are ignored."""
@@ -395,13 +535,12 @@ class ParamWorker:
         Raises:
             DistributedError: the server died / hung (within ``--dist-timeout``).
         """
-        hb = threading.Thread(target=self._heartbeat, name="ps-heartbeat", daemon=True)
-        hb.start()
         clock = time.perf_counter
         t0 = clock()
         samples = 0.0
+        stop = False
         try:
-            version, stop = self._exchange(PULL, 0, 0.0, 0.0, None)
+            version, stop = self.start()
             while not stop and (max_steps is None or self.steps < max_steps):
                 if before_step is not None:
                     before_step(self.steps)
@@ -411,21 +550,18 @@ class ParamWorker:
                 for mb, s in zip(mbs, sc):
                     ta = clock()
                     loss, stats = loss_fn(self.model, mb)
+                    self.injector.delay(compute_estimate_s=3.0 * (clock() - ta))
                     fwd = clock() - ta
-                    self.injector.delay(compute_estimate_s=3.0 * fwd)
                     tb = clock()
                     (loss * s).backward()
-                    self.injector.observe_compute(fwd + clock() - tb)
+                    self.injector.observe_compute(fwd + clock() - tb - self.injector.last_delay_s)
                     loss_sum += float(loss.detach())
                     n_s += samples_of(stats)
                 g = flat_grads(self.model)
                 for p in self.params:
                     p.grad = None
-                self.steps += 1
                 samples += n_s
-                version, stop = self._exchange(PUSH, version, n_s, loss_sum, g)
-            if stop:
-                self.bye()
+                version, stop = self.push(version, g, n_s, loss_sum)
         finally:
-            self._stop_hb.set()
+            self.close(say_bye=stop)
         return {"steps": self.steps, "samples": samples, "elapsed_s": clock() - t0}

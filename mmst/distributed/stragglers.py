@@ -20,12 +20,17 @@ A delay is a ``time.sleep`` that simulates extra compute inside each micro-batch
 ``--slow-rank R:F`` makes rank R a persistent straggler: its whole micro-batch (compute + delay) takes
 ``F`` times longer (an extra sleep of ``(F-1) * (compute + delay)``).
 
-Where the sleep happens: after the micro-batch's forward, before its backward. It is still "after the
-micro-batch's compute" for accounting, but it sits inside the micro-batch, i.e. before DDP's gradient
-all-reduce is launched by the last backward; a sleep after the last backward would fall outside the
-synchronised region and not delay that step. DropCompute may pass a deadline: the simulated compute
-then stops at the deadline (as if the threshold were checked inside the compute) and the micro-batch
-is dropped.
+Where the sleep happens: inside the micro-batch, before the gradient all-reduce of the step. DDP and
+the parameter server sleep between forward and backward (a sleep after DDP's last backward would fall
+outside the synchronised region and not delay that step). DropCompute, whose threshold checks sit
+between micro-batches and between forward and backward, splits each delay like the compute it
+simulates: the forward's share of the measured compute time right after the forward, the rest right
+after the backward, so a slow micro-batch is slow in both phases.
+
+A delay is simulated compute and is never cut short. DropCompute checks its threshold only where the
+reference implementation can (before each micro-batch, and between a micro-batch's forward and its
+backward), so a slow forward phase overshoots the threshold, exactly as a slow real forward pass would;
+:mod:`mmst.distributed.straggler_model` models that overshoot.
 
 Seeds are per rank: ``numpy.random.default_rng([seed, rank])``.
 """
@@ -154,23 +159,22 @@ class StragglerInjector:
         base_s: fixed base delay in seconds (benchmarks), or None.
         slow_rank: ``(R, factor)`` or None.
         sleep: the sleep function (tests inject a fake clock).
-        clock: the clock used for deadlines (``time.perf_counter``).
     """
 
     def __init__(self, spec: DelaySpec | str | None = None, rank: int = 0, seed: int = 0,
                  fraction: float = 1.0, base_s: float | None = None,
                  slow_rank: tuple[int, float] | None = None,
-                 sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.spec = spec if isinstance(spec, DelaySpec) else parse_delay_spec(spec)
         self.rank = rank
         self.rng = np.random.default_rng([seed, rank])
         self.fraction = fraction
         self.base_s = base_s
         self.slow_factor = slow_rank[1] if slow_rank is not None and slow_rank[0] == rank else 1.0
-        self._sleep, self._clock = sleep, clock
+        self._sleep = sleep
         self._ema: float | None = None
         self.total_delay_s = 0.0
+        self.last_delay_s = 0.0
 
     @property
     def active(self) -> bool:
@@ -195,23 +199,18 @@ class StragglerInjector:
             d += (self.slow_factor - 1.0) * (comp + d)
         return max(d, 0.0)
 
-    def delay(self, compute_estimate_s: float | None = None, deadline: float | None = None) -> bool:
-        """Sleep one sampled delay. With ``deadline`` (a ``clock()`` value) stop there.
+    def sleep(self, seconds: float) -> float:
+        """Sleep ``seconds`` (a part of a sampled delay, whole); returns it and adds it to ``total_delay_s``."""
+        if seconds > 0:
+            self._sleep(seconds)
+            self.total_delay_s += seconds
+        return max(seconds, 0.0)
+
+    def delay(self, compute_estimate_s: float | None = None) -> float:
+        """Sample one delay and sleep it, whole (simulated compute is never cut short).
 
         Returns:
-            True if the whole delay was slept, False if it was cut at ``deadline`` (the simulated compute
-            did not finish before the deadline).
+            The seconds slept (also kept in ``last_delay_s`` and added to ``total_delay_s``).
         """
-        d = self.sample_delay(compute_estimate_s)
-        if d <= 0:
-            return True
-        if deadline is not None:
-            left = deadline - self._clock()
-            if left < d:
-                if left > 0:
-                    self._sleep(left)
-                    self.total_delay_s += left
-                return False
-        self._sleep(d)
-        self.total_delay_s += d
-        return True
+        self.last_delay_s = self.sleep(self.sample_delay(compute_estimate_s))
+        return self.last_delay_s

@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compute-threshold", default="auto", help="DropCompute tau: seconds, 'inf' or 'auto'")
     p.add_argument("--auto-steps", type=int, default=5, help="S: steps recorded before choosing tau (auto)")
     p.add_argument("--max-drop-rate", type=float, default=None, help="cap on the expected drop rate for auto tau")
-    p.add_argument("--max-staleness", type=int, default=None, help="param-server SSP bound s (default: none)")
+    p.add_argument("--max-staleness", default=None,
+                   help="param-server SSP bound s (default: W, the number of workers; inf = no bound)")
     p.add_argument("--staleness-lr", action="store_true", help="param-server: divide lr by staleness")
     p.add_argument("--worker-timeout", type=float, default=None,
                    help="param-server: seconds without heartbeat before a worker is declared dead")
@@ -174,7 +175,7 @@ def _train(cfg: argparse.Namespace, env: DistEnv, spec: Any, slow: Any, thr: Any
     clock = time.perf_counter
     train_time = meas_time = 0.0
     meas_samples = meas_computed = meas_total = 0.0
-    steps_meas, step_times, computes = 0, [], []
+    steps_meas, step_times, computes, overshoots, delays = 0, [], [], [], []
     curve: list[tuple[float, float]] = []
     ttt = None
     micro_rec: list[list[float]] = []
@@ -196,6 +197,8 @@ def _train(cfg: argparse.Namespace, env: DistEnv, spec: Any, slow: Any, thr: Any
             steps_meas += 1
             step_times.append(dt)
             computes.append(st.compute_s)
+            overshoots.append(st.overshoot_s)
+            delays.append(st.delay_s)
             micro_rec.append(list(st.micro_times_s) + [float("nan")] * (m - len(st.micro_times_s)))
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
             loss = task.eval_loss(inner)
@@ -215,6 +218,8 @@ def _train(cfg: argparse.Namespace, env: DistEnv, spec: Any, slow: Any, thr: Any
         step_time_s=meas_time / steps_meas if steps_meas else 0.0,
         drop_rate=1.0 - meas_computed / meas_total if meas_total else 0.0,
         compute_s_rank=sum(computes) / len(computes) if computes else 0.0,
+        delay_s_rank=sum(delays) / len(delays) if delays else 0.0,
+        overshoot_s=sum(overshoots) / len(overshoots) if overshoots else 0.0,
         tau_s=getattr(strat, "tau_s", math.inf), tau_info=getattr(strat, "tau_info", {}),
         final_loss=task.eval_loss(inner), time_to_target_s=ttt, curve=curve)
     # reporting only (after training): per-rank compute times and micro-batch times
@@ -256,8 +261,9 @@ def _train_param_server(cfg: argparse.Namespace, env: DistEnv, task: ToyTask, mo
             if srv.version == total:
                 state["end"] = time.perf_counter() - state["eval_s"]
 
-        srv = ParamServer(env, model, opt, total, cfg.max_staleness, cfg.staleness_lr, cfg.worker_timeout,
-                          on_update=on_update)
+        bound = cfg.max_staleness
+        bound = workers if bound is None else (None if str(bound).lower() in ("inf", "none") else int(bound))
+        srv = ParamServer(env, model, opt, total, bound, cfg.staleness_lr, cfg.worker_timeout, on_update=on_update)
         stats = srv.serve()
         if cfg.dump_params:
             torch.save(flat_params(model), cfg.dump_params)

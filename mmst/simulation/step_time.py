@@ -20,7 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from mmst.distributed.straggler_model import dropcompute_expectations, sample_pools, simulate
+from mmst.distributed.straggler_model import (
+    DEFAULT_FWD_FRACTION,
+    dropcompute_expectations,
+    sample_pools,
+    simulate,
+)
 
 
 def blom_quantile(n: int) -> float:
@@ -57,7 +62,8 @@ def expected_max_sum_blom(micro_times: Any, n_workers: int, m: int) -> float:
 
 
 def predict(micro_times: Any, n_workers: int, m: int, comm_s: float = 0.0, single_step_s: float | None = None,
-            tau: float | None = None, n_sims: int = 4000, seed: int = 0) -> dict[str, float]:
+            tau: float | None = None, n_sims: int = 4000, seed: int = 0,
+            fwd_fraction: float = DEFAULT_FWD_FRACTION) -> dict[str, float]:
     """Predicted synchronous step time and scaling efficiency from measured micro-batch times.
 
     Args:
@@ -65,10 +71,12 @@ def predict(micro_times: Any, n_workers: int, m: int, comm_s: float = 0.0, singl
         n_workers, m: N and M. comm_s: per-step overhead T_c of the N-worker run.
         single_step_s: measured mean step time of ONE worker (default: ``M E[t]``, no overhead).
         tau: also predict DropCompute with this threshold.
+        fwd_fraction: share of a micro-batch before DropCompute's forward/backward check (Eq. 4-7 of
+            :mod:`mmst.distributed.straggler_model`).
 
     Returns:
         dict: ``step_mc_s``, ``step_blom_s`` (Eq. 1 with MC / Blom), ``eff_mc``, ``eff_blom`` (Eq. 3),
-        and with ``tau`` the DropCompute ``dc_step_s``, ``dc_drop_rate``, ``dc_speedup``.
+        and with ``tau`` the DropCompute ``dc_step_s``, ``dc_drop_rate``, ``dc_speedup``, ``dc_overshoot_s``.
     """
     pools = sample_pools(micro_times, n_workers)
     t1 = single_step_s if single_step_s is not None else m * float(np.concatenate(pools).mean())
@@ -76,6 +84,7 @@ def predict(micro_times: Any, n_workers: int, m: int, comm_s: float = 0.0, singl
     bl = expected_max_sum_blom(micro_times, n_workers, m) + comm_s
     out = {"step_mc_s": mc, "step_blom_s": bl, "eff_mc": t1 / mc, "eff_blom": t1 / bl}
     if tau is not None:
-        r = dropcompute_expectations(micro_times, n_workers, m, tau, comm_s, n_sims, seed)
-        out.update(dc_step_s=r["step_s"], dc_drop_rate=r["drop_rate"], dc_speedup=r["speedup"])
+        r = dropcompute_expectations(micro_times, n_workers, m, tau, comm_s, n_sims, seed, fwd_fraction=fwd_fraction)
+        out.update(dc_step_s=r["step_s"], dc_drop_rate=r["drop_rate"], dc_speedup=r["speedup"],
+                   dc_overshoot_s=r["overshoot_s"])
     return out

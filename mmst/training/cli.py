@@ -68,7 +68,8 @@ FLAG_ALIASES = [
     ("--precision", "precision", "auto (bf16 autocast on CUDA, fp32 on CPU), fp32 or bf16"),
     ("--compute-threshold", "distributed.options.compute_threshold",
      "DropCompute threshold tau: seconds, auto or inf"),
-    ("--max-staleness", "distributed.options.max_staleness", "param-server SSP staleness bound s"),
+    ("--max-staleness", "distributed.options.max_staleness",
+     "param-server SSP staleness bound s (default: W, the number of workers; inf = no bound)"),
     ("--straggler-delay", "distributed.options.straggler_delay",
      "injected delay: none|lognormal:cv=0.5|exp:c=1|pareto:alpha=2.5"),
     ("--slow-rank", "distributed.options.slow_rank", "persistent straggler R:factor"),
@@ -104,12 +105,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         strategy = build_strategy(args.distributed, **cfg.distributed.options)
+        main_process = bool(getattr(strategy, "is_main_process", True))
+        if not main_process:  # only rank 0 (or the parameter server) talks; warnings and errors still show
+            logging.getLogger("mmst").setLevel(max(logging.WARNING, logging.getLogger().level))
         trainer = build_trainer(cfg, args.data, args.save_dir, strategy=strategy)
         state = trainer.train()
     except (ConfigError, LanguageMismatchError, CheckpointError, TrainingDivergedError, FileNotFoundError,
             ValueError, StrategyError, DistributedError) as e:
         print(f"mmst-train: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2 if isinstance(e, ConfigError) else 1
+    if not main_process:
+        return 0
     print(f"mmst-train: done at update {state.num_updates} (best {cfg.valid.best_metric}: {state.best}); "
           f"checkpoints in {args.save_dir}")
     return 0

@@ -243,9 +243,11 @@ class DistributedSection:
     options: dict[str, Any] = _f(default_factory=dict, doc="options of the --distributed strategy "
                                  "(see mmst.training.distributed): dist_timeout (s), backend, "
                                  "compute_threshold (TAU s|auto|inf), auto_steps, max_drop_rate, "
-                                 "max_staleness, staleness_lr, worker_timeout, straggler_delay, "
-                                 "straggler_fraction, straggler_base_ms, slow_rank (R:factor), seed, "
-                                 "find_unused_parameters; unknown keys are an error naming the known ones")
+                                 "max_staleness (SSP bound, default W workers; inf = none), staleness_lr, "
+                                 "worker_timeout (s), straggler_delay, straggler_fraction, straggler_base_ms, "
+                                 "slow_rank (R:factor), seed, find_unused_parameters, fail_at_update and "
+                                 "fail_rank (fault injection for tests); unknown keys are an error naming "
+                                 "the known ones")
 
 
 @dataclass

@@ -11,22 +11,60 @@ The trainer (:mod:`mmst.training.strategy`) calls, per update,
   normaliser for dropped micro-batches (they contribute zero).
 * data sharding: ``setup`` restricts the trainer's ``EpochBatchIterator`` to every N-th batch
   (``batches[rank::N]``, truncated to a common length) of the same seeded epoch order.
-* only rank 0 logs, validates and writes checkpoints (``is_main_process``).
-* ``param-server``: rank 0 runs the whole server loop inside its first ``run_update`` (after any
-  checkpoint resume; it owns the trainer's optimizer and LR schedule; one optimizer step per pushed
-  gradient; training ends after ``optim.max_update`` updates), then the trainer finds the update
-  budget spent, validates and saves.
-  Ranks >= 1 push one gradient per ``run_update`` and stop when the server says so.
+* only the main process (rank 0; the server in ``param-server`` mode) validates, logs and writes
+  checkpoints (``is_main_process``).
+* one update consumes the same nominal number of micro-batches in every mode, ``W x M`` (``W`` = data
+  ranks, ``M = optim.update_freq``), so ``optim.max_update``, the LR schedule and the validation and
+  checkpoint intervals mean the same amount of data in every mode:
+
+  - ``ddp`` / ``dropcompute``: ``W = N`` ranks; one update = one synchronous step (DropCompute's
+    dropped micro-batches count as consumed: they are drawn and skipped, as in the paper);
+  - ``param-server``: rank 0 is the server, ``W = N - 1`` workers; one update = ``W`` applied pushes of
+    ``M`` micro-batches each (the optimizer steps once per push, the LR schedule once per update).
+
+Per update the adapters return their mode's numbers in ``UpdateResult.dist_stats``; the trainer logs
+them per log interval (means; ``*_max`` keys as maxima; ``*_count`` keys as rates ``*_per_s``):
+
+* ``ddp``: ``ddp_step_s`` (+ ``_max``), ``ddp_delay_s`` (injected delay of rank 0);
+* ``dropcompute``: ``dc_drop_rate``, ``dc_tau_s`` (-1 = no threshold: while ``auto`` records, or when it found none
+  that pays), ``dc_compute_s`` (mean over
+  ranks, + ``_max`` over ranks), ``dc_delay_s`` (mean over ranks), ``dc_step_s`` (+ ``_max``),
+  ``dc_overshoot_s`` (rank 0 past tau);
+* ``param-server``: ``ps_staleness`` (+ ``_max``), ``ps_pushes_per_s``, ``ps_live_workers``.
+
+``param-server`` in detail:
+
+* the server (rank 0) runs inside the normal training loop: each ``run_update`` applies the next ``W``
+  pushes (:meth:`mmst.distributed.param_server.ParamServer.run_pushes`), so it validates, logs and
+  writes atomic best/last checkpoints on the usual schedule and resumes from ``checkpoint_last.pt``
+  like any run. While it validates, workers wait for their reply (keep validation shorter than
+  ``--dist-timeout``). At the end :meth:`TrainerParamServer.finish` stops the workers.
+* workers (ranks >= 1) run a heartbeat thread from their first pull, compute one gradient per
+  ``run_update`` on their shard (``W`` shards), clip it, push it and load the returned parameters; they
+  stop when the server says so (``training_done``). Their data position on resume is that of an average
+  worker (the server's checkpointed iterator advances ``M`` batches per update).
+* ``max_staleness`` (SSP bound ``s``) defaults to ``W``; ``max_staleness=inf`` turns the bound off.
+* ``worker_timeout`` (s, default ``max(2, dist_timeout / 2)``): a worker without heartbeat for that long
+  is declared lost, logged (console and a ``worker_lost`` event in ``train_log.jsonl``), and training
+  goes on with the others; one that was only late comes back (a ``worker_back`` event). Under
+  ``torchrun`` a dead rank makes the agent stop every rank; with ``--max-restarts`` the job restarts
+  from ``checkpoint_last.pt``.
 
 Options (keyword arguments of the factories; ``mmst-train`` forwards them from its config / flags):
 ``dist_timeout`` (s), ``backend``, ``compute_threshold`` (s | ``auto`` | ``inf``), ``auto_steps``,
 ``max_drop_rate``, ``max_staleness``, ``staleness_lr``, ``worker_timeout`` (s), ``straggler_delay``,
-``straggler_fraction``, ``straggler_base_ms``, ``slow_rank``, ``seed``, ``find_unused_parameters``.
+``straggler_fraction``, ``straggler_base_ms``, ``slow_rank``, ``seed``, ``find_unused_parameters``, and
+for fault-tolerance tests ``fail_at_update`` / ``fail_rank`` (that rank exits with status 13 when it
+starts that update, on the first attempt only under ``torchrun``).
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import os
+import sys
+import time
 from typing import Any
 
 import torch
@@ -34,17 +72,20 @@ import torch
 from mmst.distributed.ddp import DDPStrategy
 from mmst.distributed.dropcompute import DropComputeStrategy, parse_threshold
 from mmst.distributed.env import DEFAULT_TIMEOUT_S, init_distributed
-from mmst.distributed.param_server import ParamServer, ParamWorker
+from mmst.distributed.param_server import ParamServer, ParamWorker, flat_grads
 from mmst.distributed.stragglers import StragglerInjector, parse_delay_spec, parse_slow_rank
 from mmst.training.step import UpdateResult, clip_grad_norm, compute_loss, merge_stats, optimizer_step
 
+log = logging.getLogger("mmst.train")
+
 _KNOWN = {"dist_timeout", "backend", "compute_threshold", "auto_steps", "max_drop_rate", "max_staleness",
           "staleness_lr", "worker_timeout", "straggler_delay", "straggler_fraction", "straggler_base_ms",
-          "slow_rank", "seed", "find_unused_parameters"}
+          "slow_rank", "seed", "find_unused_parameters", "fail_at_update", "fail_rank"}
 
 
-def _result(stats: dict[str, float], gnorm: float, ids: list[str]) -> UpdateResult:
-    return UpdateResult(stats=stats, grad_norm=gnorm, skipped=not math.isfinite(gnorm), batch_ids=ids)
+def _result(stats: dict[str, float], gnorm: float, ids: list[str], dist_stats: dict[str, float]) -> UpdateResult:
+    return UpdateResult(stats=stats, grad_norm=gnorm, skipped=not math.isfinite(gnorm), batch_ids=ids,
+                        dist_stats=dist_stats)
 
 
 class _Base:
@@ -74,13 +115,22 @@ class _Base:
         """Rank 0 logs, validates and saves."""
         return self.env.rank == 0
 
-    def _shard(self, trainer: Any, rank: int, world: int) -> None:
+    def _maybe_fail(self, update: int) -> None:
+        """Fault injection for tests (options ``fail_at_update``, ``fail_rank``): exit with status 13."""
+        at = self.opts.get("fail_at_update")
+        if at is None or self.env.rank != int(self.opts.get("fail_rank", 1)) or update != int(at):
+            return
+        if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+            return  # a restarted attempt runs through
+        log.error("rank %d: injected failure at update %d (fail_at_update)", self.env.rank, update)
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(13)
+
+    @staticmethod
+    def _shard(trainer: Any, rank: int, world: int) -> None:
         it = getattr(trainer, "train_iter", None)
         if it is None or world <= 1 or getattr(it, "_mmst_sharded", False):
-            return
-        if hasattr(it, "shard"):  # public API, if the trainer provides one
-            it.shard(rank, world)
-            it._mmst_sharded = True
             return
         orig = it.batches_for_epoch
 
@@ -110,6 +160,9 @@ class _Base:
 
         return fn
 
+    def _update_index(self) -> int:
+        return int(self.trainer.state.num_updates) if self.trainer is not None else 0
+
 
 class TrainerDDP(_Base):
     """``--distributed ddp`` for the MMST trainer (DDP + no_sync accumulation)."""
@@ -124,9 +177,9 @@ class TrainerDDP(_Base):
         super().setup(trainer)
         self._wrapped = self.core.wrap(trainer.model)
 
-    def run_update(self, model: torch.nn.Module, criterion: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
-                   micro_batches: list[Any], waitks: list[int | None], clip_norm: float) -> Any:
-        """One synchronous update (see module docstring); returns ``UpdateResult``."""
+    def _run(self, model: torch.nn.Module, criterion: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
+             micro_batches: list[Any], waitks: list[int | None], clip_norm: float) -> UpdateResult:
+        self._maybe_fail(self._update_index())
         wrapped = self._wrapped if self._wrapped is not None else self.core.wrap(model)
         self._wrapped = wrapped
         collected: list[dict[str, Any]] = []
@@ -138,11 +191,19 @@ class TrainerDDP(_Base):
         for st in collected:
             merge_stats(stats, st)
         gnorm = optimizer_step(model, optimizer, scheduler, clip_norm)
-        return _result(stats, gnorm, [i for b in micro_batches for i in b.ids])
+        return _result(stats, gnorm, [i for b in micro_batches for i in b.ids], {})
+
+    def run_update(self, model: torch.nn.Module, criterion: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
+                   micro_batches: list[Any], waitks: list[int | None], clip_norm: float) -> UpdateResult:
+        """One synchronous update (see module docstring); ``dist_stats``: ``ddp_step_s``, ``ddp_delay_s``."""
+        res = self._run(model, criterion, optimizer, scheduler, micro_batches, waitks, clip_norm)
+        st = self.last_step
+        res.dist_stats = {"ddp_step_s": st.step_time_s, "ddp_step_s_max": st.step_time_s, "ddp_delay_s": st.delay_s}
+        return res
 
 
 class TrainerDropCompute(TrainerDDP):
-    """``--distributed dropcompute`` for the MMST trainer; adds ``dc_*`` entries to the update stats."""
+    """``--distributed dropcompute`` for the MMST trainer; adds the ``dc_*`` numbers (module docstring)."""
 
     def __init__(self, **options: Any) -> None:
         _Base.__init__(self, **options)
@@ -152,87 +213,166 @@ class TrainerDropCompute(TrainerDDP):
         self._wrapped = None
 
     def run_update(self, model: torch.nn.Module, criterion: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
-                   micro_batches: list[Any], waitks: list[int | None], clip_norm: float) -> Any:
-        """One DropCompute update; stats gain ``dc_drop_rate``, ``dc_tau_s``, ``dc_compute_s``, ``dc_step_s``."""
-        res = super().run_update(model, criterion, optimizer, scheduler, micro_batches, waitks, clip_norm)
+                   micro_batches: list[Any], waitks: list[int | None], clip_norm: float) -> UpdateResult:
+        """One DropCompute update; ``dist_stats`` has the ``dc_*`` numbers of the module docstring."""
+        res = self._run(model, criterion, optimizer, scheduler, micro_batches, waitks, clip_norm)
         st = self.last_step
-        res.stats.update(dc_drop_rate=st.drop_rate, dc_tau_s=st.tau_s if math.isfinite(st.tau_s) else -1.0,
-                         dc_compute_s=st.compute_s, dc_step_s=st.step_time_s)
+        comp = st.compute_s_per_rank or [st.compute_s]
+        delay = st.delay_s_per_rank or [st.delay_s]
+        res.dist_stats = {
+            "dc_drop_rate": st.drop_rate, "dc_tau_s": st.tau_s if math.isfinite(st.tau_s) else -1.0,
+            "dc_compute_s": sum(comp) / len(comp), "dc_compute_s_max": max(comp),
+            "dc_delay_s": sum(delay) / len(delay), "dc_step_s": st.step_time_s, "dc_step_s_max": st.step_time_s,
+            "dc_overshoot_s": st.overshoot_s}
         return res
 
 
 class TrainerParamServer(_Base):
-    """``--distributed param-server`` for the MMST trainer (rank 0 = server, see module docstring)."""
+    """``--distributed param-server`` for the MMST trainer (rank 0 = server; see module docstring).
+
+    Raises:
+        ValueError: fewer than 2 processes, or a bad ``max_staleness``.
+    """
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
+        self.n_workers = self.env.world_size - 1
+        if self.n_workers < 1:
+            raise ValueError("--distributed param-server needs at least 2 processes (rank 0 = server, ranks >= 1 "
+                             "= workers); start it with torchrun --nproc-per-node N (N >= 2)")
+        ms = options.get("max_staleness")
+        if ms is None:
+            self.max_staleness: int | None = self.n_workers
+        elif str(ms).strip().lower() in ("inf", "none"):
+            self.max_staleness = None
+        else:
+            self.max_staleness = int(ms)
+            if self.max_staleness < 0:
+                raise ValueError(f"max_staleness={ms!r}: must be >= 0 (or inf for no bound)")
+        self.server: ParamServer | None = None
         self.worker: ParamWorker | None = None
-        self.server_stats: dict[str, Any] = {}
         self._version = 0
         self._stopped = False
+        self._n_lost_logged = self._n_back_logged = 0
+
+    @property
+    def needs_batches(self) -> bool:
+        """The server reads no training data (the trainer skips drawing batches for it)."""
+        return self.env.rank != 0
+
+    def training_done(self) -> bool | None:
+        """Workers train until the server stops them (True then); the server counts updates itself (None)."""
+        return None if self.env.rank == 0 else self._stopped
 
     def setup(self, trainer: Any) -> None:
-        """Keep the trainer; workers shard the data (rank r >= 1 reads shard r-1 of W-1)."""
+        """Keep the trainer; shard the data: worker r reads shard r-1 of W, the server keeps the position
+        of shard 0 (advanced ``M`` batches per update) for resume."""
         self.trainer = trainer
+        self._shard(trainer, max(0, self.env.rank - 1), self.n_workers)
         if self.env.rank != 0:
-            self._shard(trainer, self.env.rank - 1, self.env.world_size - 1)
+            self.worker = ParamWorker(self.env, trainer.model, self.injector, self._heartbeat_s())
+            self.worker.start_heartbeat()
+            self._pulled = False
 
-    def _serve(self) -> Any:
-        """Rank 0, first ``run_update`` (i.e. after any checkpoint resume): serve the remaining budget."""
-        tr = self.trainer
-        budget = int(tr.cfg.optim.max_update) - int(tr.state.num_updates)
-        srv = ParamServer(self.env, tr.model, tr.optimizer, max(0, budget), self.opts.get("max_staleness"),
-                          bool(self.opts.get("staleness_lr", False)), self.opts.get("worker_timeout"),
-                          lr_scheduler=tr.scheduler)
-        self.server_stats = srv.serve()
-        self._stopped = True
-        # the trainer adds 1 for this call: leave it exactly at max_update, so it validates and saves
-        tr.state.num_updates += max(0, srv.version - 1)
-        st = {k: float(v) for k, v in self.server_stats.items() if isinstance(v, (int, float))}
-        return _result({"ps_" + k: v for k, v in st.items()}, 0.0, [])
+    def _heartbeat_s(self) -> float:
+        """Heartbeat interval: a fifth of ``worker_timeout`` (at most 0.5 s), so a late beat is not a death."""
+        wt = self.opts.get("worker_timeout")
+        return min(0.5, float(wt) / 5.0) if wt else 0.5
+
+    def _server(self) -> ParamServer:
+        if self.server is None:
+            tr = self.trainer
+            budget = max(0, int(tr.cfg.optim.max_update) - int(tr.state.num_updates)) * self.n_workers
+            self.server = ParamServer(self.env, tr.model, tr.optimizer, budget, self.max_staleness,
+                                      bool(self.opts.get("staleness_lr", False)), self.opts.get("worker_timeout"))
+            log.info("param-server: %d workers, %d pushes to go (%d updates of %d pushes), max_staleness %s, "
+                     "worker_timeout %.1fs", self.n_workers, budget, budget // self.n_workers, self.n_workers,
+                     self.max_staleness, self.server.worker_timeout_s)
+        return self.server
 
     def run_update(self, model: torch.nn.Module, criterion: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
-                   micro_batches: list[Any], waitks: list[int | None], clip_norm: float) -> Any:
-        """Server (rank 0): run the whole server loop once. Worker: compute the gradient of this update,
-        push it, load the returned parameters."""
-        from mmst.distributed.param_server import PULL, PUSH, flat_grads
+                   micro_batches: list[Any], waitks: list[int | None], clip_norm: float) -> UpdateResult:
+        """Server: apply the next ``W`` pushes, then step the LR schedule. Worker: compute, clip and push one
+        gradient of ``M`` micro-batches, load the returned parameters.
 
+        Raises:
+            DistributedError: server: every worker lost; worker: the server died or hung.
+        """
+        if self.trainer is None:
+            raise RuntimeError("param-server: setup(trainer) was not called")
+        self._maybe_fail(self._update_index())
         if self.env.rank == 0:
-            if self.trainer is None:
-                raise RuntimeError("param-server: setup(trainer) was not called")
-            return self._serve()
+            return self._server_update(scheduler)
+        return self._worker_update(model, criterion, micro_batches, waitks, clip_norm)
+
+    def _server_update(self, scheduler: Any) -> UpdateResult:
+        srv = self._server()
+        i0, s0, l0, n0 = len(srv.staleness), srv.samples, srv.loss_sum, srv.ntokens
+        n = srv.run_pushes(self.n_workers)
+        if scheduler is not None:
+            scheduler.step()
+        self.trainer.train_iter.skip(self.trainer.cfg.optim.update_freq)
+        u = int(self.trainer.state.num_updates) + 1
+        for w in srv.lost[self._n_lost_logged:]:
+            self.trainer.log.log("event", u, {"worker_lost": w, "at_push": srv.lost_at.get(w),
+                                              "live_workers": len(srv.alive)})
+        for w in srv.rejoined[self._n_back_logged:]:
+            self.trainer.log.log("event", u, {"worker_back": w, "live_workers": len(srv.alive)})
+        self._n_lost_logged, self._n_back_logged = len(srv.lost), len(srv.rejoined)
+        stale = srv.staleness[i0:] or [0]
+        gn = srv.grad_norms[i0:] or [0.0]
+        stats = {"loss": srv.loss_sum - l0, "ntokens": srv.ntokens - n0, "nsentences": srv.samples - s0}
+        dist = {"ps_staleness": sum(stale) / len(stale), "ps_staleness_max": float(max(stale)),
+                "ps_pushes_count": float(n), "ps_live_workers": float(len(srv.alive))}
+        return _result(stats, sum(gn) / len(gn), [], dist)
+
+    def _worker_update(self, model: torch.nn.Module, criterion: Any, micro_batches: list[Any],
+                       waitks: list[int | None], clip_norm: float) -> UpdateResult:
         if self.worker is None:
-            self.worker = ParamWorker(self.env, model, self.injector)
-            self._version, self._stopped = self.worker._exchange(PULL, 0, 0.0, 0.0, None)
+            self.worker = ParamWorker(self.env, model, self.injector, self._heartbeat_s())
+            self._pulled = False
+        if not self._pulled:
+            self._pulled = True
+            self._version, self._stopped = self.worker.start()
         if self._stopped:
-            self._finish()
-            return _result({}, 0.0, [])
+            self.worker.close()
+            return _result({}, 0.0, [], {})
         collected: list[dict[str, Any]] = []
         fn = self._loss_fn(criterion, collected)
         scale = 1.0 / max(1, sum(int(b.total_ntokens) for b in micro_batches))
         model.train()
+        clock = time.perf_counter
         for item in zip(micro_batches, waitks):
+            t0 = clock()
             loss, _ = fn(model, item)
-            self.injector.delay()
+            fwd = clock() - t0
+            self.injector.delay(compute_estimate_s=3.0 * fwd)
+            t1 = clock()
             (loss * scale).backward()
+            self.injector.observe_compute(fwd + clock() - t1)
         params = [p for p in model.parameters() if p.requires_grad]
         gnorm = clip_grad_norm(params, clip_norm)
-        g = flat_grads(model)
-        for p in params:
-            p.grad = None
+        ids = [i for b in micro_batches for i in b.ids]
         stats: dict[str, float] = {}
         for st in collected:
             merge_stats(stats, st)
-        self._version, self._stopped = self.worker._exchange(PUSH, self._version, float(stats.get("nsentences", 0)),
-                                                             float(stats.get("loss", 0.0)), g)
+        if not math.isfinite(gnorm):  # nothing pushed; the trainer counts a skipped update
+            model.zero_grad(set_to_none=True)
+            return _result(stats, gnorm, ids, {})
+        g = flat_grads(model)
+        model.zero_grad(set_to_none=True)
+        self._version, self._stopped = self.worker.push(self._version, g, float(stats.get("nsentences", 0)),
+                                                        float(stats.get("loss", 0.0)), float(stats.get("ntokens", 0)),
+                                                        gnorm)
         if self._stopped:
-            self._finish()
-        return _result(stats, gnorm, [i for b in micro_batches for i in b.ids])
+            self.worker.close()
+        return _result(stats, gnorm, ids, {})
 
-    def _finish(self) -> None:
-        if self.worker is not None and not getattr(self, "_said_bye", False):
-            self._said_bye = True
-            self.worker.bye()
-        if self.trainer is not None:  # the server has spent the budget: end this worker's loop
-            self.trainer.state.num_updates = max(self.trainer.state.num_updates, int(self.trainer.cfg.optim.max_update) - 1)
-
+    def finish(self) -> None:
+        """After the last update: the server stops every worker and waits for their goodbyes (bounded)."""
+        if self.env.rank == 0 and self.trainer is not None:
+            stats = self._server().finish()
+            log.info("param-server: %d pushes applied, staleness mean %.2f max %d, lost workers %s",
+                     stats["updates"], stats["staleness_mean"], stats["staleness_max"], stats["lost_workers"])
+        elif self.worker is not None:
+            self.worker.close(say_bye=self._stopped)

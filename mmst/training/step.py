@@ -176,12 +176,17 @@ class UpdateResult:
         grad_norm: global gradient norm before clipping (nan when skipped before backward).
         skipped: True when the update was skipped because of a non-finite loss or gradient.
         batch_ids: utterance ids of all micro-batches (to name them in a NaN error).
+        dist_stats: the distributed mode's own numbers of this update (e.g. DropCompute's drop rate);
+            the trainer logs them per log interval: the mean, the maximum for keys ending in ``_max``,
+            and for keys ending in ``_count`` the rate ``<name>_per_s`` (see
+            :mod:`mmst.training.distributed`).
     """
 
     stats: dict[str, float] = field(default_factory=dict)
     grad_norm: float = float("nan")
     skipped: bool = False
     batch_ids: list[str] = field(default_factory=list)
+    dist_stats: dict[str, float] = field(default_factory=dict)
 
 
 def merge_stats(acc: dict[str, float], new: dict[str, Any]) -> None:

@@ -12,7 +12,12 @@ A strategy must implement::
 
 and may implement ``setup(trainer)`` (called once when the :class:`~mmst.training.trainer.Trainer` is
 built; e.g. create a DDP wrapper and keep it on the strategy) and ``is_main_process`` (bool; only the main
-process logs and writes checkpoints). Keep ``trainer.model`` the UNWRAPPED model so checkpoints hold plain
+process logs, validates and writes checkpoints). Optional hooks: ``needs_batches`` (bool, default True;
+False: the trainer draws no micro-batches for this process, e.g. a parameter server), ``training_done()``
+(``True``/``False`` overrides the trainer's own end criteria, ``None`` keeps them; e.g. a parameter-server
+worker runs until the server stops it) and ``finish()`` (called once after the last update, before the
+final validation and save). ``UpdateResult.dist_stats`` carries the mode's own numbers, logged per log
+interval. Keep ``trainer.model`` the UNWRAPPED model so checkpoints hold plain
 parameter names (no ``module.`` prefix); ``run_update`` receives it and may use its own wrapper instead.
 Per-rank data sharding: the trainer draws ``update_freq`` micro-batches from its iterator per update; a
 distributed strategy can replace ``trainer.train_iter`` in ``setup`` (e.g. a sharded iterator with the

@@ -386,7 +386,7 @@ class Trainer:
     # ----------------------------------------------------------------- validation
     def validate(self) -> bool:
         """Run the validator; log; update ``state.best``. Returns True when the result is a new best."""
-        if self.validator is None:
+        if self.validator is None or not self.is_main:
             return False
         t0 = time.time()
         res = self.validator.run(self.model)
@@ -425,6 +425,11 @@ class Trainer:
                 + "; ".join(",".join(x) for x in ids))
 
     def _done(self) -> bool:
+        strategy_done = getattr(self.strategy, "training_done", None)
+        if strategy_done is not None:  # e.g. a parameter-server worker runs until the server stops it
+            verdict = strategy_done()
+            if verdict is not None:
+                return bool(verdict)
         if self.state.num_updates >= self.cfg.optim.max_update:
             return True
         sth = self.cfg.optim.stop_time_hours
@@ -437,7 +442,8 @@ class Trainer:
         """Draw ``update_freq`` micro-batches, run one update via the strategy, handle NaN."""
         u = self.state.num_updates
         t0 = time.perf_counter()
-        micro = [self.train_iter.next_batch().to(self.device) for _ in range(self.cfg.optim.update_freq)]
+        n_micro = self.cfg.optim.update_freq if getattr(self.strategy, "needs_batches", True) else 0
+        micro = [self.train_iter.next_batch().to(self.device) for _ in range(n_micro)]
         self._loader_s += time.perf_counter() - t0
         self._padded_frames += sum(int(b.fbank.shape[0] * b.fbank.shape[1]) for b in micro)
         waitks = [self.waitk.sample(u, j) for j in range(len(micro))]
@@ -461,6 +467,7 @@ class Trainer:
             bar = tqdm(total=cfg.optim.max_update, initial=self.state.num_updates, desc="train", unit="upd",
                        dynamic_ncols=True)
         acc: dict[str, float] = {}
+        dacc: dict[str, float] = {}
         t_last = time.time()
         self._loader_s, self._padded_frames = 0.0, 0
         n_in_window = 0
@@ -476,6 +483,8 @@ class Trainer:
                 for k, v in res.stats.items():
                     acc[k] = acc.get(k, 0.0) + v
                 acc["gnorm"] = acc.get("gnorm", 0.0) + res.grad_norm
+                for k, v in res.dist_stats.items():
+                    dacc[k] = max(dacc.get(k, v), v) if k.endswith("_max") else dacc.get(k, 0.0) + v
                 if bar is not None:
                     bar.update(1)
                     nt = max(res.stats.get("ntokens", 1.0), 1.0)
@@ -483,8 +492,9 @@ class Trainer:
                                     lr=f"{self.scheduler.get_last_lr():.2e}", refresh=False)
                 if u % cfg.logging.log_interval == 0 or self._done():
                     dt = max(time.time() - t_last, 1e-9)
-                    self.log.log("train", u, self._summarise(acc, n_in_window, dt))
-                    acc, n_in_window, t_last = {}, 0, time.time()
+                    self.log.log("train", u, {**self._summarise(acc, n_in_window, dt),
+                                              **summarise_dist_stats(dacc, n_in_window, dt)})
+                    acc, dacc, n_in_window, t_last = {}, {}, 0, time.time()
                     self._loader_s, self._padded_frames = 0.0, 0
                 vi, si = cfg.valid.interval_updates, cfg.checkpoint.save_interval_updates
                 improved = False
@@ -494,7 +504,11 @@ class Trainer:
                     self.save(numbered=True, best=improved)
                 elif improved:
                     self.save_best_only()
-            # end of training: final validation/save unless just done
+            # end of training: the strategy winds down (a parameter server stops its workers), then the
+            # final validation/save unless just done
+            finish = getattr(self.strategy, "finish", None)
+            if finish is not None:
+                finish()
             u = self.state.num_updates
             if cfg.optim.stop_time_hours and u < cfg.optim.max_update:
                 logger.info("stop_time_hours=%g: stopped after %.1f s of training at update %d",
@@ -533,6 +547,21 @@ class Trainer:
         if "ctc_loss" in acc:
             out["ctc_loss"] = acc["ctc_loss"] / max(acc.get("src_ntokens", 0.0), 1.0)
         return out
+
+
+def summarise_dist_stats(acc: dict[str, float], n: int, dt: float) -> dict[str, float]:
+    """Per-log-interval values of :attr:`UpdateResult.dist_stats` accumulated over ``n`` updates in ``dt``
+    seconds: ``*_max`` keys hold the maximum (kept), ``*_count`` keys a sum (reported as ``*_per_s``),
+    every other key a sum (reported as the mean per update)."""
+    out: dict[str, float] = {}
+    for k, v in acc.items():
+        if k.endswith("_max"):
+            out[k] = v
+        elif k.endswith("_count"):
+            out[k[: -len("_count")] + "_per_s"] = v / max(dt, 1e-9)
+        else:
+            out[k] = v / max(n, 1)
+    return out
 
 
 # ------------------------------------------------------------------------------------------ recipe

@@ -1,0 +1,295 @@
+"""Straggler benchmark on the real model: DDP vs DropCompute vs parameter server inside ``mmst-train``.
+
+Trains the quickstart ``xs`` unified model on the synthetic corpus with ``torchrun`` (gloo, one thread
+per rank) for W data ranks in each of
+
+* ``ln0.5`` - an injected lognormal delay per micro-batch, CV 0.5, proportional to that rank's measured
+  micro-batch compute (``--straggler-delay lognormal:cv=0.5``, ``straggler_fraction=1``), so long
+  utterances get long delays;
+* ``slow``  - one persistent 2x slow rank (``--slow-rank R:2``), no other delay;
+
+and the modes DDP, DropCompute (``--compute-threshold auto``) and the parameter server (W workers + 1
+server process, SSP ``s = W``, the default). Every run consumes the same data per update (``W x M``
+micro-batches; see ``mmst.training.distributed``), so the dev-loss curves are comparable.
+
+Reported per (W, scenario, mode), as seed means (``--seeds``):
+
+* samples/s = micro-batches used per training second x mean samples per micro-batch of the corpus;
+* drop rate (DropCompute), staleness mean / max (parameter server), injected-delay share of a rank's
+  busy time (DDP / DropCompute);
+* time to a target dev loss, fixed before the runs from a single-process reference run that sees the
+  same samples per update (its dev loss at 2/3 of its updates); a dev-loss-vs-time plot (first seed).
+
+W = 4 puts 4 (parameter server: 5) processes on the 2 cores of the development machine: ranks share
+cores, so the injected delays (sleeps) overlap with other ranks' compute. The JSON records the
+machine; the table says where a goal is missed.
+
+Usage::
+
+    python bench/bench_stragglers_mmst.py            # full: W = 2, 4; both scenarios; 3 seeds (<= 60 min)
+    python bench/bench_stragglers_mmst.py --quick --data DATA   # W = 2, ln0.5, 1 seed, tiny model (CI)
+
+Writes ``docs/results/stragglers_mmst.json`` (``summary`` first), ``docs/results/stragglers_mmst.md``
+and ``docs/images/stragglers_mmst.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from provenance import REPO, RESULTS_DIR, run_record
+
+from mmst.distributed.env import find_free_port
+from mmst.distributed.report import read_log, reference_target, run_summary, time_to_target
+
+SCENARIOS = {"ln0.5": ["--straggler-delay", "lognormal:cv=0.5", "distributed.options.straggler_fraction=1.0"],
+             "slow": []}
+MODES = ("ddp", "dropcompute", "param-server")
+TINY = ["model.overrides.d_model=32", "model.overrides.encoder_layers=1", "model.overrides.decoder_layers=1",
+        "model.overrides.ffn_dim=32", "model.overrides.conv_channels=32", "model.overrides.attention_heads=2",
+        "criterion.ctc_weight=0"]
+GOALS = {"dropcompute_over_ddp_samples_per_s": (">=", 1.08), "dropcompute_drop_rate": ("<=", 0.15),
+         "dropcompute_over_ddp_time_to_target": ("<=", 1.0), "param_server_over_ddp_slow_rank": (">=", 1.2)}
+
+
+def _train_args(a: argparse.Namespace, save: Path, seed: int) -> list[str]:
+    args = ["--config", str(a.config), "--data", str(a.data), "--save-dir", str(save), "--log-level", "INFO",
+            f"seed={seed}", "num_threads=1", "logging.progress_bar=false", "logging.tensorboard=false",
+            f"optim.max_update={a.updates}", f"optim.update_freq={a.update_freq}", f"data.max_tokens={a.max_tokens}",
+            f"optim.warmup_updates={max(1, a.updates // 8)}", f"valid.interval_updates={a.valid_every}",
+            f"logging.log_interval={a.valid_every}", "valid.bleu_subset=0", "valid.best_metric=loss",
+            "checkpoint.save_interval_updates=0",
+            "checkpoint.resume=false"]
+    return args + (TINY if a.tiny else [])
+
+
+def _run(cmd: list[str], timeout: float) -> tuple[int, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    except subprocess.TimeoutExpired as e:
+        return 124, f"timed out after {timeout:.0f}s: {(e.stderr or '')[-2000:]}"
+    return p.returncode, p.stdout + p.stderr
+
+
+def run_one(a: argparse.Namespace, w: int, mode: str, scen: str | None, seed: int, root: Path) -> dict[str, Any]:
+    """One training run; ``mode`` ``none`` is the single-process reference (``W x M`` micro-batches per
+    update). Returns its :func:`~mmst.distributed.report.run_summary` (or ``error``) and the wall time."""
+    save = root / f"W{w}_{scen or 'ref'}_{mode}_s{seed}"
+    args = _train_args(a, save, seed)
+    if mode == "none":
+        args = [*args, f"optim.update_freq={w * a.update_freq}"]
+        cmd = [sys.executable, "-m", "mmst.training.cli", *args]
+    else:
+        nproc = w + 1 if mode == "param-server" else w
+        args += ["--distributed", mode, "--dist-timeout", str(a.dist_timeout), *SCENARIOS[scen or "ln0.5"]]
+        if scen == "slow":
+            args += ["--slow-rank", f"{w if mode == 'param-server' else w - 1}:2"]
+        if mode == "dropcompute":
+            args += ["--compute-threshold", "auto", f"distributed.options.auto_steps={a.auto_steps}"]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--rdzv-backend",
+               "c10d", "--rdzv-endpoint", f"127.0.0.1:{find_free_port()}", "-m", "mmst.training.cli", *args]
+    t0 = time.monotonic()
+    rc, out = _run(cmd, a.run_timeout)
+    row: dict[str, Any] = {"W": w, "scenario": scen, "mode": mode, "seed": seed, "wall_s": time.monotonic() - t0}
+    if rc != 0:
+        lines = out.strip().splitlines() or [""]
+        why = next((ln for ln in reversed(lines) if "mmst-train:" in ln or "Error" in ln), lines[-1])
+        row["error"] = f"exit {rc}: {why[:300]}"
+        return row
+    try:
+        row.update(run_summary(read_log(save / "train_log.jsonl"), w, a.update_freq))
+    except (OSError, ValueError) as e:
+        row["error"] = str(e)
+    m = re.search(r"(\d+) train utterances \((\d+) batches/epoch\)", out)
+    if m:
+        row["samples_per_microbatch"] = int(m.group(1)) / max(1, int(m.group(2)))
+    return row
+
+
+def _mean(xs: list[Any]) -> float | None:
+    xs = [x for x in xs if isinstance(x, (int, float))]
+    return sum(xs) / len(xs) if xs else None
+
+
+def aggregate(rows: list[dict[str, Any]], targets: dict[int, float], spm: float) -> list[dict[str, Any]]:
+    """Seed means per (W, scenario, mode), with samples/s, time to target and ratios to DDP."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["mode"] != "none":
+            groups.setdefault((r["W"], r["scenario"], r["mode"]), []).append(r)
+    out = []
+    for (w, scen, mode), rs in groups.items():
+        ok = [r for r in rs if "error" not in r]
+        ttt = [time_to_target(r["curve"], targets[w]) if w in targets else None for r in ok]
+        agg = {"W": w, "scenario": scen, "mode": mode, "seeds": len(ok), "errors": [r["error"] for r in rs if "error" in r],
+               "samples_per_s": (_mean([r["microbatches_per_s"] for r in ok]) or 0.0) * spm if ok else None,
+               "drop_rate": _mean([r["drop_rate"] for r in ok]), "staleness_mean": _mean([r["staleness_mean"] for r in ok]),
+               "staleness_max": max((r["staleness_max"] for r in ok if r["staleness_max"] is not None), default=None),
+               "delay_share": _mean([r["delay_share"] for r in ok]),
+               "time_to_target_s": _mean(ttt) if ttt and all(t is not None for t in ttt) else None,
+               "reached_target": sum(t is not None for t in ttt), "target_loss": targets.get(w),
+               "tau_s": _mean([r["tau_s"] for r in ok])}
+        out.append(agg)
+    by = {(r["W"], r["scenario"], r["mode"]): r for r in out}
+    for r in out:
+        ddp = by.get((r["W"], r["scenario"], "ddp"))
+        if ddp and ddp["samples_per_s"] and r["samples_per_s"]:
+            r["x_ddp_samples_per_s"] = r["samples_per_s"] / ddp["samples_per_s"]
+        if ddp and ddp["time_to_target_s"] and r["time_to_target_s"]:
+            r["x_ddp_time_to_target"] = r["time_to_target_s"] / ddp["time_to_target_s"]
+    return sorted(out, key=lambda r: (r["W"], r["scenario"], MODES.index(r["mode"])))
+
+
+def summary(agg: list[dict[str, Any]]) -> dict[str, Any]:
+    """The headline numbers at the largest W (W = 4 in the full run), CV 0.5 (slow rank for the last)."""
+    w = max((r["W"] for r in agg), default=None)
+    by = {(r["scenario"], r["mode"]): r for r in agg if r["W"] == w}
+    dc, ps = by.get(("ln0.5", "dropcompute"), {}), by.get(("slow", "param-server"), {})
+    return {"dropcompute_over_ddp_samples_per_s": dc.get("x_ddp_samples_per_s"),
+            "dropcompute_drop_rate": dc.get("drop_rate"),
+            "dropcompute_over_ddp_time_to_target": dc.get("x_ddp_time_to_target"),
+            "param_server_over_ddp_slow_rank": ps.get("x_ddp_samples_per_s")}
+
+
+def goals(summ: dict[str, Any]) -> dict[str, str]:
+    """``met`` / ``missed`` / ``not measured`` per goal of :data:`GOALS`."""
+    out = {}
+    for k, (op, bound) in GOALS.items():
+        v = summ.get(k)
+        out[k] = "not measured" if v is None else ("met" if (v >= bound if op == ">=" else v <= bound) else "missed")
+    return out
+
+
+def _f(x: Any, fmt: str = "{:.2f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def table(agg: list[dict[str, Any]], summ: dict[str, Any], gl: dict[str, str]) -> str:
+    """Markdown table of the seed means plus the goal lines."""
+    head = ("| W | scenario | mode | seeds | samples/s | x DDP | drop rate | tau ms | staleness mean/max "
+            "| delay share | time to target s | x DDP (time) |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in agg:
+        stale = f"{_f(r['staleness_mean'])}/{_f(r['staleness_max'], '{:.0f}')}" if r["mode"] == "param-server" else "-"
+        ttt = _f(r["time_to_target_s"], "{:.1f}") if r["time_to_target_s"] else f"not reached ({r['reached_target']}/{r['seeds']})"
+        lines.append(f"| {r['W']} | {r['scenario']} | {r['mode']} | {r['seeds']} | {_f(r['samples_per_s'], '{:.1f}')} "
+                     f"| {_f(r.get('x_ddp_samples_per_s'))} | {_f(r['drop_rate'], '{:.3f}') if r['mode'] == 'dropcompute' else '-'} "
+                     f"| {_f(r['tau_s'] * 1000 if r['tau_s'] else None, '{:.0f}')} | {stale} | {_f(r['delay_share'])} "
+                     f"| {ttt} | {_f(r.get('x_ddp_time_to_target'))} |")
+    lines.append("")
+    for k, (op, bound) in GOALS.items():
+        lines.append(f"* `{k}` = {_f(summ.get(k), '{:.3f}')} (goal {op} {bound}): {gl[k]}")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], targets: dict[int, float], path: Path) -> None:
+    """Dev loss against training seconds, first seed of each run, one panel per (W, scenario)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(r["W"], r["scenario"]) for r in rows if r["mode"] != "none"})
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.5 * max(1, len(panels)), 3.6), squeeze=False)
+    for ax, (w, scen) in zip(axes[0], panels):
+        for r in rows:
+            if (r["W"], r["scenario"]) == (w, scen) and "curve" in r and r["seed"] == min(
+                    x["seed"] for x in rows if (x["W"], x["scenario"], x["mode"]) == (w, scen, r["mode"])):
+                t, loss = zip(*r["curve"]) if r["curve"] else ((), ())
+                ax.plot(t, loss, marker=".", label=r["mode"])
+        if w in targets:
+            ax.axhline(targets[w], color="grey", linestyle=":", label="target")
+        ax.set_title(f"W={w}, {scen}")
+        ax.set_xlabel("training seconds")
+        ax.set_ylabel("dev loss")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: run the benchmark, print the table, write JSON, Markdown and plot."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="W=2, ln0.5, 1 seed, tiny model, few updates (CI)")
+    p.add_argument("--data", default="/work/exp/synthetic/data", help="DATA directory (synthetic corpus)")
+    p.add_argument("--config", default=str(REPO / "recipes/synthetic/conf/train_xs.yaml"), help="training config")
+    p.add_argument("--workers", default=None, help="comma-separated W list (default 2,4; quick 2)")
+    p.add_argument("--scenarios", default=None, help=f"comma-separated subset of {list(SCENARIOS)} (quick: ln0.5)")
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of modes")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per configuration (default 3; quick 1)")
+    p.add_argument("--updates", type=int, default=None, help="updates per run (default 60; quick 6)")
+    p.add_argument("--valid-every", type=int, default=None, help="validation/log interval in updates (default 10; quick 2)")
+    p.add_argument("--update-freq", type=int, default=2, help="M micro-batches per data rank per update")
+    p.add_argument("--max-tokens", type=int, default=None, help="padded frames per micro-batch (default 4000; quick 1500)")
+    p.add_argument("--auto-steps", type=int, default=None, help="DropCompute auto-tau recording steps (default 5; quick 2)")
+    p.add_argument("--tiny", action="store_true", help="tiny model overrides (implied by --quick)")
+    p.add_argument("--dist-timeout", type=float, default=120.0, help="--dist-timeout of every run (s)")
+    p.add_argument("--run-timeout", type=float, default=900.0, help="wall-clock bound of one run (s)")
+    p.add_argument("--out", default=str(RESULTS_DIR / "stragglers_mmst.json"), help="JSON output")
+    p.add_argument("--plot", default=str(REPO / "docs/images/stragglers_mmst.png"), help="plot output")
+    a = p.parse_args(argv)
+    q = a.quick
+    a.tiny = a.tiny or q
+    ws = [int(x) for x in (a.workers or ("2" if q else "2,4")).split(",")]
+    scens = (a.scenarios or ("ln0.5" if q else ",".join(SCENARIOS))).split(",")
+    modes = a.modes.split(",")
+    seeds = range(1, 1 + (a.seeds or (1 if q else 3)))
+    a.updates = a.updates or (6 if q else 60)
+    a.valid_every = a.valid_every or (2 if q else 10)
+    a.max_tokens = a.max_tokens or (1500 if q else 4000)
+    a.auto_steps = a.auto_steps or (2 if q else 5)
+    t0 = time.time()
+    record = run_record()
+    rows: list[dict[str, Any]] = []
+    targets: dict[int, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for w in ws:
+            ref = run_one(a, w, "none", None, 1, root)
+            rows.append(ref)
+            if "error" in ref:
+                print(f"W={w} reference run failed: {ref['error']}", file=sys.stderr)
+            else:
+                targets[w] = reference_target(ref["curve"], ref["curve_updates"])
+            for scen in scens:
+                for mode in modes:
+                    for seed in seeds:
+                        r = run_one(a, w, mode, scen, seed, root)
+                        rows.append(r)
+                        print(f"W={w} {scen} {mode} seed {seed}: {r['wall_s']:.0f}s"
+                              + (f" ERROR {r['error']}" if "error" in r else ""), file=sys.stderr, flush=True)
+    # the single-process runs see the whole epoch (distributed ranks log their shard's batch count)
+    spm = _mean([r.get("samples_per_microbatch") for r in rows if r["mode"] == "none"]) or 1.0
+    agg = aggregate(rows, targets, spm)
+    summ = summary(agg)
+    gl = goals(summ)
+    tab = table(agg, summ, gl)
+    print(tab)
+    out = {"summary": summ, "goals": gl, "provenance": record,
+           "config": {**{k: v for k, v in vars(a).items()}, "workers": ws, "scenarios": scens, "modes": modes,
+                      "seeds": list(seeds), "samples_per_microbatch": spm,
+                      "ranks_per_core": {w: (w + 1) / (os.cpu_count() or 1) for w in ws}},
+           "targets": targets, "runtime_s": time.time() - t0, "aggregate": agg, "rows": rows,
+           "table_markdown": tab}
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=1, default=str))
+    Path(a.out).with_suffix(".md").write_text(tab + "\n")
+    plot(rows, targets, Path(a.plot))
+    print(f"wrote {a.out}, {Path(a.out).with_suffix('.md')}, {a.plot} in {time.time() - t0:.0f}s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Numbers of one ``mmst-train --distributed ...`` run, read back from its ``train_log.jsonl``.
+
+Used by ``bench/bench_stragglers_mmst.py`` to compare DDP, DropCompute and the parameter server on the
+real model. Works on the records the trainer writes (``kind`` ``train`` / ``valid`` / ``event``) with the
+per-log-interval numbers of :mod:`mmst.training.distributed` (``dc_*``, ``ddp_*``, ``ps_*``); it imports
+nothing from :mod:`mmst.training`.
+
+Definitions (one update = ``W x M`` nominal micro-batches in every mode, see
+:mod:`mmst.training.distributed`):
+
+* micro-batches used in a log window = ``updates x W x M x (1 - drop rate)`` (drop rate 0 for DDP and
+  the parameter server);
+* throughput = micro-batches used / training seconds (``train_time_s``: validation excluded), over every
+  log window but the first (which holds start-up and DropCompute's ``auto`` recording);
+* dev-loss curve = ``(train_time_s, valid loss)`` at each validation (the log interval must divide the
+  validation interval, so each validation has a train record at the same update);
+* time to target = training seconds at the first validation whose loss is at or below the target.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def read_log(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a ``train_log.jsonl``.
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: a line that is not JSON (names file and line).
+    """
+    out = []
+    p = Path(path)
+    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}:{i}: not a JSON record ({e})") from e
+    return out
+
+
+def dev_curve(records: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
+    """``[(training seconds, dev loss)]`` at each validation that has a train record at the same update."""
+    t_at = {r["update"]: float(r["train_time_s"]) for r in records if r.get("kind") == "train"}
+    return [(t_at[r["update"]], float(r["loss"])) for r in records
+            if r.get("kind") == "valid" and r["update"] in t_at and "loss" in r]
+
+
+def time_to_target(curve: Sequence[tuple[float, float]], target: float) -> float | None:
+    """Training seconds at the first point of ``curve`` with loss <= ``target`` (None if never)."""
+    for t, loss in curve:
+        if loss <= target:
+            return t
+    return None
+
+
+def reference_target(curve: Sequence[tuple[float, float]], updates: Sequence[int], fraction: float = 2 / 3) -> float:
+    """The target dev loss taken from a reference (single-process) run: its dev loss at the first
+    validation at or after ``fraction`` of its updates (so the compared runs, which see as many samples
+    by their end, have room to reach it).
+
+    Args:
+        curve: the reference run's :func:`dev_curve`. updates: the update of each curve point.
+
+    Raises:
+        ValueError: an empty curve, or ``curve`` and ``updates`` of different lengths.
+    """
+    if not curve or len(curve) != len(updates):
+        raise ValueError("reference_target: need one update per dev-curve point (and at least one point)")
+    last = max(updates)
+    for (_, loss), u in zip(curve, updates):
+        if u >= fraction * last:
+            return loss
+    return curve[-1][1]
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return sum(xs) / len(xs) if xs else None
+
+
+def run_summary(records: Sequence[dict[str, Any]], n_data_ranks: int, update_freq: int) -> dict[str, Any]:
+    """Throughput, drop rate, staleness, delay share and dev curve of one run (module docstring).
+
+    Args:
+        records: :func:`read_log` of the run. n_data_ranks: W (ranks that compute gradients: all ranks in
+            DDP / DropCompute, the workers of a parameter server). update_freq: M.
+
+    Returns:
+        ``updates``, ``train_time_s``, ``microbatches_per_s``, ``drop_rate``, ``tau_s`` (DropCompute, last
+        window; None = no threshold), ``staleness_mean``, ``staleness_max``, ``pushes_per_s``,
+        ``delay_share`` (injected delay / busy time of a rank; None when not logged), ``curve``,
+        ``curve_updates``, ``lost_workers``.
+
+    Raises:
+        ValueError: fewer than two train records (no window after the first).
+    """
+    train = [r for r in records if r.get("kind") == "train"]
+    if len(train) < 2:
+        raise ValueError(f"run_summary: {len(train)} train record(s); need >= 2 (lower logging.log_interval)")
+    used, seconds, drops = 0.0, 0.0, []
+    for prev, cur in zip(train, train[1:]):
+        n = cur["update"] - prev["update"]
+        drop = float(cur.get("dc_drop_rate", 0.0))
+        drops.append(drop)
+        used += n * n_data_ranks * update_freq * (1.0 - drop)
+        seconds += float(cur["train_time_s"]) - float(prev["train_time_s"])
+    last = train[-1]
+    tau = last.get("dc_tau_s")
+    delay = [r["dc_delay_s"] / r["dc_compute_s"] for r in train[1:] if r.get("dc_compute_s")]
+    delay += [r["ddp_delay_s"] / r["ddp_step_s"] for r in train[1:] if r.get("ddp_step_s")]
+    curve = dev_curve(records)
+    t_at = {r["update"] for r in train}
+    return {
+        "updates": int(last["update"]), "train_time_s": float(last["train_time_s"]),
+        "microbatches_per_s": used / seconds if seconds > 0 else None,
+        "drop_rate": _mean(drops) if any("dc_drop_rate" in r for r in train) else 0.0,
+        "tau_s": (tau if tau is not None and tau > 0 else None),
+        "staleness_mean": _mean([r.get("ps_staleness") for r in train[1:]]),
+        "staleness_max": max((r["ps_staleness_max"] for r in train if "ps_staleness_max" in r), default=None),
+        "pushes_per_s": _mean([r.get("ps_pushes_per_s") for r in train[1:]]),
+        "delay_share": _mean(delay),
+        "curve": curve,
+        "curve_updates": [r["update"] for r in records if r.get("kind") == "valid" and r["update"] in t_at],
+        "lost_workers": [e["worker_lost"] for e in records if e.get("kind") == "event" and "worker_lost" in e],
+    }
