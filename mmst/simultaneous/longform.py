@@ -1,0 +1,355 @@
+"""Long-form streaming: a whole unsegmented talk as one stream, cut online into VAD segments.
+
+:class:`LongFormTranslator` takes 16 kHz audio of any length, in pushes of any size, and processes it
+in chunks of ``chunk_ms`` (default 320 ms). Each chunk goes through the segmenter (a
+:class:`~mmst.simultaneous.vad.StreamingVad` by default: Silero VAD, segments of at most
+``max_segment_s``); the audio inside a segment streams into a
+:class:`~mmst.simultaneous.joint.StreamingTranslator` (any policy, joint decoding of all its
+languages), as if the segment were one utterance:
+
+- at a segment's *start* the translator is reset, and fed from the start sample (up to
+  ``speech_pad_ms`` before the window that triggered it; a short buffer of recent audio keeps it);
+- inside the segment it gets the chunk's audio and writes what its policies allow;
+- at the segment's *end* it gets the audio up to the end sample with ``finished=True`` and writes
+  what its policies still hold (until EOS or the length cap), then a :class:`SegmentEnd` follows.
+
+Encoder and decoder state is NOT carried across segments: the models are trained on sentences,
+and mmst's streaming encoder keeps every state of its input (unbounded left context by default),
+so carrying it would grow memory with the talk. Per-segment state is bounded by ``max_segment_s``
+(:attr:`SegmentEnd.state_numel` reports it; docs/longform.md shows the measurement).
+
+Times (ms since the stream start, float):
+
+- ``LongFormWord.time_ms``: the stream position when the word was written = the audio received by
+  then (the end of the chunk being processed; its delay, as SimulEval's ``delays``);
+- ``LongFormWord.time_ca_ms``: computation-aware: the wall-clock time at which the word would be
+  out if the audio arrived in real time, chunk by chunk: chunk ``c`` (ending at ``t_c`` ms) is
+  processed from ``max(t_c, end of the previous chunk's processing)``, and its words are out when
+  the translator call that wrote them returns. A system slower than real time accumulates lag
+  here; one faster than real time has ``time_ca_ms - time_ms`` = the processing time of one chunk.
+
+What a caller (e.g. a live server) may rely on:
+
+- :meth:`LongFormTranslator.push` and :meth:`~LongFormTranslator.finish` return events in stream
+  order; a segment's words (all languages; within one translator call grouped by language) come before its
+  :class:`SegmentEnd`; segments are numbered 0, 1, 2, ... without gaps; words are never revised.
+- ``time_ms`` never decreases across events, and ``time_ms <= `` the audio pushed so far.
+- Words of character languages (``ja``, ``zh``) are the characters added by a write (no spaces);
+  other languages' are whitespace words.
+- Silence gives no events; :meth:`finish` closes an open segment; after :meth:`finish`, push
+  raises ``ValueError`` until :meth:`reset`. Memory does not grow with the stream length.
+- ``push`` accepts float32 mono 16 kHz samples only (resample and downmix before, e.g. with
+  :class:`mmst.evaluation.frontend.StreamInput`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .vad import SAMPLE_RATE, StreamingVad, VadEvent
+
+
+@dataclass(frozen=True)
+class LongFormWord:
+    """One output word (or, for ``ja``/``zh``, the characters of one write).
+
+    Attributes:
+        lang: target language.
+        text: the word.
+        segment: index of the VAD segment it belongs to (0-based).
+        time_ms: stream position (ms since the stream start) when it was written: its delay.
+        time_ca_ms: computation-aware time, ms since the stream start (see the module docstring).
+    """
+
+    lang: str
+    text: str
+    segment: int
+    time_ms: float
+    time_ca_ms: float
+
+
+@dataclass(frozen=True)
+class SegmentEnd:
+    """A VAD segment was closed (after its words).
+
+    Attributes:
+        segment: its index (0-based).
+        start_ms, end_ms: its boundaries, ms since the stream start.
+        forced: cut by the maximum segment length (no pause).
+        state_numel: tensor and array elements held by the translator's caches (encoder and decoder)
+            when the segment closed, before the reset (bounded memory check).
+    """
+
+    segment: int
+    start_ms: float
+    end_ms: float
+    forced: bool = False
+    state_numel: int = 0
+
+
+class OracleSegmenter:
+    """Known segments instead of a VAD (gold segmentation, e.g. a talk's reference sentence times).
+
+    Has the segmenter protocol of :class:`~mmst.simultaneous.vad.StreamingVad` (``accept``,
+    ``finish``, ``reset``): each start and end is reported once the stream has reached it.
+
+    Args:
+        segments: ``[(start_s, end_s), ...]`` in seconds, sorted, not overlapping.
+
+    Raises:
+        ValueError: unsorted, overlapping or empty segments.
+    """
+
+    def __init__(self, segments: Sequence[tuple[float, float]]) -> None:
+        bounds = [(int(round(a * SAMPLE_RATE)), int(round(b * SAMPLE_RATE))) for a, b in segments]
+        for i, (a, b) in enumerate(bounds):
+            if b <= a:
+                raise ValueError(f"segment {i}: end {b / SAMPLE_RATE:.3f} s <= start {a / SAMPLE_RATE:.3f} s")
+            if i and a < bounds[i - 1][1]:
+                raise ValueError(f"segment {i} starts before segment {i - 1} ends")
+        self.bounds = bounds
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new stream."""
+        self.num_samples = 0
+        self._next = 0  # next boundary index: 2*i = start of segment i, 2*i+1 = its end
+
+    def accept(self, samples: np.ndarray) -> list[VadEvent]:
+        """Advance by ``len(samples)``; the boundaries reached."""
+        self.num_samples += int(np.asarray(samples).size)
+        out = []
+        while self._next < 2 * len(self.bounds):
+            i, is_end = divmod(self._next, 2)
+            pos = self.bounds[i][is_end]
+            if pos > self.num_samples:
+                break
+            out.append(VadEvent("end" if is_end else "start", pos, self.num_samples))
+            self._next += 1
+        return out
+
+    def finish(self) -> list[VadEvent]:
+        """End of stream: closes a segment that is still open at the last sample."""
+        if self._next % 2 == 1:
+            self._next += 1
+            return [VadEvent("end", self.num_samples, self.num_samples)]
+        return []
+
+
+class _RecentAudio:
+    """The last ``capacity`` samples of a stream, addressed by absolute sample index."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = int(capacity)
+        self._chunks: deque[np.ndarray] = deque()
+        self._len = 0
+        self.end = 0  # absolute index after the last sample
+
+    @property
+    def first(self) -> int:
+        """Absolute index of the oldest sample kept."""
+        return self.end - self._len
+
+    def append(self, x: np.ndarray) -> None:
+        if x.size == 0:
+            return
+        self._chunks.append(x)
+        self._len += x.size
+        self.end += x.size
+        while self._chunks and self._len - self._chunks[0].size >= self.capacity:
+            self._len -= self._chunks.popleft().size
+
+    def slice(self, start: int, stop: int) -> np.ndarray:
+        """Samples ``[start, stop)`` (absolute), clipped to what is kept."""
+        first = self.first
+        start, stop = max(start, first), min(stop, self.end)
+        if stop <= start:
+            return np.zeros(0, dtype=np.float32)
+        buf = np.concatenate(list(self._chunks)) if len(self._chunks) > 1 else self._chunks[0]
+        return buf[start - first:stop - first]
+
+
+def state_numel(obj: Any) -> int:
+    """Elements of every torch tensor and numpy array reachable from ``obj``'s attributes, lists and
+    dicts, excluding ``torch.nn.Module`` s (the model's weights): the size of a translator's caches.
+    Allocated capacity counts (a cache buffer's spare rows included)."""
+    seen: set[int] = set()
+    total = 0
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if id(o) in seen or isinstance(o, torch.nn.Module | str | bytes | int | float | bool) or o is None:
+            continue
+        seen.add(id(o))
+        if isinstance(o, torch.Tensor):
+            total += o.numel()
+        elif isinstance(o, np.ndarray):
+            total += o.size
+        elif isinstance(o, dict):
+            stack.extend(o.values())
+        elif isinstance(o, list | tuple | deque | set):
+            stack.extend(o)
+        else:
+            stack.extend(getattr(o, "__dict__", {}).values())
+            for slot in getattr(type(o), "__slots__", ()):
+                stack.append(getattr(o, slot, None))
+    return total
+
+
+class LongFormTranslator:
+    """Streams a whole talk through a :class:`~mmst.simultaneous.joint.StreamingTranslator`, segment by
+    segment (see the module docstring for the behaviour and what callers may rely on).
+
+    Args:
+        translator: a ``StreamingTranslator`` (or a wrapper with its ``reset`` / ``accept_audio``,
+            e.g. from :meth:`mmst.evaluation.loading.EvalSystem.translator`); its words carry ``text``.
+        vad: the segmenter: a :class:`~mmst.simultaneous.vad.StreamingVad`, an :class:`OracleSegmenter`,
+            or None = ``StreamingVad(max_segment_s=max_segment_s)``.
+        max_segment_s: maximum segment length in seconds for the default VAD (> 0).
+        chunk_ms: processing chunk in ms (> 0): audio is segmented and translated every ``chunk_ms``.
+        lookback_ms: recent audio kept to start a segment before the window that triggered it (ms).
+
+    Raises:
+        ValueError: ``chunk_ms`` or ``max_segment_s`` not positive.
+
+    Usage::
+
+        lf = LongFormTranslator(StreamingTranslator(model, vocab, ["de", "ja"], policy="waitk:k=3", cmvn=cmvn),
+                                vad=StreamingVad())
+        for block in microphone_blocks:           # float32 (n,) 16 kHz, any n
+            for ev in lf.push(block):
+                ...                               # LongFormWord | SegmentEnd
+        tail = lf.finish()
+    """
+
+    def __init__(self, translator: Any, *, vad: Any = None, max_segment_s: float = 20.0, chunk_ms: float = 320.0,
+                 lookback_ms: float = 2000.0) -> None:
+        if chunk_ms <= 0:
+            raise ValueError(f"chunk_ms must be > 0, got {chunk_ms}")
+        if max_segment_s <= 0:
+            raise ValueError(f"max_segment_s must be > 0, got {max_segment_s}")
+        self.translator = translator
+        self.vad = vad if vad is not None else StreamingVad(max_segment_s=max_segment_s)
+        self.max_segment_s = float(max_segment_s)
+        self.chunk_ms = float(chunk_ms)
+        self.chunk_samples = max(1, int(round(chunk_ms * SAMPLE_RATE / 1000.0)))
+        self.lookback_samples = int(lookback_ms * SAMPLE_RATE / 1000.0) + self.chunk_samples
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new stream (segmenter, translator, clocks and counters)."""
+        self.vad.reset()
+        self.translator.reset()
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._recent = _RecentAudio(self.lookback_samples)
+        self.num_samples = 0  # samples pushed
+        self._processed = 0  # samples segmented and translated
+        self.num_segments = 0  # segments opened
+        self._seg_start: int | None = None
+        self._fed = 0  # absolute sample up to which the open segment was fed
+        self._free_at_ms = 0.0  # computation-aware clock: when the previous chunk's processing ended
+        self.compute_s = 0.0  # wall-clock seconds spent processing
+        self._finished = False
+
+    @property
+    def in_segment(self) -> bool:
+        """True while a segment is open."""
+        return self._seg_start is not None
+
+    def push(self, samples: np.ndarray) -> list[LongFormWord | SegmentEnd]:
+        """Feed float32 mono 16 kHz samples ``(n,)`` in [-1, 1] (any ``n``); process every complete chunk.
+
+        Returns:
+            The words written and the segments closed by these samples, in stream order.
+
+        Raises:
+            ValueError: audio after :meth:`finish` (call :meth:`reset`), or non-1-D audio.
+        """
+        if self._finished:
+            raise ValueError("stream already finished; call reset() for a new stream")
+        x = np.asarray(samples, dtype=np.float32)
+        if x.ndim != 1:
+            raise ValueError(f"audio must be 1-D float32 mono 16 kHz (n,), got shape {x.shape}")
+        self.num_samples += x.size
+        buf = np.concatenate([self._pending, x]) if self._pending.size else x
+        out: list[LongFormWord | SegmentEnd] = []
+        n = self.chunk_samples
+        k = buf.size // n
+        for i in range(k):
+            out += self._process(buf[i * n:(i + 1) * n].copy(), last=False)
+        self._pending = buf[k * n:].copy()
+        return out
+
+    def finish(self) -> list[LongFormWord | SegmentEnd]:
+        """End of stream: process the last partial chunk, close an open segment and write what is held.
+
+        Returns:
+            The remaining words and segment ends (nothing for a stream without speech).
+        """
+        if self._finished:
+            return []
+        out = self._process(self._pending, last=True)
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._finished = True
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _process(self, chunk: np.ndarray, last: bool) -> list[LongFormWord | SegmentEnd]:
+        t_start = time.perf_counter()
+        arrival_ms = (self._processed + chunk.size) * 1000.0 / SAMPLE_RATE
+        begin_ms = max(arrival_ms, self._free_at_ms)  # real-time simulation: when processing may start
+        self._recent.append(chunk)
+        self._processed += chunk.size
+        now = self._processed
+        events = self.vad.accept(chunk) if chunk.size else []
+        if last:
+            events += self.vad.finish()
+        out: list[LongFormWord | SegmentEnd] = []
+
+        def clock_ca() -> float:
+            return begin_ms + (time.perf_counter() - t_start) * 1000.0
+
+        for ev in events:
+            if ev.kind == "start":
+                if self._seg_start is not None:  # defensive: a start while open closes the open segment
+                    self._close(ev.sample, now, False, out, clock_ca)
+                self.translator.reset()
+                self._seg_start = ev.sample
+                self._fed = max(ev.sample, self._recent.first)
+                self.num_segments += 1
+            elif ev.kind == "end" and self._seg_start is not None:
+                self._close(max(ev.sample, self._seg_start), now, ev.forced, out, clock_ca)
+        if self._seg_start is not None and self._fed < now:
+            self._feed(self._recent.slice(self._fed, now), False, now, out, clock_ca)
+            self._fed = now
+        dt = time.perf_counter() - t_start
+        self.compute_s += dt
+        self._free_at_ms = begin_ms + dt * 1000.0
+        return out
+
+    def _close(self, end: int, now: int, forced: bool, out: list, clock_ca) -> None:
+        end = max(end, self._fed)
+        self._feed(self._recent.slice(self._fed, end), True, now, out, clock_ca)
+        seg = self.num_segments - 1
+        out.append(SegmentEnd(seg, self._seg_start * 1000.0 / SAMPLE_RATE, end * 1000.0 / SAMPLE_RATE, forced,
+                              state_numel(self.translator)))
+        self._seg_start = None
+        self._fed = end
+
+    def _feed(self, x: np.ndarray, finished: bool, now: int, out: list, clock_ca) -> None:
+        words = self.translator.accept_audio(x, finished=finished)
+        t_ca = clock_ca()
+        t_ms = now * 1000.0 / SAMPLE_RATE
+        seg = self.num_segments - 1
+        for lang, ws in (words or {}).items():
+            for w in ws:
+                text = w if isinstance(w, str) else str(getattr(w, "text", w))
+                if text:
+                    out.append(LongFormWord(lang, text, seg, t_ms, t_ca))

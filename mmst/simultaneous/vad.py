@@ -1,0 +1,185 @@
+"""Online voice activity detection for long-form streaming: Silero VAD (``silero-vad`` on PyPI) over 16 kHz audio.
+
+:class:`StreamingVad` takes audio of any length, incrementally, and reports speech boundaries as
+:class:`VadEvent` s, in ms (and samples) since the stream start. The Silero model (Silero Team 2024,
+"Silero VAD", github.com/snakers4/silero-vad) scores windows of 512 samples (32 ms) with a recurrent
+state; ``silero_vad.VADIterator`` turns the scores into events:
+
+- *start*: the first window whose speech probability is ``>= threshold``; the boundary is placed
+  ``speech_pad_ms`` before that window;
+- *end*: the probability stayed below ``threshold - 0.15`` for ``min_silence_ms``; the boundary is
+  placed ``speech_pad_ms`` after the first silent window. The end is reported ``min_silence_ms``
+  after that window (the decision delay of the segmenter).
+
+On top of the iterator, a segment longer than ``max_segment_s`` (speech without pauses) is cut:
+an *end* and a *start* at the same sample (``forced=True``). The weights ship with the package
+(``load_silero_vad(onnx=False)``: the bundled TorchScript model); nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+#: Silero VAD window at 16 kHz, in samples (32 ms); the model accepts exactly this size.
+VAD_WINDOW_SAMPLES = 512
+SAMPLE_RATE = 16000
+
+
+def load_vad_model():
+    """The bundled Silero VAD TorchScript model (``silero_vad.load_silero_vad(onnx=False)``).
+
+    Importing ``silero_vad`` sets torch's intra-op threads to 1 as a side effect; the caller's
+    setting is restored here.
+    """
+    n_threads = torch.get_num_threads()
+    from silero_vad import load_silero_vad
+
+    model = load_silero_vad(onnx=False)
+    torch.set_num_threads(n_threads)
+    return model
+
+
+@dataclass(frozen=True)
+class VadEvent:
+    """A speech boundary.
+
+    Attributes:
+        kind: ``"start"`` or ``"end"`` of a speech segment.
+        sample: boundary position, samples since the stream start (16 kHz).
+        detected_sample: stream position when the boundary was decided (``>= sample`` for ends;
+            for starts, the end of the window that triggered it).
+        forced: an end/start pair cut by the maximum segment length, not by a pause.
+    """
+
+    kind: str
+    sample: int
+    detected_sample: int
+    forced: bool = False
+
+    @property
+    def time_ms(self) -> float:
+        """Boundary position in ms since the stream start."""
+        return self.sample * 1000.0 / SAMPLE_RATE
+
+
+class StreamingVad:
+    """Silero VAD over a 16 kHz stream, fed incrementally (see the module docstring).
+
+    Args:
+        threshold: speech probability threshold (Silero's default 0.5).
+        min_silence_ms: silence that ends a segment, ms (> 0). Pauses inside a sentence are usually
+            shorter than 250 ms; a larger value merges sentences, a smaller one cuts them.
+        speech_pad_ms: padding added to each side of a segment, ms (>= 0).
+        max_segment_s: longest segment in seconds (> 0); longer speech is cut there.
+        model: a loaded Silero model (default :func:`load_vad_model`); one model per stream, since
+            it carries the recurrent state of its stream.
+
+    Raises:
+        ValueError: a parameter out of range.
+
+    Usage::
+
+        vad = StreamingVad()
+        for chunk in chunks:                       # float32 (n,) 16 kHz, any n
+            for ev in vad.accept(chunk):           # VadEvent("start" | "end", sample, ...)
+                ...
+        events = vad.finish()                      # closes an open segment at the stream end
+    """
+
+    def __init__(self, threshold: float = 0.5, min_silence_ms: float = 250.0, speech_pad_ms: float = 30.0,
+                 max_segment_s: float = 20.0, model=None) -> None:
+        if not 0.0 < threshold < 1.0:
+            raise ValueError(f"VAD threshold must be in (0, 1), got {threshold}")
+        if min_silence_ms <= 0:
+            raise ValueError(f"min_silence_ms must be > 0, got {min_silence_ms}")
+        if speech_pad_ms < 0:
+            raise ValueError(f"speech_pad_ms must be >= 0, got {speech_pad_ms}")
+        if max_segment_s <= 0:
+            raise ValueError(f"max_segment_s must be > 0, got {max_segment_s}")
+        from silero_vad import VADIterator
+
+        self.threshold = float(threshold)
+        self.min_silence_ms = float(min_silence_ms)
+        self.speech_pad_ms = float(speech_pad_ms)
+        self.max_segment_s = float(max_segment_s)
+        self.model = model if model is not None else load_vad_model()
+        self._it = VADIterator(self.model, threshold=self.threshold, sampling_rate=SAMPLE_RATE,
+                               min_silence_duration_ms=int(round(self.min_silence_ms)),
+                               speech_pad_ms=int(round(self.speech_pad_ms)))
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new stream (clears the model's recurrent state)."""
+        self._it.reset_states()
+        self._pending = np.zeros(0, dtype=np.float32)
+        self.num_samples = 0  # samples accepted
+        self._seg_start: int | None = None
+        self._finished = False
+
+    @property
+    def in_speech(self) -> bool:
+        """True while a segment is open (a start was reported and no end yet)."""
+        return self._seg_start is not None
+
+    @property
+    def segment_start(self) -> int | None:
+        """Start sample of the open segment, or None."""
+        return self._seg_start
+
+    @torch.no_grad()
+    def accept(self, samples: np.ndarray) -> list[VadEvent]:
+        """Feed float32 samples ``(n,)`` in [-1, 1] at 16 kHz (any ``n``, may be 0).
+
+        Returns:
+            The boundaries decided by these samples, in stream order (starts and ends alternate).
+
+        Raises:
+            ValueError: audio after :meth:`finish` (call :meth:`reset`), or non-1-D audio.
+        """
+        if self._finished:
+            raise ValueError("VAD stream already finished; call reset() for a new stream")
+        x = np.asarray(samples, dtype=np.float32)
+        if x.ndim != 1:
+            raise ValueError(f"audio must be 1-D (n,), got shape {x.shape}")
+        self.num_samples += x.size
+        buf = np.concatenate([self._pending, x]) if self._pending.size else x
+        n_win = buf.size // VAD_WINDOW_SAMPLES
+        events: list[VadEvent] = []
+        for i in range(n_win):
+            win = torch.from_numpy(np.ascontiguousarray(buf[i * VAD_WINDOW_SAMPLES:(i + 1) * VAD_WINDOW_SAMPLES]))
+            events += self._step(win)
+        self._pending = buf[n_win * VAD_WINDOW_SAMPLES:].copy()
+        return events
+
+    def _step(self, win: torch.Tensor) -> list[VadEvent]:
+        it = self._it
+        res = it(win)
+        now = it.current_sample
+        out: list[VadEvent] = []
+        if res is not None and "start" in res and self._seg_start is None:
+            self._seg_start = int(res["start"])
+            out.append(VadEvent("start", self._seg_start, now))
+        elif res is not None and "end" in res and self._seg_start is not None:
+            end = max(int(res["end"]), self._seg_start)
+            out.append(VadEvent("end", end, now))
+            self._seg_start = None
+        max_len = int(self.max_segment_s * SAMPLE_RATE)
+        if self._seg_start is not None and now - self._seg_start >= max_len:
+            cut = self._seg_start + max_len
+            out += [VadEvent("end", cut, now, forced=True), VadEvent("start", cut, now, forced=True)]
+            self._seg_start = cut
+        return out
+
+    def finish(self) -> list[VadEvent]:
+        """End of stream: closes an open segment at the last sample (its ``end`` event), if any."""
+        if self._finished:
+            return []
+        self._finished = True
+        if self._seg_start is None:
+            return []
+        end = max(self.num_samples, self._seg_start)
+        self._seg_start = None
+        return [VadEvent("end", end, self.num_samples)]
