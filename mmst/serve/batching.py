@@ -90,6 +90,10 @@ class TickScheduler:
         still finish its current step, whose events are then dropped by the server."""
         self.sessions.discard(session)
 
+    async def run(self, fn, *args):
+        """``fn(*args)`` on the compute thread, after the steps already queued there; its result."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
     async def notify(self, session: StreamSession) -> None:
         """A session received audio or ``end``. Tick mode: wake the tick loop. Off: compute this
         frame now (awaits its turn on the compute thread)."""

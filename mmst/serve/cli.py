@@ -83,16 +83,17 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def make_driver_factory(args: argparse.Namespace) -> tuple[Any, list[str]]:
-    """``(make_driver(langs) -> LongFormTranslator, served languages)`` from the options.
+    """``(DriverPool: make_driver(langs) -> LongFormTranslator, served languages)`` from the options.
 
     Raises:
         mmst.evaluation.loading.LoadError: bad checkpoint, DATA or languages.
         ValueError: a bad policy, or a policy sweep (one setting only).
     """
     from mmst.evaluation.loading import load_system
-    from mmst.simultaneous.longform import LongFormTranslator
     from mmst.simultaneous.policy_spec import specs_from_args
-    from mmst.simultaneous.vad import StreamingVad, load_vad_model
+    from mmst.simultaneous.vad import load_vad_model
+
+    from .drivers import DriverPool
 
     langs = [x.strip() for x in args.tgt_langs.split(",") if x.strip()] if args.tgt_langs else None
     system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, device=args.device)
@@ -107,13 +108,9 @@ def make_driver_factory(args: argparse.Namespace) -> tuple[Any, list[str]]:
     system.translator(policy=policy, beam=args.beam, max_len_b=args.max_len_b)  # fail now, not per stream
     load_vad_model()  # the bundled weights load (and fail) at start
 
-    def make_driver(stream_langs: list[str]) -> Any:
-        tr = system.translator(tgt_langs=stream_langs, policy={lang: policy[lang] for lang in stream_langs},
-                               beam=args.beam, max_len_b=args.max_len_b)
-        return LongFormTranslator(tr, vad=StreamingVad(max_segment_s=args.max_segment_s),
-                                  max_segment_s=args.max_segment_s, chunk_ms=args.source_segment_size)
-
-    return make_driver, served
+    pool = DriverPool(system, policy, beam=args.beam, max_len_b=args.max_len_b, max_segment_s=args.max_segment_s,
+                      chunk_ms=args.source_segment_size)
+    return pool, served
 
 
 async def _serve(args: argparse.Namespace, make_driver, langs: list[str]) -> None:

@@ -114,7 +114,8 @@ class TranslationServer:
 
     Args:
         make_driver: ``make_driver(langs: list[str]) -> long-form driver`` for a new stream (called
-            off the event loop).
+            off the event loop); when it has ``release(driver)`` (a :class:`~mmst.serve.drivers.DriverPool`),
+            a closed stream's driver is handed back to it on the compute thread.
         config: :class:`ServerConfig`.
         clock: monotonic clock in seconds.
     """
@@ -151,7 +152,10 @@ class TranslationServer:
         if path == "/ws":
             return None  # WebSocket handshake
         if path == "/config.json":
-            body = json.dumps({"langs": self.config.langs, "sample_rates": list(SUPPORTED_SAMPLE_RATES),
+            from mmst.simultaneous.detok import CHAR_LANGS
+
+            body = json.dumps({"langs": self.config.langs, "char_langs": [x for x in self.config.langs if x in CHAR_LANGS],
+                               "sample_rates": list(SUPPORTED_SAMPLE_RATES),
                                "sample_formats": list(SAMPLE_FORMATS), "token_required": bool(self.config.token),
                                **self.config.info}).encode()
             return _response(HTTPStatus.OK, body, "application/json")
@@ -244,9 +248,7 @@ class TranslationServer:
                 raise ProtocolError(CLOSE_BAD_MESSAGE, "start sent twice")
             else:
                 raise ProtocolError(CLOSE_BAD_MESSAGE, f"unknown message type {msg['type'][:40]!r}")
-        if client.sender is not None and not client.sender.done():
-            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
-                await client.sender
+        # the connection is closed (by the sender after the summary, or by the client): _drop frees it
 
     def _deliver(self, session: StreamSession, events: list, error: BaseException | None) -> None:
         """Scheduler callback (event loop): queue a step's events; close on error or a full queue."""
@@ -307,6 +309,10 @@ class TranslationServer:
         if session is not None:
             self.scheduler.remove(session)
             self._by_session.pop(session, None)
+            release = getattr(self.make_driver, "release", None)
+            if release is not None:  # after any step of this driver still running on the compute thread
+                await self.scheduler.run(release, session.driver)
+            session.driver = None
             if session.save_path is not None:
                 try:
                     await asyncio.get_running_loop().run_in_executor(None, session.save)

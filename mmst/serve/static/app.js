@@ -2,7 +2,7 @@
 // No external resource: everything comes from this server (see the Content-Security-Policy header).
 "use strict";
 
-const state = { langs: [], ws: null, ctx: null, node: null, source: null, stream: null, timer: null,
+const state = { langs: [], charLangs: [], ws: null, ctx: null, node: null, source: null, stream: null, timer: null,
                 words: {}, summary: null, closeCode: null, closeReason: "", running: false };
 window.mmstState = state;  // read by the browser test
 const $ = (id) => document.getElementById(id);
@@ -20,6 +20,7 @@ function buildColumns(langs) {
     const col = document.createElement("section");
     col.className = "col";
     col.dataset.lang = lang;
+    if (state.charLangs.includes(lang)) col.classList.add("chars");
     const h = document.createElement("h2");
     h.textContent = lang;
     const cap = document.createElement("div");
@@ -174,6 +175,7 @@ async function init() {
   try {
     const cfg = await (await fetch("config.json")).json();
     state.langs = cfg.langs;
+    state.charLangs = cfg.char_langs || [];
     buildColumns(state.langs);
     setStatus("ready", false);
     if (cfg.token_required && !token) setStatus("this server needs ?token=… in the page address", false);
