@@ -10,10 +10,12 @@ One connection = one audio stream. The client speaks first:
 
 The server answers ``{"type": "ready", ...}`` after ``start``, then sends, as they happen,
 
-* ``{"type": "word", "lang", "text", "segment", "start_ms", "emit_ms"}``: ``start_ms`` = source time
-  (ms of audio since the stream's first sample) after which the word was written (its delay);
-  ``emit_ms`` = server wall-clock time of sending, in ms since the stream's first audio frame
-  arrived. For a client that streams in real time, ``emit_ms - start_ms`` is the caption lag;
+* ``{"type": "word", "lang", "text", "segment", "start_ms", "emit_ms", "added_ms"}``: ``start_ms`` =
+  source time (ms of audio since the stream's first sample) after which the word was written (its
+  delay); ``emit_ms`` = server wall-clock time of sending, in ms since the stream's first audio frame
+  arrived (for a client that streams in real time, ``emit_ms - start_ms`` is the caption lag);
+  ``added_ms`` = the server's added latency: from receiving the audio frame after which the word
+  could be written to sending it;
 * ``{"type": "segment_end", "segment", "start_ms", "end_ms"}``: a VAD segment was closed;
 * after ``end``: ``{"type": "summary", "words": {lang: n}, "segments", "audio_ms", "compute_ms",
   "rtf", "added_latency_ms": {"p50", "p95"}}``, then it closes the connection normally (1000).

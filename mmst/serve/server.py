@@ -279,9 +279,11 @@ class TranslationServer:
             now = self.clock()
             if ev.get("type") == "word":
                 ev["emit_ms"] = round((now - (session.t0 if session.t0 is not None else now)) * 1000.0, 1)
+                if recv_t is not None:
+                    added = (now - recv_t) * 1000.0
+                    ev["added_ms"] = round(added, 1)
+                    session.latencies_ms.append(added)
             await ws.send(json.dumps(ev, ensure_ascii=False))
-            if recv_t is not None:
-                session.latencies_ms.append((now - recv_t) * 1000.0)
 
     def _close_soon(self, client: _Client, code: int, reason: str) -> None:
         if client.closing:
