@@ -121,7 +121,10 @@ class TickScheduler:
             if not batch:
                 continue
             t = time.perf_counter()
-            results = await loop.run_in_executor(self._executor, self._compute, batch)
+            try:
+                results = await loop.run_in_executor(self._executor, self._compute, batch)
+            except RuntimeError:  # the executor was shut down while stopping
+                return
             self.busy_s += time.perf_counter() - t
             self.ticks += 1
             for session, events, err in results:

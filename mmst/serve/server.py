@@ -205,6 +205,9 @@ class TranslationServer:
             await self._close(client, e.code, e.reason)
         except ConnectionClosed:
             pass
+        except Exception:  # noqa: BLE001 - e.g. a driver that cannot be built: this stream only
+            logger.exception("%s: internal error", client.stream_id)
+            await self._close(client, CLOSE_INTERNAL_ERROR, "internal server error (logged)")
         finally:
             await self._drop(client)
 
