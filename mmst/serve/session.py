@@ -84,27 +84,26 @@ class StreamSession:
         x = np.asarray(samples, dtype=np.float32).reshape(-1)
         if self._resampler is not None:
             x = self._resampler.resample_chunk(x)
+        self._queue(x, t)
+
+    def _queue(self, x: np.ndarray, recv_time: float | None) -> None:
+        """Queue 16 kHz samples; mark the frame's end and receive time (None: no new frame)."""
         with self._lock:
             if x.size:
                 self._pending.append(x)
                 if self.save_path is not None:
                     self._saved.append(x)
             self.n_samples += x.size
-            self._mark_samples.append(self.n_samples)
-            self._mark_times.append(t)
+            if recv_time is not None:
+                self._mark_samples.append(self.n_samples)
+                self._mark_times.append(recv_time)
 
     def end(self) -> None:
         """The client sent ``end``: flush the resampler; the next scheduler run finishes the stream."""
         if self._ended:
             return
         if self._resampler is not None:
-            tail = self._resampler.resample_chunk(np.zeros(0, np.float32), last=True)
-            with self._lock:
-                if tail.size:
-                    self._pending.append(tail)
-                    if self.save_path is not None:
-                        self._saved.append(tail)
-                self.n_samples += tail.size
+            self._queue(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True), None)
         self._ended = True
 
     @property
