@@ -30,7 +30,7 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     exp = tmp_path / "exp"
     args = ["--exp-dir", str(exp), "--tgt-langs", "de,ja", "--num-train", "24", "--num-dev", "6",
-            "--num-test", "6", "--num-test-unseen", "4", "--eval-k", "1,3", "--jobs", "1",
+            "--num-test", "6", "--num-test-unseen", "4", "--eval-k", "1,3", "--jobs", "1", "--longform-minutes", "0.3",
             # the augmentation switches: speed-perturbed copies, SpecAugment, ASR pretraining (same overrides)
             "--speed-perturb", "true", "--specaugment", "LB", "--asr-pretrain", "true",
             "--train-overrides", "optim.max_update=6 optim.warmup_updates=2 valid.interval_updates=3 "
@@ -55,6 +55,9 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
     unseen = json.loads((exp / "eval_unseen" / "scores.json").read_text())
     assert unseen["config"]["split"] == "tst-unseen" and unseen["timing"]["n_utterances"] == 4
     assert "tst-unseen, wait-3" in p.stdout
+    # stage 6: a synthetic talk streamed as one stream, scored by resegmentation
+    lf = json.loads((exp / "eval_longform" / "scores.json").read_text())
+    assert lf["audio_s"] >= 18 and set(lf["per_lang"]) == {"de", "ja"} and "Long-form results" in p.stdout
     if SHARED.is_dir():
         fleurs = (exp / "eval_fleurs" / "scores.md").read_text()
         assert "de" in fleurs and "ja" in fleurs

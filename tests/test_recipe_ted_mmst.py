@@ -59,7 +59,7 @@ def ted_run(tmp_path_factory):
             "--synth-num-test", "8", "--synth-segments-per-talk", "3,5", "--jobs", "2", "--max-update", "60",
             "--avg-last", "2", "--eval-k", "1,3", "--eval-threads", "1", "--eval-max-utterances", "4",
             "--eval-extra", "--max-len-b 12", "--speed-perturb", "true", "--specaugment", "LB",
-            "--train-overrides", TINY]
+            "--longform-systems", "unified_sync", "--longform-extra", "--max-len-b 12", "--train-overrides", TINY]
     t0 = time.time()
     p = _run("recipes/ted_mmst/run.sh", args)
     return exp, args, p, time.time() - t0
@@ -69,7 +69,7 @@ def ted_run(tmp_path_factory):
 def test_ted_mmst_recipe_all_stages_tiny(ted_run):
     exp, args, p, wall = ted_run
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
-    for n in range(7):
+    for n in range(8):
         assert f"== Stage {n}:" in p.stdout
     print(f"ted_mmst smoke run: {wall:.0f} s")
     # data: the MuST-C-like perturbation was aligned; ASR view shares the features
@@ -102,6 +102,10 @@ def test_ted_mmst_recipe_all_stages_tiny(ted_run):
     assert any(cmp["results"][s]["avg"] for s in cmp["systems"])  # something was scored
     assert (exp / "compare" / "bleu_al_avg.png").stat().st_size > 1000
     assert "comparison.md" in p.stdout
+    # stage 7: whole tst-COMMON talks as streams (one system here)
+    lf = json.loads((exp / "eval_longform" / "unified_sync" / "seed1" / "scores.json").read_text())
+    assert lf["config"]["n_talks"] >= 2 and set(lf["per_lang"]) == {"de", "es", "fr"}
+    assert not (exp / "eval_longform" / "separate").exists()
 
 
 @pytest.mark.slow
@@ -115,6 +119,7 @@ def test_ted_mmst_rerun_skips_finished_stages(ted_run):
     assert "-- training" not in p2.stdout and "-- evaluating" not in p2.stdout
     assert p2.stdout.count("already trained") == 3 and p2.stdout.count("already evaluated") == 3
     assert p2.stdout.count("is newer than every checkpoint; skipping") == 3
+    assert p2.stdout.count("whole-talk scores exist; skipping") == 1
 
 
 @pytest.mark.slow

@@ -324,6 +324,44 @@ def streaming_policies(d: Mapping[str, Any]) -> str:
               f"{num(pr['la_beam4_rtf'], '{:.3f}')} (target < 1).")
 
 
+def longform_cost(d: Mapping[str, Any]) -> str:
+    """Long-form benchmark (``bench/bench_longform.py``): cost, RSS and segments by stream position, summary."""
+    c, s, cfg = d["cost"], d["summary"], d["config"]
+    rows = [[f"{num(b['from_min'], '{:.0f}')}-{num(b['to_min'], '{:.0f}')}",
+             num(b["ms_per_chunk_cpu"]["mean"], "{:.1f}"), num(b["ms_per_chunk_wall"]["mean"], "{:.1f}"),
+             num(b["ms_per_chunk_wall"]["p90"], "{:.1f}"), num(b["peak_rss_mib"], "{:.0f}"), str(b["vad_segments"]),
+             str(b["max_state_numel"])] for b in c["buckets"]]
+    table = md_table(["stream position (min)", "CPU ms / chunk", "wall ms / chunk", "wall p90", "peak RSS (MiB)",
+                      "VAD segments", "largest segment cache (elements)"], rows)
+    summ = md_table(["measure", "value", "goal"], [
+        ["CPU ms per chunk, last bucket / first bucket", num(s["cost_ratio_60min_vs_5min"]), "<= 1.2"],
+        ["wall ms per chunk, last bucket / first bucket", num(c["cost_ratio_wall"]), ""],
+        ["peak RSS growth from 10 min to the end (MiB)", num(s["rss_growth_mib_10_to_60min"], "{:.1f}"),
+         "<= 50"],
+        ["real-time factor (wall compute / audio)", num(s["rtf"], "{:.3f}"), "< 1"],
+    ] + ([["real-time factor (thread CPU time / audio)", num(c["rtf_cpu"], "{:.3f}"), ""]] if "rtf_cpu" in c else []))
+    note = (d.get("provenance") or {}).get("note")
+    return (summ + "\n\n" + table + f"\n\n{num(cfg['minutes'], '{:.0f}')}-minute talk of {cfg['split']} utterances "
+            f"(pauses {cfg['pause_ms']} ms), {len(cfg['tgt_langs'])} languages jointly ({', '.join(cfg['tgt_langs'])}), "
+            f"{cfg['policy']}, {num(cfg['chunk_ms'], '{:.0f}')} ms chunks, {cfg['threads']} thread(s), "
+            f"{params_m(cfg.get('params'))} parameters; {c['n_segments']} VAD segments, {c['n_words']} words."
+            + (f" {note}." if note else ""))
+
+
+def longform_crosscheck(d: Mapping[str, Any]) -> str:
+    """Segmented vs long-form (VAD, oracle segmentation) BLEU and LAAL/StreamLAAL per language."""
+    x = d["crosscheck"]
+    rows = []
+    for lang, v in x["per_lang"].items():
+        rows.append([lang, num(v["segmented"]["BLEU"]), num(v["vad"]["BLEU"]), num(v["oracle"]["BLEU"]),
+                     num(v["segmented"]["LAAL"], "{:.0f}"), num(v["vad"]["StreamLAAL"], "{:.0f}"),
+                     num(v["oracle"]["StreamLAAL"], "{:.0f}")])
+    return (md_table(["lang", "BLEU segmented", "BLEU long-form (VAD)", "BLEU long-form (oracle)",
+                      "LAAL segmented (ms)", "StreamLAAL (VAD)", "StreamLAAL (oracle)"], rows)
+            + f"\n\n{x['n_utterances']} utterances ({num(x['audio_s'], '{:.0f}')} s as one talk); "
+              f"{x['vad_segments']} VAD segments, {x['oracle_segments']} oracle segments.")
+
+
 def augment_report(d: Mapping[str, Any]) -> str:
     """The augmentation experiment (``eval/unseen_gap.py``): seen vs unseen BLEU/AL per system, the gap."""
     from mmst.evaluation.unseen_gap import render_markdown
@@ -396,6 +434,8 @@ TABLES: dict[str, Table] = {
     "streaming": Table("streaming.json", streaming_summary),
     "streaming-growth": Table("streaming.json", streaming_growth),
     "streaming-policies": Table("streaming_policies.json", streaming_policies),
+    "longform": Table("longform.json", longform_cost),
+    "longform-crosscheck": Table("longform.json", longform_crosscheck),
     "train": Table("train.json", train),
     "train-quick": Table("train_quick.json", train_quick),
     "vs-fairseq": Table("vs_fairseq.json", vs_fairseq),

@@ -81,7 +81,9 @@ class SegmentEnd:
 
     Attributes:
         segment: its index (0-based).
-        start_ms, end_ms: its boundaries, ms since the stream start.
+        start_ms, end_ms: its boundaries (the segmenter's), ms since the stream start. The translator
+            received the audio from ``start_ms`` up to ``end_ms`` or, when the end was decided later
+            (the VAD waits for ``min_silence_ms`` of silence), up to the chunk in which it was decided.
         forced: cut by the maximum segment length (no pause).
         state_numel: tensor and array elements held by the translator's caches (encoder and decoder)
             when the segment closed, before the reset (bounded memory check).
@@ -270,13 +272,16 @@ class LongFormTranslator:
             The words written and the segments closed by these samples, in stream order.
 
         Raises:
-            ValueError: audio after :meth:`finish` (call :meth:`reset`), or non-1-D audio.
+            ValueError: audio after :meth:`finish` (call :meth:`reset`), non-1-D or non-float audio.
         """
         if self._finished:
             raise ValueError("stream already finished; call reset() for a new stream")
-        x = np.asarray(samples, dtype=np.float32)
+        x = np.asarray(samples)
+        if x.dtype.kind not in "f":
+            raise ValueError(f"audio must be float samples in [-1, 1], got dtype {x.dtype} (scale integer PCM first)")
         if x.ndim != 1:
             raise ValueError(f"audio must be 1-D float32 mono 16 kHz (n,), got shape {x.shape}")
+        x = x.astype(np.float32, copy=False)
         self.num_samples += x.size
         buf = np.concatenate([self._pending, x]) if self._pending.size else x
         out: list[LongFormWord | SegmentEnd] = []
@@ -335,13 +340,15 @@ class LongFormTranslator:
         return out
 
     def _close(self, end: int, now: int, forced: bool, out: list, clock_ca) -> None:
-        end = max(end, self._fed)
-        self._feed(self._recent.slice(self._fed, end), True, now, out, clock_ca)
+        # the translator may already hold audio past the boundary: the chunks read while the VAD was
+        # still waiting for min_silence_ms of silence
+        fed_to = max(end, self._fed)
+        self._feed(self._recent.slice(self._fed, fed_to), True, now, out, clock_ca)
         seg = self.num_segments - 1
         out.append(SegmentEnd(seg, self._seg_start * 1000.0 / SAMPLE_RATE, end * 1000.0 / SAMPLE_RATE, forced,
                               state_numel(self.translator)))
         self._seg_start = None
-        self._fed = end
+        self._fed = fed_to
 
     def _feed(self, x: np.ndarray, finished: bool, now: int, out: list, clock_ca) -> None:
         words = self.translator.accept_audio(x, finished=finished)

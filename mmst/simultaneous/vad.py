@@ -28,18 +28,20 @@ VAD_WINDOW_SAMPLES = 512
 SAMPLE_RATE = 16000
 
 
-def load_vad_model():
-    """The bundled Silero VAD TorchScript model (``silero_vad.load_silero_vad(onnx=False)``).
-
-    Importing ``silero_vad`` sets torch's intra-op threads to 1 as a side effect; the caller's
-    setting is restored here.
-    """
+def _silero():
+    """The ``silero_vad`` module. Importing it sets torch's intra-op threads to 1 as a side effect; the
+    caller's setting is restored here."""
     n_threads = torch.get_num_threads()
-    from silero_vad import load_silero_vad
+    import silero_vad
 
-    model = load_silero_vad(onnx=False)
     torch.set_num_threads(n_threads)
-    return model
+    return silero_vad
+
+
+def load_vad_model():
+    """The bundled Silero VAD TorchScript model (``silero_vad.load_silero_vad(onnx=False)``; nothing is
+    downloaded). One model per stream: it carries the recurrent state of its stream."""
+    return _silero().load_silero_vad(onnx=False)
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ class StreamingVad:
             raise ValueError(f"speech_pad_ms must be >= 0, got {speech_pad_ms}")
         if max_segment_s <= 0:
             raise ValueError(f"max_segment_s must be > 0, got {max_segment_s}")
-        from silero_vad import VADIterator
+        VADIterator = _silero().VADIterator  # noqa: N806
 
         self.threshold = float(threshold)
         self.min_silence_ms = float(min_silence_ms)

@@ -12,6 +12,9 @@
 #   3  evaluate on tst-COMMON at k = 1,3,5 with joint decoding (eval/simultaneous_eval.py)
 #   4  evaluate on tst-unseen at k = 3, print the results tables and the path of latency_quality.png
 #   5  real speech: FLEURS clips (prep_audio_list.py + simultaneous_eval.py) and the English-only clips
+#   6  long form: a --longform-minutes synthetic talk (tst-COMMON utterances joined with 300-800 ms
+#      pauses; data_prep/make_long_talk.py) streamed as one stream with VAD segmentation, wait-3, and
+#      scored by mWER resegmentation (eval/longform_eval.py; docs/longform.md)
 set -euo pipefail
 cd "$(dirname "$0")/../.."   # repository root
 source recipes/lib/stages.sh
@@ -20,7 +23,7 @@ source recipes/lib/augment.sh
 
 # ---- options (each can be overridden: --name value) --------------------------------------------
 stage=0
-stop_stage=5
+stop_stage=6
 force=false                  # redo finished stages
 exp_dir=exp/synthetic        # everything this recipe writes
 tgt_langs=de,es,fr,ja
@@ -42,9 +45,10 @@ asr_config=recipes/synthetic/conf/asr_xs.yaml
 eval_k=1,3,5
 source_segment_size=320      # ms
 shared_data=../shared/data   # real FLEURS / English clips (skipped when absent)
+longform_minutes=2.5         # stage 6: length of the synthetic talk
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs difficulty num_train num_dev num_test
   num_test_unseen seed jobs config train_overrides specaugment speed_perturb speed_factors asr_pretrain
-  asr_config nproc eval_k source_segment_size shared_data)
+  asr_config nproc eval_k source_segment_size shared_data longform_minutes)
 parse_options "$@"
 
 raw=$exp_dir/raw
@@ -101,6 +105,19 @@ stage4() {
 stage5() {
   eval_real_speech "$model_dir/checkpoint_best.pt" "$data" "$exp_dir/"
 }
+stage6() {
+  python data_prep/make_long_talk.py --data "$data" --split tst-COMMON --minutes "$longform_minutes" \
+    --out "$exp_dir/long_talk"
+  local refs="" lang
+  for lang in ${tgt_langs//,/ }; do refs="${refs:+$refs,}$lang=$exp_dir/long_talk/talk.$lang"; done
+  # the talk's pauses (300-800 ms) are shorter than the default segment-ending silence of real speech
+  python eval/longform_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
+    --audio "$exp_dir/long_talk/talk.wav" --segments "$exp_dir/long_talk/talk.yaml" --refs "$refs" \
+    --waitk-lagging 3 --vad-min-silence-ms 150 --source-segment-size "$source_segment_size" \
+    --no-progress --out "${eval_dir}_longform"
+  echo "Long-form results (one ${longform_minutes}-minute talk streamed as one stream, wait-3):"
+  cat "${eval_dir}_longform/scores.md"
+}
 
 run_stage 0 "generate the grammar corpus ($difficulty; en -> $tgt_langs)" stage0
 run_stage 1 "prep the multi-way corpus" stage1
@@ -108,3 +125,4 @@ run_stage 2 "train the xs unified model (multi-k wait-k; SpecAugment $specaugmen
 run_stage 3 "evaluate on tst-COMMON at k = $eval_k with joint decoding" stage3
 run_stage 4 "tst-unseen at k = 3, results" stage4
 run_stage 5 "real speech: FLEURS + English-only clips" stage5
+run_stage 6 "long form: a ${longform_minutes}-minute synthetic talk as one stream" stage6

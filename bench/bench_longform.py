@@ -1,0 +1,254 @@
+#!/usr/bin/env python
+"""Long-form streaming cost and quality: a 60-minute synthetic talk streamed as one stream.
+
+Reports, and writes to ``docs/results/longform.json`` (the ``summary`` object first):
+
+1. **Bounded cost.** A talk of ``--minutes`` (default 60) built from a DATA split's utterances, cycled,
+   with pauses of ``--pause-ms`` (default 300-800 ms), generated chunk by chunk
+   (:func:`mmst.corpora.long_talk.iter_long_talk`), streams through
+   :class:`mmst.simultaneous.LongFormTranslator` (Silero VAD, joint decoding of every language, wait-k
+   by default) in 320 ms pushes. Per bucket of ``--bucket-min`` minutes of stream position: ms per
+   320 ms chunk (wall clock and thread CPU time, mean and p90), peak RSS so far (psutil, sampled every
+   10 s of stream), VAD segments, the largest per-segment cache size (``SegmentEnd.state_numel``).
+   Summary: ``cost_ratio_60min_vs_5min`` = thread-CPU ms per chunk in the last bucket / in the first
+   (goal <= 1.2; CPU time, because the machine may be shared: wall-clock ratios are in the buckets),
+   ``rss_growth_mib_10_to_60min`` = peak RSS at 60 min - at 10 min (goal <= 50 MiB), ``rtf`` = wall
+   compute / audio of the whole talk (``cost.rtf_cpu``: the same with thread CPU time).
+2. **Cross-check** (``--crosscheck-utts`` utterances, default 100): the same utterances evaluated
+   one by one (segmented, :func:`mmst.evaluation.streaming.stream_utterance`) and as one talk with
+   pauses (long-form, VAD and oracle segmentation, scored by mWER resegmentation): BLEU and LAAL vs
+   StreamLAAL per language.
+
+Needs a trained checkpoint (default: the quickstart's, ``exp/synthetic``) and its DATA. Runtime: about
+the talk length times the RTF (~0.2 on one core), plus the cross-check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from provenance import RESULTS_DIR, run_record
+
+from mmst.cli_help import HelpFormatter
+
+SR = 16000
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("--checkpoint", default="exp/synthetic/model/checkpoint_best.pt", help="trained mmst checkpoint")
+    p.add_argument("--data", default=None, help="its DATA directory (default: the checkpoint's)")
+    p.add_argument("--split", default="tst-COMMON", help="DATA split whose utterances make the talk")
+    p.add_argument("--tgt-langs", default=None, help="languages decoded jointly (default: all of the model)")
+    p.add_argument("--policy", default="waitk:k=3", help="read/write policy NAME:k=v,... for every language")
+    p.add_argument("--minutes", type=float, default=60.0, help="talk length in minutes")
+    p.add_argument("--bucket-min", type=float, default=5.0, help="bucket width in minutes of stream position")
+    p.add_argument("--pause-ms", default="300,800", help="shortest,longest pause between utterances (ms)")
+    p.add_argument("--vad-min-silence-ms", type=float, default=150.0,
+                   help="VAD silence that ends a segment (150 ms: below the talk's shortest pause)")
+    p.add_argument("--chunk-ms", type=float, default=320.0, help="processing chunk and push size in ms")
+    p.add_argument("--crosscheck-utts", type=int, default=100, help="utterances of the cross-check (0 = skip)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--seed", type=int, default=0, help="pause lengths")
+    p.add_argument("--note", default="", help="free text recorded in the provenance (e.g. machine shared)")
+    p.add_argument("--out", default=str(RESULTS_DIR / "longform.json"), help="output JSON")
+    return p
+
+
+def _load(args):
+    from mmst.evaluation.frontend import read_utterance_audio
+    from mmst.evaluation.loading import load_system
+    from mmst.evaluation.utterances import load_utterances
+
+    langs = args.tgt_langs.split(",") if args.tgt_langs else None
+    system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs)
+    utts = load_utterances(system.data_dir, args.split, list(system.tgt_langs))
+    audios = [read_utterance_audio(u) for u in utts]
+    return system, utts, audios
+
+
+def _rss_mib() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def bounded_cost(system, audios, args) -> dict[str, Any]:
+    """Stream the long talk; per-bucket cost, RSS, segments and cache sizes."""
+    from tqdm import tqdm
+
+    from mmst.corpora.long_talk import iter_long_talk
+    from mmst.simultaneous.longform import LongFormTranslator, SegmentEnd
+    from mmst.simultaneous.vad import StreamingVad
+
+    lo, hi = (float(x) / 1000.0 for x in args.pause_ms.split(","))
+    chunk = int(round(args.chunk_ms * SR / 1000.0))
+    lf = LongFormTranslator(system.translator(3, policy=args.policy),
+                            vad=StreamingVad(min_silence_ms=args.vad_min_silence_ms), chunk_ms=args.chunk_ms)
+    lf.reset()
+    bucket_s = args.bucket_min * 60.0
+    n_buckets = int(np.ceil(args.minutes * 60.0 / bucket_s))
+    wall: list[list[float]] = [[] for _ in range(n_buckets)]
+    cpu: list[list[float]] = [[] for _ in range(n_buckets)]
+    segs = [0] * n_buckets
+    state = [0] * n_buckets
+    words = [0] * n_buckets
+    rss_peak = [0.0] * n_buckets
+    peak = _rss_mib()
+    next_sample = 0.0
+    pos = 0.0
+    compute = 0.0
+    total_chunks = int(np.ceil(args.minutes * 60.0 * SR / chunk))
+    for x, _ in tqdm(iter_long_talk(audios, args.minutes * 60.0, chunk, pause_s=(lo, hi), seed=args.seed),
+                     total=total_chunks, desc="stream", mininterval=10):
+        b = min(int(pos // bucket_s), n_buckets - 1)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        evs = lf.push(x)
+        dt, dc = time.perf_counter() - t0, time.thread_time() - c0
+        compute += dt
+        pos += x.size / SR
+        wall[b].append(dt * 1000.0)
+        cpu[b].append(dc * 1000.0)
+        for e in evs:
+            if isinstance(e, SegmentEnd):
+                segs[b] += 1
+                state[b] = max(state[b], e.state_numel)
+            else:
+                words[b] += 1
+        if pos >= next_sample:
+            peak = max(peak, _rss_mib())
+            next_sample += 10.0
+        rss_peak[b] = peak
+    t0 = time.perf_counter()
+    lf.finish()
+    compute += time.perf_counter() - t0
+    rss_peak[-1] = max(peak, _rss_mib())
+
+    def stats(v: list[float]) -> dict[str, float | None]:
+        if not v:
+            return {"mean": None, "p90": None}
+        return {"mean": statistics.fmean(v), "p90": float(np.percentile(v, 90))}
+
+    buckets = [{"from_min": i * args.bucket_min, "to_min": min((i + 1) * args.bucket_min, args.minutes),
+                "n_chunks": len(wall[i]), "ms_per_chunk_wall": stats(wall[i]), "ms_per_chunk_cpu": stats(cpu[i]),
+                "peak_rss_mib": rss_peak[i], "vad_segments": segs[i], "words": words[i],
+                "max_state_numel": state[i]} for i in range(n_buckets)]
+
+    def rss_at(minute: float) -> float:
+        i = min(max(int(np.ceil(minute / args.bucket_min)) - 1, 0), n_buckets - 1)
+        return rss_peak[i]
+
+    first, last = buckets[0], buckets[-1]
+    cpu_s = sum(sum(v) for v in cpu) / 1000.0
+    return {"buckets": buckets, "audio_s": pos, "compute_s": compute, "rtf": compute / pos,
+            "cpu_s": cpu_s, "rtf_cpu": cpu_s / pos,
+            "n_segments": sum(segs), "n_words": sum(words),
+            "cost_ratio_cpu": last["ms_per_chunk_cpu"]["mean"] / first["ms_per_chunk_cpu"]["mean"],
+            "cost_ratio_wall": last["ms_per_chunk_wall"]["mean"] / first["ms_per_chunk_wall"]["mean"],
+            "rss_10min_mib": rss_at(10.0), "rss_end_mib": rss_peak[-1],
+            "rss_growth_mib_10_to_end": rss_peak[-1] - rss_at(10.0)}
+
+
+def crosscheck(system, utts, audios, args) -> dict[str, Any]:
+    """Segmented vs long-form (VAD, oracle) evaluation of the same utterances."""
+    from mmst.corpora.long_talk import build_long_talk
+    from mmst.evaluation.instances import make_instance
+    from mmst.evaluation.quality import latency_unit_for
+    from mmst.evaluation.resegment import RefSentence, stream_instances, timed_units
+    from mmst.evaluation.scorer import score_instances
+    from mmst.evaluation.streaming import stream_utterance
+    from mmst.simultaneous.longform import LongFormTranslator, OracleSegmenter
+    from mmst.simultaneous.vad import StreamingVad
+
+    n = min(args.crosscheck_utts, len(utts))
+    langs = list(system.tgt_langs)
+    units = {lang: latency_unit_for(lang) for lang in langs}
+    lo, hi = (float(x) / 1000.0 for x in args.pause_ms.split(","))
+    tr = system.translator(3, policy=args.policy)
+    seg: dict[str, list] = {lang: [] for lang in langs}
+    t0 = time.perf_counter()
+    for i in range(n):
+        r = stream_utterance(tr, audios[i], langs, units, args.chunk_ms, utt_id=utts[i]["id"])
+        for lang in langs:
+            ls = r.per_lang[lang]
+            seg[lang].append(make_instance(i, ls.units, ls.delays, ls.elapsed, utts[i]["refs"][lang], "",
+                                           r.source_length_ms, units[lang]))
+    seg_s = time.perf_counter() - t0
+    talk = build_long_talk(audios[:n], {lang: [u["refs"][lang] or "" for u in utts[:n]] for lang in langs},
+                           pause_s=(lo, hi), seed=args.seed)
+    sents = {lang: [RefSentence(r, o * 1000.0, d * 1000.0) for r, o, d in
+                    zip(talk.refs[lang], talk.offsets_s, talk.durations_s)] for lang in langs}
+    out: dict[str, Any] = {"n_utterances": n, "audio_s": talk.duration_s, "segmented_compute_s": seg_s,
+                           "per_lang": {lang: {} for lang in langs}}
+    seg_scores = {lang: score_instances(seg[lang], lang, units[lang]).metrics for lang in langs}
+    for name, segmenter in (("vad", StreamingVad(min_silence_ms=args.vad_min_silence_ms)),
+                            ("oracle", OracleSegmenter([(o, o + d) for o, d in zip(talk.offsets_s, talk.durations_s)]))):
+        lf = LongFormTranslator(tr, vad=segmenter, chunk_ms=args.chunk_ms)
+        evs: list = []
+        t0 = time.perf_counter()
+        for s in range(0, talk.audio.size, 5120):
+            evs += lf.push(talk.audio[s:s + 5120])
+        evs += lf.finish()
+        out[f"{name}_compute_s"] = time.perf_counter() - t0
+        out[f"{name}_segments"] = sum(1 for e in evs if not hasattr(e, "lang"))
+        for lang in langs:
+            ws = [e for e in evs if getattr(e, "lang", None) == lang]
+            m = score_instances(stream_instances(timed_units(ws, units[lang]), sents[lang], units[lang]), lang,
+                                units[lang]).metrics
+            out["per_lang"][lang][name] = {"BLEU": m.get("BLEU"), "StreamLAAL": m["LAAL"],
+                                           "StreamLAAL_CA": m.get("LAAL_CA")}
+    for lang in langs:
+        out["per_lang"][lang]["segmented"] = {"BLEU": seg_scores[lang].get("BLEU"), "LAAL": seg_scores[lang]["LAAL"],
+                                              "LAAL_CA": seg_scores[lang].get("LAAL_CA")}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print the tables and write the JSON."""
+    args = build_parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
+    prov = run_record(" ".join(["python", "bench/bench_longform.py", *(argv if argv is not None else sys.argv[1:])]))
+    if args.note:
+        prov["note"] = args.note
+    system, utts, audios = _load(args)
+    res: dict[str, Any] = {}
+    if args.crosscheck_utts:
+        res["crosscheck"] = crosscheck(system, utts, audios, args)
+        for lang, d in res["crosscheck"]["per_lang"].items():
+            print(f"{lang}: segmented BLEU {d['segmented']['BLEU']:.2f} LAAL {d['segmented']['LAAL']:.0f} | "
+                  f"long-form VAD BLEU {d['vad']['BLEU']:.2f} StreamLAAL {d['vad']['StreamLAAL']:.0f} | "
+                  f"oracle BLEU {d['oracle']['BLEU']:.2f} StreamLAAL {d['oracle']['StreamLAAL']:.0f}", flush=True)
+    cost = bounded_cost(system, audios, args)
+    summary = {"cost_ratio_60min_vs_5min": cost["cost_ratio_cpu"],
+               "rss_growth_mib_10_to_60min": cost["rss_growth_mib_10_to_end"], "rtf": cost["rtf"]}
+    obj = {"summary": summary, "provenance": prov,
+           "config": {"checkpoint": str(args.checkpoint), "data": str(system.data_dir), "split": args.split,
+                      "tgt_langs": list(system.tgt_langs), "policy": args.policy, "minutes": args.minutes,
+                      "bucket_min": args.bucket_min, "pause_ms": args.pause_ms, "chunk_ms": args.chunk_ms,
+                      "vad_min_silence_ms": args.vad_min_silence_ms, "threads": args.threads,
+                      "params": sum(p.numel() for p in system.model.parameters()),
+                      "cost_measure": "thread CPU ms per chunk (wall clock in the buckets)"},
+           "cost": cost, **res}
+    print(f"{'minutes':>10} {'ms/chunk wall':>14} {'ms/chunk cpu':>13} {'peak RSS MiB':>13} {'segments':>9}")
+    for b in cost["buckets"]:
+        print(f"{b['from_min']:4.0f}-{b['to_min']:<5.0f} {b['ms_per_chunk_wall']['mean'] or 0:14.1f} "
+              f"{b['ms_per_chunk_cpu']['mean'] or 0:13.1f} {b['peak_rss_mib']:13.1f} {b['vad_segments']:9d}")
+    print(json.dumps(summary))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
