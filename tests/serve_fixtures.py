@@ -90,3 +90,21 @@ def server_process(args: list[str], log: Path, timeout_s: float = 120.0):
         if proc.stdout:
             proc.stdout.close()
         err.close()
+
+
+def longform_cli_words(system: dict, wav: Path, langs: list[str], out: Path) -> list[tuple[str, str, int, float]]:
+    """``(lang, text, segment, time_ms)`` of every word of ``eval/longform_eval.py`` on ``wav``, with the
+    policy and limits of :func:`serve_args` (languages in ``langs`` order)."""
+    import json
+
+    cmd = [sys.executable, str(REPO / "eval" / "longform_eval.py"), "--checkpoint", str(system["ckpt"]),
+           "--data", str(system["data"]), "--audio", str(wav), "--tgt-langs", ",".join(langs),
+           "--max-len-b", "6", "--waitk-lagging", "2", "--out", str(out), "--no-progress"]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    words = []
+    for lang in langs:
+        for line in (out / lang / "hypothesis.jsonl").read_text().splitlines():
+            w = json.loads(line)
+            words.append((lang, w["text"], w["segment"], round(w["time_ms"], 1)))
+    return words

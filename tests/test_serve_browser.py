@@ -1,7 +1,7 @@
 """The mmst-serve page in headless Chromium (Selenium + Debian's chromium-driver): a wav played as the
 microphone (Chromium's fake capture device) goes through getUserMedia, the AudioWorklet and the
 in-page resampler to the server; captions must appear in every language column and equal, word for
-word, the long-form driver run offline on the PCM the server saved for that stream.
+word, the long-form CLI (``eval/longform_eval.py``) run on the PCM the server saved for that stream.
 
 Skips when chromium / chromedriver / selenium are missing (tools/ensure_system_packages.sh installs them).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
-from serve_fixtures import driver_factory, offline_words, serve_args, server_process, speech
+from serve_fixtures import longform_cli_words, serve_args, server_process, speech
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
@@ -77,12 +77,9 @@ def test_microphone_captions_equal_the_long_form_driver(tiny_system, tmp_path):
     got = [(w["lang"], w["text"], w["segment"], w["start_ms"]) for lang in langs for w in state["words"][lang]]
     for lang in langs:
         assert dom[lang] == [w["text"] for w in state["words"][lang]] and dom[lang]
-    # the server saved exactly the PCM it translated; the long-form driver reads it offline
+    # the server saved exactly the PCM it translated; the long-form CLI reads it offline
     files = sorted(saved.glob("*.wav"))
     assert len(files) == 1
     pcm, sr = sf.read(files[0], dtype="float32")
     assert sr == 16000 and len(pcm) > 16000
-    make_driver, _ = driver_factory(tiny_system)
-    want = offline_words(make_driver, langs, pcm)
-    want = [(lang, t, s, round(ms, 1)) for lang in langs for (lg, t, s, ms) in want if lg == lang]
-    assert got == want
+    assert got == longform_cli_words(tiny_system, files[0], langs, tmp_path / "longform")

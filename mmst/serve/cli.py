@@ -51,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ms of audio the long-form driver feeds the translator per step (chunk_ms)")
     p.add_argument("--max-segment-s", type=float, default=20.0, help="longest VAD segment in seconds; longer "
                    "speech is cut there")
+    p.add_argument("--vad-threshold", type=float, default=0.5, help="Silero VAD speech probability threshold")
+    p.add_argument("--vad-min-silence-ms", type=float, default=250.0,
+                   help="silence (ms) that ends a VAD segment")
+    p.add_argument("--vad-speech-pad-ms", type=float, default=30.0, help="padding (ms) on each side of a segment")
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0 = all; explicit on purpose)")
     p.add_argument("--port", type=int, default=8765, help="TCP port (0 = any free port, printed at start)")
     p.add_argument("--max-clients", type=int, default=8, help="concurrent streams; more are refused (close 1013)")
@@ -91,7 +95,7 @@ def make_driver_factory(args: argparse.Namespace) -> tuple[Any, list[str]]:
     """
     from mmst.evaluation.loading import load_system
     from mmst.simultaneous.policy_spec import specs_from_args
-    from mmst.simultaneous.vad import load_vad_model
+    from mmst.simultaneous.vad import StreamingVad, load_vad_model
 
     from .drivers import DriverPool
 
@@ -106,9 +110,12 @@ def make_driver_factory(args: argparse.Namespace) -> tuple[Any, list[str]]:
         raise ValueError(f"--policy-per-lang names {', '.join(bad)}, not among the served languages {served}")
     policy = {lang: per_lang.get(lang, specs[0]) for lang in served}
     system.translator(policy=policy, beam=args.beam, max_len_b=args.max_len_b)  # fail now, not per stream
-    load_vad_model()  # the bundled weights load (and fail) at start
+    vad_model = load_vad_model()  # the bundled weights load (and fail) at start
 
-    pool = DriverPool(system, policy, beam=args.beam, max_len_b=args.max_len_b, max_segment_s=args.max_segment_s,
+    vad = {"threshold": args.vad_threshold, "min_silence_ms": args.vad_min_silence_ms,
+           "speech_pad_ms": args.vad_speech_pad_ms, "max_segment_s": args.max_segment_s}
+    StreamingVad(**vad, model=vad_model)  # out-of-range VAD options fail now
+    pool = DriverPool(system, policy, beam=args.beam, max_len_b=args.max_len_b, vad=vad,
                       chunk_ms=args.source_segment_size)
     return pool, served
 

@@ -20,18 +20,22 @@ class DriverPool:
         system: a loaded :class:`mmst.evaluation.loading.EvalSystem`.
         policy: ``{lang: policy}`` for every served language (``PolicySpec`` or ``"name:k=v"``).
         beam, max_len_b: translator options (see ``StreamingTranslator``).
-        max_segment_s: longest VAD segment (s); chunk_ms: the driver's processing chunk (ms).
+        vad: :class:`~mmst.simultaneous.vad.StreamingVad` keyword arguments (``threshold``,
+            ``min_silence_ms``, ``speech_pad_ms``, ``max_segment_s``); chunk_ms: the driver's processing
+            chunk (ms).
 
     ``pool(langs)`` returns a driver for those languages; ``pool.release(driver)`` resets it and keeps
     it for the next stream (call it only when no step of that driver is running).
     """
 
     def __init__(self, system: Any, policy: dict, *, beam: int = 1, max_len_b: int = 200,
-                 max_segment_s: float = 20.0, chunk_ms: float = 320.0) -> None:
+                 vad: dict | None = None, chunk_ms: float = 320.0) -> None:
         self.system = system
         self.policy = dict(policy)
         self.beam, self.max_len_b = int(beam), int(max_len_b)
-        self.max_segment_s, self.chunk_ms = float(max_segment_s), float(chunk_ms)
+        self.vad = dict(vad or {})
+        self.max_segment_s = float(self.vad.get("max_segment_s", 20.0))
+        self.chunk_ms = float(chunk_ms)
         self._free: dict[tuple[str, ...], list[Any]] = {}
         self._lock = threading.Lock()
         self.created = 0
@@ -48,7 +52,7 @@ class DriverPool:
 
         tr = self.system.translator(tgt_langs=list(langs), policy={lang: self.policy[lang] for lang in langs},
                                     beam=self.beam, max_len_b=self.max_len_b)
-        driver = LongFormTranslator(tr, vad=StreamingVad(max_segment_s=self.max_segment_s),
+        driver = LongFormTranslator(tr, vad=StreamingVad(**self.vad),
                                     max_segment_s=self.max_segment_s, chunk_ms=self.chunk_ms)
         driver._mmst_langs = key
         with self._lock:
