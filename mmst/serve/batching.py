@@ -11,7 +11,7 @@ All streams share one model and one compute thread (torch's intra-op threads are
   of once per received frame. The tick length adapts to the load; with one idle stream a tick is one
   frame.
 * ``"off"`` (the baseline the benchmark compares against): every received frame is a job of its own,
-  computed in arrival order on the same compute thread; N streams cost N separate streams.
+  computed alone, in arrival order, on the same compute thread; N streams cost N separate streams.
 
 The words are identical in both modes: the long-form driver cuts the audio it is given into its
 own fixed chunks (``chunk_ms``), so how the audio was grouped into calls does not change what is
@@ -61,6 +61,7 @@ class TickScheduler:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmst-compute")
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._jobs: set[asyncio.Task] = set()
         self.ticks = 0
         self.steps = 0
         self.busy_s = 0.0
@@ -95,22 +96,38 @@ class TickScheduler:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def notify(self, session: StreamSession) -> None:
-        """A session received audio or ``end``. Tick mode: wake the tick loop. Off: compute this
-        frame now (awaits its turn on the compute thread)."""
+        """A session received a frame or ``end``. Tick mode: wake the tick loop. Off: queue one job for
+        this frame on the compute thread (jobs run in arrival order; the caller does not wait, so the
+        connection keeps reading, answering pings, while the backlog is computed)."""
         if self.mode == "tick":
             self._wake.set()
             return
+        task = asyncio.get_running_loop().create_task(self._frame_job(session))
+        self._jobs.add(task)
+        task.add_done_callback(self._jobs.discard)
+
+    async def _frame_job(self, session: StreamSession) -> None:
         loop = asyncio.get_running_loop()
-        t = time.perf_counter()
         try:
-            events = await loop.run_in_executor(self._executor, session.step)
-            err = None
-        except Exception as e:  # noqa: BLE001 - a failing stream must not stop the others
-            events, err = [], e
-        self.busy_s += time.perf_counter() - t
-        self.steps += 1
+            events, err = await loop.run_in_executor(self._executor, self._step_one, session)
+        except RuntimeError:  # the executor was shut down while stopping
+            return
         if session in self.sessions:
             self.deliver(session, events, err)
+
+    def _step_one(self, session: StreamSession) -> tuple[list, BaseException | None]:
+        """Off mode, on the compute thread: the session's oldest frame alone (or its end)."""
+        if session not in self.sessions:
+            return [], None
+        t = time.perf_counter()
+        try:
+            return session.step(session.take_pending(1)), None
+        except Exception as e:  # noqa: BLE001 - a failing stream must not stop the others
+            logger.exception("stream failed in its step")
+            return [], e
+        finally:
+            self.busy_s += time.perf_counter() - t
+            self.steps += 1
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -120,12 +137,10 @@ class TickScheduler:
             batch = [s for s in self.sessions if s.has_work()]
             if not batch:
                 continue
-            t = time.perf_counter()
             try:
                 results = await loop.run_in_executor(self._executor, self._compute, batch)
             except RuntimeError:  # the executor was shut down while stopping
                 return
-            self.busy_s += time.perf_counter() - t
             self.ticks += 1
             for session, events, err in results:
                 if session in self.sessions:
@@ -136,6 +151,7 @@ class TickScheduler:
     def _compute(self, batch: list[StreamSession]) -> list[tuple[StreamSession, list, BaseException | None]]:
         """One tick on the compute thread: step every session of ``batch`` once with all its audio."""
         out = []
+        t = time.perf_counter()
         for s in batch:
             try:
                 out.append((s, s.step(), None))
@@ -143,4 +159,5 @@ class TickScheduler:
                 logger.exception("stream failed in its step")
                 out.append((s, [], e))
             self.steps += 1
+        self.busy_s += time.perf_counter() - t
         return out

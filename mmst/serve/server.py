@@ -107,6 +107,7 @@ class _Client:
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=send_queue)
         self.sender: asyncio.Task | None = None
         self.closing = False
+        self.end_queued = False
 
 
 class TranslationServer:
@@ -264,7 +265,8 @@ class TranslationServer:
         try:
             for ev in events:
                 client.queue.put_nowait(ev)
-            if session.finished:
+            if session.finished and not client.end_queued:
+                client.end_queued = True
                 client.queue.put_nowait(_END)
         except asyncio.QueueFull:
             self._close_soon(client, CLOSE_SLOW_READER,

@@ -126,10 +126,12 @@ class StreamSession:
             return self._mark_times[min(i, len(self._mark_times) - 1)]
 
     # ------------------------------------------------------------------ compute side (scheduler thread)
-    def take_pending(self) -> np.ndarray:
-        """All queued 16 kHz samples, concatenated (empty when none), removed from the queue."""
+    def take_pending(self, max_frames: int | None = None) -> np.ndarray:
+        """The queued 16 kHz samples (all, or the oldest ``max_frames`` frames), concatenated and removed
+        from the queue (empty when none)."""
         with self._lock:
-            parts, self._pending = self._pending, []
+            n = len(self._pending) if max_frames is None else max_frames
+            parts, self._pending = self._pending[:n], self._pending[n:]
         if not parts:
             return np.zeros(0, np.float32)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
