@@ -83,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
             browser.quit()
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
         log.close()
     print(f"wrote {args.out}")
     return 0

@@ -33,7 +33,14 @@ function buildColumns(langs) {
 function addWord(ev) {
   const cap = document.querySelector(`.col[data-lang="${ev.lang}"] .captions`);
   if (!cap) return;
+  (state.words[ev.lang] = state.words[ev.lang] || []).push(ev);
   const lag = Math.max(0, ev.emit_ms - ev.start_ms);
+  const last = cap.lastElementChild;
+  if (state.charLangs.includes(ev.lang) && last && last.dataset.start === String(ev.start_ms) &&
+      last.dataset.segment === String(ev.segment)) {
+    last.querySelector(".t").textContent += ev.text;  // characters of one write share one lag
+    return;
+  }
   const w = document.createElement("span");
   w.className = "w";
   w.title = `written after ${(ev.start_ms / 1000).toFixed(2)} s of audio; shown ${(lag / 1000).toFixed(2)} s later`;
@@ -43,9 +50,10 @@ function addWord(ev) {
   const l = document.createElement("span");
   l.className = "lag";
   l.textContent = (lag / 1000).toFixed(2);
+  w.dataset.start = String(ev.start_ms);
+  w.dataset.segment = String(ev.segment);
   w.append(t, l);
   cap.append(w);
-  (state.words[ev.lang] = state.words[ev.lang] || []).push(ev);
   cap.parentElement.scrollTop = cap.parentElement.scrollHeight;
 }
 
