@@ -3,7 +3,8 @@
 
 Starts ``python -m mmst.serve`` with the given model, opens the page in headless Chromium (Selenium,
 Debian's chromium-driver) with a wav as the fake microphone, presses Start, waits until every language
-column has ``--min-words`` words (or ``--seconds`` pass), and saves the window.
+column has ``--min-words`` words (or ``--seconds`` pass), and saves the window. Japanese captions need a
+CJK font on the machine (Debian: ``fonts-ipafont-gothic``), otherwise they show as boxes.
 
 Usage::
 

@@ -216,7 +216,7 @@ class TranslationServer:
         ws = client.ws
         try:
             first = await asyncio.wait_for(ws.recv(), self.config.start_timeout_s)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # noqa: UP041 - not the builtin TimeoutError on Python 3.10
             raise ProtocolError(CLOSE_BAD_MESSAGE,
                                 f"no start message within {self.config.start_timeout_s:g} s") from None
         if isinstance(first, bytes):
