@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Installs the system packages that the recipes need (espeak-ng, for synthetic English speech)
-# when they are missing and we are root; otherwise says which package to install.
+# Installs the system packages that mmst needs when they are missing and we are root; otherwise says
+# which package to install:
+#   espeak-ng                  synthetic English speech (the synthetic recipes, test corpora)
+#   chromium, chromium-driver  the headless browser test of the mmst-serve page (Selenium)
 set -u
 missing=()
 command -v espeak-ng >/dev/null 2>&1 || missing+=(espeak-ng)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
@@ -13,5 +17,6 @@ if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     || { echo "setup: apt-get install ${missing[*]} failed" >&2; exit 1; }
 else
   echo "setup: WARNING: missing system package(s): ${missing[*]}." >&2
-  echo "setup: install them (Debian/Ubuntu: sudo apt-get install ${missing[*]}); the synthetic recipes need espeak-ng." >&2
+  echo "setup: install them (Debian/Ubuntu: sudo apt-get install ${missing[*]}); the synthetic recipes need" \
+       "espeak-ng, the browser test of mmst-serve needs chromium and chromium-driver (it skips without them)." >&2
 fi

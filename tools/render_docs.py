@@ -390,6 +390,22 @@ def augment_prep(d: Mapping[str, Any]) -> str:
     return prep_line(d).strip("\n")
 
 
+def serve_table(d: Mapping[str, Any]) -> str:
+    """mmst-serve under load (``bench/bench_serve.py``): one row per batching mode and number of clients."""
+    rows = [[r["batching"], r["n"], f"{num(r['added_latency_ms_p50'], '{:.0f}')} / {num(r['added_latency_ms_p95'], '{:.0f}')}",
+             num(r["rtf_max"], "{:.3f}"), num(r["server_cpu_pct"], "{:.0f}") + "%", num(r["cpu_s_per_audio_s"], "{:.3f}"),
+             num(r["peak_rss_mib"], "{:.0f}"), num(r["words_per_s"], "{:.1f}"), "yes" if r["realtime"] else "no"]
+            for r in d["rows"].values()]
+    s, c = d["summary"], d["config"]
+    return (md_table(["batching", "clients", "added latency p50 / p95 (ms)", "RTF (max client)", "server CPU",
+                      "CPU s per audio s", "peak RSS (MiB)", "words/s", "real time"], rows)
+            + f"\n\nAt 8 clients: p95 added latency {num(s['p95_added_latency_ms_8_clients'], '{:.0f}')} ms, "
+              f"batched / unbatched CPU cost {num(s['batched_over_unbatched_cost_8_clients'])}; max real-time clients "
+              f"(RTF < 1 and p95 < {num(c['realtime_p95_ms'], '{:.0f}')} ms): {s['max_realtime_clients']}. "
+              f"{num(c['seconds_per_client'], '{:.0f}')} s of real-time audio per client, {c['cpus']} CPUs"
+              + (f"; {c['note']}" if c.get("note") else "") + ".")
+
+
 @dataclass(frozen=True)
 class Table:
     """A rendered table: its JSON under ``docs/results/`` and the function that formats it."""
@@ -428,6 +444,7 @@ TABLES: dict[str, Table] = {
     "train": Table("train.json", train),
     "train-quick": Table("train_quick.json", train_quick),
     "vs-fairseq": Table("vs_fairseq.json", vs_fairseq),
+    "serve": Table("serve.json", serve_table),
 }
 
 

@@ -1,0 +1,207 @@
+#!/usr/bin/env python
+"""mmst-serve under load: 1, 4, 8, 16 simulated real-time clients on loopback, cross-stream batching on
+and off.
+
+Starts ``python -m mmst.serve`` (one server per batching mode), then, for each N, N clients that each
+stream a different talk of ``DATA/../raw`` (or ``--wav`` files) at real-time speed in 100 ms int16
+frames, all at once. Reports, per N:
+
+- added latency p50 / p95 (ms; server receive of the frame after which a word could be written ->
+  server send of the word; over all words of all clients);
+- RTF per client (server compute seconds on that stream / its audio seconds; max over clients);
+- server CPU (process CPU seconds / wall seconds, %), CPU seconds per second of audio, peak RSS (MiB);
+- words per second (all clients).
+
+Summary (the first key of the JSON): ``p95_added_latency_ms_8_clients``,
+``batched_over_unbatched_cost_8_clients`` (server CPU seconds per second of audio at 8 clients, tick
+batching / ``--batching off``) and ``max_realtime_clients`` (the largest N whose clients all have
+RTF < 1 and whose p95 added latency is < 300 ms; 0 when none).
+
+Writes ``docs/results/serve.json`` (with provenance) and prints the Markdown table. The machine's load
+average during the run is recorded: numbers from a shared machine are pessimistic.
+
+Usage::
+
+    nice -n 5 python bench/bench_serve.py --checkpoint exp/synthetic/model/checkpoint_best.pt \\
+        --data exp/synthetic/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import soundfile as sf
+from provenance import RESULTS_DIR, run_record
+
+from mmst.cli_help import HelpFormatter
+from mmst.serve.loadtest import run_clients, summarize_clients
+
+REPO = Path(__file__).resolve().parents[1]
+RT_P95_MS = 300.0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Options of the benchmark."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
+    p.add_argument("--data", required=True, help="DATA directory of the checkpoint")
+    p.add_argument("--wav", nargs="*", default=None,
+                   help="talk wavs to stream (default: the tst-COMMON talks named by DATA/tst-COMMON.tsv)")
+    p.add_argument("--clients", default="1,4,8,16", help="numbers of concurrent clients")
+    p.add_argument("--unbatched-clients", type=int, default=8, help="N of the run with --batching off (0 = skip)")
+    p.add_argument("--seconds", type=float, default=20.0, help="audio per client (talks cut to this length)")
+    p.add_argument("--server-args", default="", help="extra mmst-serve options, e.g. '--policy alignatt'")
+    p.add_argument("--out", default=str(RESULTS_DIR / "serve.json"), help="output JSON")
+    p.add_argument("--note", default="", help="free text stored with the results (e.g. 'shared machine')")
+    return p
+
+
+def talk_wavs(data: Path) -> list[Path]:
+    """Distinct talk wavs referenced by ``DATA/tst-COMMON.tsv`` (column ``wav``)."""
+    import csv
+
+    with open(data / "tst-COMMON.tsv", newline="") as f:
+        wavs = list(dict.fromkeys(row["wav"] for row in csv.DictReader(f, delimiter="\t") if row.get("wav")))
+    return [Path(w) for w in wavs if Path(w).is_file()]
+
+
+class Server:
+    """``python -m mmst.serve`` in a subprocess, with CPU and peak-RSS sampling (psutil)."""
+
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.log = open(log, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen([sys.executable, "-m", "mmst.serve", *args, "--port", "0"], cwd=REPO,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
+        line = self.proc.stdout.readline()
+        m = re.search(r"listening on http://[^:]+:(\d+)/", line)
+        if not m:
+            raise RuntimeError(f"mmst-serve did not start: {line!r}; see {log}")
+        self.port = int(m.group(1))
+        self.ps = psutil.Process(self.proc.pid)
+        self._peak = 0
+        self._stop = threading.Event()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._peak = max(self._peak, self.ps.memory_info().rss)
+            except psutil.Error:
+                return
+            time.sleep(0.1)
+
+    def reset_peak(self) -> None:
+        self._peak = self.ps.memory_info().rss
+
+    @property
+    def peak_rss_mib(self) -> float:
+        return self._peak / 2**20
+
+    def cpu_s(self) -> float:
+        t = self.ps.cpu_times()
+        return t.user + t.system
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def measure(server: Server, audios: list[np.ndarray]) -> dict:
+    """One load point: warm the driver pool, then stream every audio at once in real time."""
+    url = f"ws://127.0.0.1:{server.port}/ws"
+    asyncio.run(run_clients(url, [a[:16000] for a in audios], realtime=False))  # one driver per client, warm
+    server.reset_peak()
+    cpu0, load0 = server.cpu_s(), os.getloadavg()[0]
+    results, wall = asyncio.run(run_clients(url, audios, realtime=True, stagger_ms=37.0))
+    cpu = server.cpu_s() - cpu0
+    row = summarize_clients(results, wall)
+    row.update(server_cpu_s=cpu, server_cpu_pct=100.0 * cpu / wall,
+               cpu_s_per_audio_s=cpu / row["audio_s"] if row["audio_s"] else None,
+               peak_rss_mib=server.peak_rss_mib, loadavg_1m=[load0, os.getloadavg()[0]])
+    row["realtime"] = bool(row["failed"] == 0 and row["rtf_max"] is not None and row["rtf_max"] < 1.0
+                           and row["added_latency_ms_p95"] is not None and row["added_latency_ms_p95"] < RT_P95_MS)
+    return row
+
+
+def table(res: dict) -> str:
+    """Markdown table of the rows (the same function renders it in the docs)."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from render_docs import serve_table
+
+    return serve_table(res)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; exit 1 with a message when the server or the audio is missing."""
+    args = build_parser().parse_args(argv)
+    record = run_record()
+    wavs = [Path(w) for w in args.wav] if args.wav else talk_wavs(Path(args.data))
+    if not wavs:
+        print("bench_serve: no talk wavs found (pass --wav)", file=sys.stderr)
+        return 1
+    talks = []
+    for w in wavs:
+        x, sr = sf.read(w, dtype="float32", always_2d=True)
+        if sr != 16000:
+            import soxr
+
+            x = soxr.resample(x, sr, 16000)
+        talks.append(np.ascontiguousarray(x.mean(axis=1)[: int(args.seconds * 16000)], dtype=np.float32))
+    ns = [int(n) for n in args.clients.split(",")]
+    base = ["--checkpoint", args.checkpoint, "--data", args.data, "--max-clients", str(max(ns + [1])),
+            *args.server_args.split()]
+    rows: dict[str, dict] = {}
+    log_dir = Path(tempfile.mkdtemp(prefix="bench_serve_"))
+    print(f"server logs in {log_dir}", file=sys.stderr)
+    modes = [("tick", ns)] + ([("off", [args.unbatched_clients])] if args.unbatched_clients else [])
+    for mode, counts in modes:
+        server = Server([*base, "--batching", mode], log_dir / f"server_{mode}.log")
+        try:
+            for n in counts:
+                audios = [talks[i % len(talks)] for i in range(n)]
+                print(f"batching {mode}: {n} client(s) ...", file=sys.stderr, flush=True)
+                rows[f"{mode}/{n}"] = {"batching": mode, "n": n, **measure(server, audios)}
+        finally:
+            server.stop()
+    tick8 = rows.get(f"tick/{args.unbatched_clients}")
+    off8 = rows.get(f"off/{args.unbatched_clients}")
+    ratio = (tick8["cpu_s_per_audio_s"] / off8["cpu_s_per_audio_s"]
+             if tick8 and off8 and off8["cpu_s_per_audio_s"] else None)
+    realtime = [r["n"] for r in rows.values() if r["batching"] == "tick" and r["realtime"]]
+    res = {
+        "summary": {"p95_added_latency_ms_8_clients": tick8["added_latency_ms_p95"] if tick8 else None,
+                    "batched_over_unbatched_cost_8_clients": ratio,
+                    "max_realtime_clients": max(realtime) if realtime else 0},
+        "rows": rows,
+        "config": {"checkpoint": args.checkpoint, "data": args.data, "seconds_per_client": args.seconds,
+                   "talks": [str(w) for w in wavs], "frame_ms": 100, "sample_format": "int16",
+                   "server_args": base[4:], "realtime_p95_ms": RT_P95_MS, "cpus": os.cpu_count(),
+                   "note": args.note},
+        "provenance": record,
+    }
+    Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+    print(table(res))
+    print(json.dumps(res["summary"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Scheduling the streams of one server onto one compute thread: dynamic batching per tick.
+
+All streams share one model and one compute thread (torch's intra-op threads are set by
+``mmst-serve --threads``); the asyncio event loop only receives audio and sends events. Two modes:
+
+* ``"tick"`` (default, dynamic batching): whenever the compute thread is free, ONE tick takes every
+  stream that has audio waiting (or has ended) and steps each once with ALL of its waiting audio. While
+  a tick computes, new audio of every stream accumulates, so under load each stream's next step covers
+  more audio: the encoder runs a multi-chunk block instead of one chunk per call and the per-call
+  overheads (Python, VAD, policy bookkeeping, detokenisation) are paid once per tick and stream instead
+  of once per received frame. The tick length adapts to the load; with one idle stream a tick is one
+  frame.
+* ``"off"`` (the baseline the benchmark compares against): every received frame is a job of its own,
+  computed alone, in arrival order, on the same compute thread; N streams cost N separate streams.
+
+The words are identical in both modes: the long-form driver cuts the audio it is given into its
+own fixed chunks (``chunk_ms``), so how the audio was grouped into calls does not change what is
+written, only when (tested).
+
+Not done here (yet): stacking the tensors of different streams into one encoder or decoder call.
+Their caches have different lengths (padding + masks per layer); the tick structure is where that
+step plugs in (:meth:`TickScheduler._compute` receives every stream of a tick at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from .session import StreamSession
+
+logger = logging.getLogger("mmst.serve")
+
+BATCHING_MODES = ("tick", "off")
+
+#: callback(session, events, error): deliver a step's events (or the exception it raised) on the loop
+Deliver = Callable[[StreamSession, list, BaseException | None], None]
+
+
+class TickScheduler:
+    """Runs the sessions' compute on one thread (see the module docstring).
+
+    Args:
+        deliver: called on the event loop with ``(session, events, None)`` after each step of a
+            session, or ``(session, [], error)`` when its step raised (the other sessions go on).
+        mode: ``"tick"`` or ``"off"``.
+
+    Raises:
+        ValueError: unknown mode.
+    """
+
+    def __init__(self, deliver: Deliver, mode: str = "tick") -> None:
+        if mode not in BATCHING_MODES:
+            raise ValueError(f"batching mode must be one of {BATCHING_MODES}, got {mode!r}")
+        self.deliver = deliver
+        self.mode = mode
+        self.sessions: set[StreamSession] = set()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmst-compute")
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._jobs: set[asyncio.Task] = set()
+        self.ticks = 0
+        self.steps = 0
+        self.busy_s = 0.0
+
+    def start(self) -> None:
+        """Start the tick loop on the running event loop (tick mode)."""
+        if self.mode == "tick" and self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="mmst-ticks")
+
+    async def stop(self) -> None:
+        """Stop the tick loop and the compute thread."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        self._executor.shutdown(wait=True)
+
+    def add(self, session: StreamSession) -> None:
+        """Register a session (its audio is computed from now on)."""
+        self.sessions.add(session)
+
+    def remove(self, session: StreamSession) -> None:
+        """Forget a session (a disconnected client): it is not stepped again; a tick in progress may
+        still finish its current step, whose events are then dropped by the server."""
+        self.sessions.discard(session)
+
+    async def run(self, fn, *args):
+        """``fn(*args)`` on the compute thread, after the steps already queued there; its result."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def notify(self, session: StreamSession) -> None:
+        """A session received a frame or ``end``. Tick mode: wake the tick loop. Off: queue one job for
+        this frame on the compute thread (jobs run in arrival order; the caller does not wait, so the
+        connection keeps reading, answering pings, while the backlog is computed)."""
+        if self.mode == "tick":
+            self._wake.set()
+            return
+        task = asyncio.get_running_loop().create_task(self._frame_job(session))
+        self._jobs.add(task)
+        task.add_done_callback(self._jobs.discard)
+
+    async def _frame_job(self, session: StreamSession) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            events, err = await loop.run_in_executor(self._executor, self._step_one, session)
+        except RuntimeError:  # the executor was shut down while stopping
+            return
+        if session in self.sessions:
+            self.deliver(session, events, err)
+
+    def _step_one(self, session: StreamSession) -> tuple[list, BaseException | None]:
+        """Off mode, on the compute thread: the session's oldest frame alone (or its end)."""
+        if session not in self.sessions:
+            return [], None
+        t = time.perf_counter()
+        try:
+            return session.step(session.take_pending(1)), None
+        except Exception as e:  # noqa: BLE001 - a failing stream must not stop the others
+            logger.exception("stream failed in its step")
+            return [], e
+        finally:
+            self.busy_s += time.perf_counter() - t
+            self.steps += 1
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch = [s for s in self.sessions if s.has_work()]
+            if not batch:
+                continue
+            try:
+                results = await loop.run_in_executor(self._executor, self._compute, batch)
+            except RuntimeError:  # the executor was shut down while stopping
+                return
+            self.ticks += 1
+            for session, events, err in results:
+                if session in self.sessions:
+                    self.deliver(session, events, err)
+            if any(s.has_work() for s in self.sessions):
+                self._wake.set()
+
+    def _compute(self, batch: list[StreamSession]) -> list[tuple[StreamSession, list, BaseException | None]]:
+        """One tick on the compute thread: step every session of ``batch`` once with all its audio."""
+        out = []
+        t = time.perf_counter()
+        for s in batch:
+            try:
+                out.append((s, s.step(), None))
+            except Exception as e:  # noqa: BLE001 - reported to that stream only
+                logger.exception("stream failed in its step")
+                out.append((s, [], e))
+            self.steps += 1
+        self.busy_s += time.perf_counter() - t
+        return out

@@ -1,0 +1,173 @@
+"""``mmst-serve``: live simultaneous translation over WebSocket, with a web page, for many clients.
+
+Usage::
+
+    mmst-serve --checkpoint exp/synthetic/model/checkpoint_best.pt --data exp/synthetic/data
+    mmst-serve --checkpoint CKPT --data DATA --tgt-langs de,es --policy alignatt --policy-args frames=4 \\
+        --host 0.0.0.0 --port 8765 --max-clients 16 --token SECRET
+
+Then open http://127.0.0.1:8765/ (microphone or an audio file; one caption column per language), or
+stream from a program with the protocol in ``docs/serving.md`` (``ws://HOST:PORT/ws``).
+
+Each stream is segmented by Silero VAD and translated by the long-form driver
+(:mod:`mmst.simultaneous.longform`) with the chosen policy. The server listens on 127.0.0.1 unless
+``--host`` says otherwise. Exit status: 0 on Ctrl-C, 1 with a one-line error for a bad checkpoint,
+DATA, language or policy, 2 for bad options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from mmst.cli_help import HelpFormatter
+
+logger = logging.getLogger("mmst.serve")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Options of ``mmst-serve``."""
+    from mmst.simultaneous.policy_spec import add_policy_arguments
+
+    from .batching import BATCHING_MODES
+    from .protocol import DEFAULT_MAX_MESSAGE_BYTES
+
+    p = argparse.ArgumentParser(prog="mmst-serve", description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
+    p.add_argument("--data", default=None, help="DATA directory (vocab, CMVN); default: the checkpoint's data_dir")
+    p.add_argument("--tgt-langs", default=None, help="comma-separated target languages (default: all of the model's)")
+    p.add_argument("--waitk-lagging", type=int, default=3, help="wait-k lagging k in pre-decision chunks "
+                   "(the policy when --policy is not given)")
+    add_policy_arguments(p)
+    p.add_argument("--beam", type=int, default=1, help="beam search while streaming (alignatt, edatt, la, holdn)")
+    p.add_argument("--max-len-b", type=int, default=200, help="maximum tokens written per language and segment")
+    p.add_argument("--source-segment-size", type=float, default=320.0,
+                   help="ms of audio the long-form driver feeds the translator per step (chunk_ms)")
+    p.add_argument("--max-segment-s", type=float, default=20.0, help="longest VAD segment in seconds; longer "
+                   "speech is cut there")
+    p.add_argument("--vad-threshold", type=float, default=0.5, help="Silero VAD speech probability threshold")
+    p.add_argument("--vad-min-silence-ms", type=float, default=250.0,
+                   help="silence (ms) that ends a VAD segment")
+    p.add_argument("--vad-speech-pad-ms", type=float, default=30.0, help="padding (ms) on each side of a segment")
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0 = all; explicit on purpose)")
+    p.add_argument("--port", type=int, default=8765, help="TCP port (0 = any free port, printed at start)")
+    p.add_argument("--max-clients", type=int, default=8, help="concurrent streams; more are refused (close 1013)")
+    p.add_argument("--token", default=None, help="shared secret clients must send (?token= or Authorization: "
+                   "Bearer); default: none")
+    p.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
+                   help="largest WebSocket message in bytes (close 1009 above)")
+    p.add_argument("--send-queue", type=int, default=256,
+                   help="events queued for one client before it counts as a slow reader (close 4408)")
+    p.add_argument("--batching", choices=BATCHING_MODES, default="tick",
+                   help="tick = dynamic batching per tick across streams; off = every audio frame computed "
+                   "on its own (the benchmark's baseline)")
+    p.add_argument("--save-audio", default=None, metavar="DIR",
+                   help="write each stream's received 16 kHz PCM to DIR/<stream>.wav (float32) for offline "
+                   "replays")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads of the compute thread")
+    p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level")
+    return p
+
+
+def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    for name in ("max_clients", "send_queue", "max_message_bytes", "threads", "beam"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if not 0 <= args.port <= 65535:
+        p.error("--port must be in 0..65535")
+    if args.source_segment_size <= 0 or args.max_segment_s <= 0:
+        p.error("--source-segment-size and --max-segment-s must be > 0")
+
+
+def make_driver_factory(args: argparse.Namespace) -> tuple[Any, list[str]]:
+    """``(DriverPool: make_driver(langs) -> LongFormTranslator, served languages)`` from the options.
+
+    Raises:
+        mmst.evaluation.loading.LoadError: bad checkpoint, DATA or languages.
+        ValueError: a bad policy, or a policy sweep (one setting only).
+    """
+    from mmst.evaluation.loading import load_system
+    from mmst.simultaneous.policy_spec import specs_from_args
+    from mmst.simultaneous.vad import StreamingVad, load_vad_model
+
+    from .drivers import DriverPool
+
+    langs = [x.strip() for x in args.tgt_langs.split(",") if x.strip()] if args.tgt_langs else None
+    system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, device=args.device)
+    swept, specs, per_lang = specs_from_args(args, [args.waitk_lagging])
+    if len(specs) != 1:
+        raise ValueError(f"mmst-serve runs one policy setting; --policy-args sweeps {swept} over {len(specs)} values")
+    served = list(system.tgt_langs)
+    bad = [lang for lang in per_lang if lang not in served]
+    if bad:
+        raise ValueError(f"--policy-per-lang names {', '.join(bad)}, not among the served languages {served}")
+    policy = {lang: per_lang.get(lang, specs[0]) for lang in served}
+    system.translator(policy=policy, beam=args.beam, max_len_b=args.max_len_b)  # fail now, not per stream
+    vad_model = load_vad_model()  # the bundled weights load (and fail) at start
+
+    vad = {"threshold": args.vad_threshold, "min_silence_ms": args.vad_min_silence_ms,
+           "speech_pad_ms": args.vad_speech_pad_ms, "max_segment_s": args.max_segment_s}
+    StreamingVad(**vad, model=vad_model)  # out-of-range VAD options fail now
+    pool = DriverPool(system, policy, beam=args.beam, max_len_b=args.max_len_b, vad=vad,
+                      chunk_ms=args.source_segment_size)
+    return pool, served
+
+
+async def _serve(args: argparse.Namespace, make_driver, langs: list[str]) -> None:
+    from .server import ServerConfig, TranslationServer
+
+    cfg = ServerConfig(langs=langs, max_clients=args.max_clients, token=args.token,
+                       max_message_bytes=args.max_message_bytes, send_queue=args.send_queue,
+                       save_audio_dir=Path(args.save_audio) if args.save_audio else None, batching=args.batching,
+                       info={"checkpoint": Path(args.checkpoint).name})
+    server = TranslationServer(make_driver, cfg)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    async with server.running(args.host, args.port) as srv:
+        port = srv.sockets[0].getsockname()[1]
+        host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
+        # one machine-readable line first (tests and the benchmark read the port from it)
+        print(f"mmst-serve: listening on http://{host}:{port}/ (WebSocket ws://{host}:{port}/ws; "
+              f"languages {','.join(langs)}; batching {args.batching})", flush=True)
+        await stop.wait()
+    logger.info("stopped: %s", server.stats())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``mmst-serve``; returns the exit status."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    _check_args(p, args)
+    logging.basicConfig(level=getattr(logging, args.log_level), format="%(levelname)s: %(message)s",
+                        stream=sys.stderr)
+    logging.getLogger("websockets").setLevel(logging.WARNING)
+    import torch
+
+    from mmst.evaluation.loading import LoadError
+
+    torch.set_num_threads(args.threads)
+    try:
+        make_driver, langs = make_driver_factory(args)
+    except (LoadError, ValueError) as e:
+        print(f"mmst-serve: error: {e}", file=sys.stderr)
+        return 1
+    try:
+        asyncio.run(_serve(args, make_driver, langs))
+    except OSError as e:  # port in use, bad host
+        print(f"mmst-serve: error: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

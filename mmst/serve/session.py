@@ -1,0 +1,188 @@
+"""Per-connection translation state: resampling, the long-form driver, receive-time bookkeeping.
+
+A :class:`StreamSession` owns everything one audio stream needs (a
+:class:`~mmst.simultaneous.longform.LongFormTranslator` with its own VAD, decoder caches and encoder
+state; a soxr resampler; optionally the received PCM) and nothing shared but the read-only model, so
+dropping the session frees the stream. It does no I/O: the server feeds it audio with
+:meth:`StreamSession.add_audio`, the scheduler (:mod:`mmst.serve.batching`) runs :meth:`step` /
+:meth:`finish` off the event loop, and the events come back as protocol dicts
+(:mod:`mmst.serve.protocol`).
+
+Added latency (the server's own delay on a word): a word written at source time ``t`` ms could be
+written once the audio frame that brought the stream past ``t`` had arrived; its added latency is the
+time from receiving that frame to sending the word's event (see :meth:`StreamSession.recv_time_for`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_left
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mmst.simultaneous.longform import LongFormWord, SegmentEnd
+
+from .protocol import MODEL_SAMPLE_RATE, StartRequest, segment_end_event, word_event
+
+
+class StreamSession:
+    """Translation state of one connection.
+
+    Args:
+        driver: a long-form translator: ``push(samples (n,) float32 16 kHz) -> [events]``,
+            ``finish() -> [events]`` (events are ``LongFormWord`` / ``SegmentEnd``).
+        request: the client's validated ``start`` message.
+        save_path: write the 16 kHz float32 PCM fed to the driver to this wav when the session
+            closes (None = keep nothing).
+        clock: monotonic clock in seconds (tests pass a fake one).
+
+    Attributes:
+        t0: clock time of the first audio frame (None before it).
+        latencies_ms: added latency of every word sent so far (filled by the server's sender).
+    """
+
+    def __init__(self, driver: Any, request: StartRequest, save_path: str | Path | None = None,
+                 clock=time.monotonic) -> None:
+        self.driver = driver
+        self.request = request
+        self.clock = clock
+        self.save_path = Path(save_path) if save_path is not None else None
+        self._resampler = None
+        if request.sample_rate != MODEL_SAMPLE_RATE:
+            import soxr
+
+            self._resampler = soxr.ResampleStream(request.sample_rate, MODEL_SAMPLE_RATE, 1, dtype="float32")
+        self._lock = threading.Lock()  # pending audio: appended on the event loop, taken by the scheduler
+        self._pending: list[np.ndarray] = []
+        self._ended = False
+        self.finished = False
+        self.t0: float | None = None
+        self.n_samples = 0  # 16 kHz samples received (after resampling)
+        self._mark_samples: list[int] = []  # per received frame: samples received up to its end
+        self._mark_times: list[float] = []  # per received frame: its receive time (clock)
+        self._saved: list[np.ndarray] = []
+        self.compute_s = 0.0
+        self.words: dict[str, int] = {lang: 0 for lang in request.langs}
+        self.segments = 0
+        self.latencies_ms: list[float] = []
+
+    # ------------------------------------------------------------------ event-loop side
+    def add_audio(self, samples: np.ndarray, recv_time: float | None = None) -> None:
+        """Queue float32 samples at the client's rate (resampled to 16 kHz here).
+
+        Raises:
+            ValueError: audio after :meth:`end`.
+        """
+        if self._ended:
+            raise ValueError("audio after end")
+        t = self.clock() if recv_time is None else recv_time
+        if self.t0 is None:
+            self.t0 = t
+        x = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if self._resampler is not None:
+            x = self._resampler.resample_chunk(x)
+        self._queue(x, t)
+
+    def _queue(self, x: np.ndarray, recv_time: float | None) -> None:
+        """Queue 16 kHz samples; mark the frame's end and receive time (None: no new frame)."""
+        with self._lock:
+            if x.size:
+                self._pending.append(x)
+                if self.save_path is not None:
+                    self._saved.append(x)
+            self.n_samples += x.size
+            if recv_time is not None:
+                self._mark_samples.append(self.n_samples)
+                self._mark_times.append(recv_time)
+
+    def end(self) -> None:
+        """The client sent ``end``: flush the resampler; the next scheduler run finishes the stream."""
+        if self._ended:
+            return
+        if self._resampler is not None:
+            self._queue(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True), None)
+        self._ended = True
+
+    @property
+    def ended(self) -> bool:
+        """True once the client sent ``end``."""
+        return self._ended
+
+    def has_work(self) -> bool:
+        """Audio is waiting, or the stream ended and is not finished yet."""
+        return bool(self._pending) or (self._ended and not self.finished)
+
+    def recv_time_for(self, time_ms: float) -> float:
+        """Clock time at which the audio up to source time ``time_ms`` had been received: the receive
+        time of the first frame whose end reaches ``time_ms`` (the last frame's when none does)."""
+        need = int(np.ceil(time_ms * MODEL_SAMPLE_RATE / 1000.0 - 1e-6))
+        with self._lock:
+            i = bisect_left(self._mark_samples, need)
+            if not self._mark_times:
+                return self.clock()
+            return self._mark_times[min(i, len(self._mark_times) - 1)]
+
+    # ------------------------------------------------------------------ compute side (scheduler thread)
+    def take_pending(self, max_frames: int | None = None) -> np.ndarray:
+        """The queued 16 kHz samples (all, or the oldest ``max_frames`` frames), concatenated and removed
+        from the queue (empty when none)."""
+        with self._lock:
+            n = len(self._pending) if max_frames is None else max_frames
+            parts, self._pending = self._pending[:n], self._pending[n:]
+        if not parts:
+            return np.zeros(0, np.float32)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def step(self, samples: np.ndarray | None = None) -> list[dict]:
+        """Push ``samples`` (default: everything queued) through the driver; finish the stream when the
+        client ended it and nothing is left. Returns protocol events (``word`` events carry an extra
+        ``_recv_t`` key, the receive time used for the added latency, which the server strips)."""
+        x = self.take_pending() if samples is None else samples
+        t = time.perf_counter()
+        events = list(self.driver.push(x)) if x.size else []
+        if self._ended and not self._pending and not self.finished:
+            events += list(self.driver.finish())
+            self.finished = True
+        self.compute_s += time.perf_counter() - t
+        return [self._to_dict(ev) for ev in events]
+
+    def _to_dict(self, ev: Any) -> dict:
+        if isinstance(ev, LongFormWord):
+            self.words[ev.lang] = self.words.get(ev.lang, 0) + 1
+            d = word_event(ev.lang, ev.text, ev.segment, ev.time_ms, 0.0)
+            d["_recv_t"] = self.recv_time_for(ev.time_ms)
+            return d
+        if isinstance(ev, SegmentEnd):
+            self.segments += 1
+            return segment_end_event(ev.segment, ev.start_ms, ev.end_ms)
+        raise TypeError(f"unknown long-form event {type(ev).__name__}")
+
+    # ------------------------------------------------------------------ end
+    def summary(self) -> dict:
+        """The ``summary`` event: words per language, segments, audio and compute time, real-time
+        factor (compute / audio) and this stream's added latency p50/p95 (ms; None without words)."""
+        audio_ms = self.n_samples * 1000.0 / MODEL_SAMPLE_RATE
+        lat = np.asarray(self.latencies_ms, dtype=np.float64)
+        pct = ({"p50": round(float(np.percentile(lat, 50)), 1), "p95": round(float(np.percentile(lat, 95)), 1)}
+               if lat.size else {"p50": None, "p95": None})
+        return {"type": "summary", "words": dict(self.words), "segments": self.segments,
+                "audio_ms": round(audio_ms, 1), "compute_ms": round(self.compute_s * 1000.0, 1),
+                "rtf": round(self.compute_s * 1000.0 / audio_ms, 4) if audio_ms else None,
+                "added_latency_ms": pct}
+
+    def save(self) -> Path | None:
+        """Write the received 16 kHz PCM (float32 wav, exact samples) to ``save_path``; returns the path."""
+        if self.save_path is None:
+            return None
+        import soundfile as sf
+
+        from mmst.atomic import atomic_path
+
+        x = np.concatenate(self._saved) if self._saved else np.zeros(0, np.float32)
+        self.save_path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(self.save_path) as tmp:
+            sf.write(tmp, x, MODEL_SAMPLE_RATE, subtype="FLOAT", format="WAV")
+        return self.save_path
