@@ -134,7 +134,10 @@ def test_torchrun_restart_resumes_param_server_from_checkpoint_last(tiny_feature
     assert p.returncode == 0, p.stderr[-4000:]
     assert "injected failure at update 5" in p.stderr
     events = _records(save, "event")
-    assert [e["update"] for e in events if "resumed_from" in e] == [3]
+    # one restart, from the last checkpoint written before the failure: the server may already have applied
+    # update 6 (the other workers' pushes go on, within the staleness bound) when worker 1 dies at its update 5
+    resumed = [e["update"] for e in events if "resumed_from" in e]
+    assert len(resumed) == 1 and resumed[0] in (3, 6), resumed
     assert load_checkpoint(save / "checkpoint_last.pt")["train_state"]["num_updates"] == 8
 
 
