@@ -7,7 +7,8 @@
 # Unknown options are an error that names the option. `--help` prints the variables and their values.
 #
 # run_stage N "title" command...: runs a numbered stage when stage <= N <= stop_stage, prints a banner,
-#   and skips it when its done-marker exists (unless --force true). Markers live in $exp_dir/.done/.
+#   and skips it when its done-marker exists (unless --force true). Markers live in $exp_dir/.done/,
+#   named ${marker_prefix}stageN: a recipe that shares its exp_dir with another sets marker_prefix.
 # run_item_stage N "title" command...: a stage that skips finished items itself (see below).
 
 parse_options() {
@@ -45,7 +46,7 @@ run_item_stage() { _stage false "$@"; }
 _stage() {
   local use_marker="$1" n="$2" title="$3"; shift 3
   if [ "$n" -lt "$stage" ] || [ "$n" -gt "$stop_stage" ]; then return 0; fi
-  local marker="$exp_dir/.done/stage$n"
+  local marker="$exp_dir/.done/${marker_prefix:-}stage$n"
   echo "=================================================================="
   if $use_marker; then echo "== Stage $n: $title"; else echo "== Stage $n: $title (finished items are skipped)"; fi
   echo "=================================================================="

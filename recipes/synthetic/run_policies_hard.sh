@@ -47,6 +47,8 @@ RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs max_update max_utteranc
   jobs models checkpoint waitk_args alignatt_args edatt_args la_args holdn_args ctc_args policies results_json results_md
   plot_dir docs eval_args)
 parse_options "$@"
+# this recipe shares $exp_dir with run_waitk_hard.sh (same corpus and models): its own stage markers
+marker_prefix=policies-
 
 data=$exp_dir/data
 out=$exp_dir/policies
