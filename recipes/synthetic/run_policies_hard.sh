@@ -31,12 +31,12 @@ threads=1                    # torch threads per evaluation
 jobs=2                       # evaluations run side by side (one per model)
 models=offline,multik
 checkpoint=checkpoint_last.pt
-waitk_args="k=1,2,3,5,7"
-alignatt_args="frames=2,4,7,10,14,20"
-edatt_args="alpha=0.05,0.1,0.2,0.4,0.6,frames=4"
-la_args="n=1,2,3"
-holdn_args="n=1,2,4,6,8"
-ctc_args="k=1,2,3,5,7"
+waitk_args="k=1,3,5,7"
+alignatt_args="frames=2,4,8,14,20,28,40"
+edatt_args="alpha=0.01,0.02,0.05,0.1,0.2,frames=4"
+la_args="n=1,2"
+holdn_args="n=2,4,6"
+ctc_args="k=1,3,5"
 policies="waitk alignatt edatt la holdn ctc"
 results_json=docs/results/policies_hard.json
 results_md=docs/results/policies_hard.md
