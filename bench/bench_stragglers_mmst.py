@@ -62,11 +62,17 @@ GOALS = {"dropcompute_over_ddp_samples_per_s": (">=", 1.08), "dropcompute_drop_r
 
 
 def _train_args(a: argparse.Namespace, save: Path, seed: int) -> list[str]:
+    """mmst-train arguments of one run: a curve run (seed <= ``--curve-seeds``: ``--updates`` updates,
+    validation every ``--valid-every``) or a throughput run (``--throughput-updates`` updates, validated
+    only where the trainer always validates). Both follow the same learning-rate schedule."""
+    curve = seed <= a.curve_seeds
+    updates = a.updates if curve else a.throughput_updates
+    valid_every = a.valid_every if curve else updates
     args = ["--config", str(a.config), "--data", str(a.data), "--save-dir", str(save), "--log-level", "INFO",
             f"seed={seed}", "num_threads=1", "logging.progress_bar=false", "logging.tensorboard=false",
-            f"optim.max_update={a.updates}", f"optim.update_freq={a.update_freq}", f"data.max_tokens={a.max_tokens}",
-            f"optim.warmup_updates={max(1, a.updates // 8)}", f"valid.interval_updates={a.valid_every}",
-            f"logging.log_interval={a.valid_every}", "valid.bleu_subset=0", "valid.best_metric=loss",
+            f"optim.max_update={updates}", f"optim.update_freq={a.update_freq}", f"data.max_tokens={a.max_tokens}",
+            f"optim.warmup_updates={max(1, a.updates // 8)}", f"valid.interval_updates={valid_every}",
+            f"logging.log_interval={a.log_every}", "valid.bleu_subset=0", "valid.best_metric=loss",
             "checkpoint.save_interval_updates=0",
             "checkpoint.resume=false"]
     return args + (TINY if a.tiny else [])
@@ -100,7 +106,8 @@ def run_one(a: argparse.Namespace, w: int, mode: str, scen: str | None, seed: in
                "c10d", "--rdzv-endpoint", f"127.0.0.1:{find_free_port()}", "-m", "mmst.training.cli", *args]
     t0 = time.monotonic()
     rc, out = _run(cmd, a.run_timeout)
-    row: dict[str, Any] = {"W": w, "scenario": scen, "mode": mode, "seed": seed, "wall_s": time.monotonic() - t0}
+    row: dict[str, Any] = {"W": w, "scenario": scen, "mode": mode, "seed": seed, "curve_run": seed <= a.curve_seeds,
+                           "wall_s": time.monotonic() - t0}
     if rc != 0:
         lines = out.strip().splitlines() or [""]
         why = next((ln for ln in reversed(lines) if "mmst-train:" in ln or "Error" in ln), lines[-1])
@@ -130,14 +137,14 @@ def aggregate(rows: list[dict[str, Any]], targets: dict[int, float], spm: float)
     out = []
     for (w, scen, mode), rs in groups.items():
         ok = [r for r in rs if "error" not in r]
-        ttt = [time_to_target(r["curve"], targets[w]) if w in targets else None for r in ok]
+        ttt = [time_to_target(r["curve"], targets[w]) if w in targets else None for r in ok if r["curve_run"]]
         agg = {"W": w, "scenario": scen, "mode": mode, "seeds": len(ok), "errors": [r["error"] for r in rs if "error" in r],
                "samples_per_s": (_mean([r["microbatches_per_s"] for r in ok]) or 0.0) * spm if ok else None,
                "drop_rate": _mean([r["drop_rate"] for r in ok]), "staleness_mean": _mean([r["staleness_mean"] for r in ok]),
                "staleness_max": max((r["staleness_max"] for r in ok if r["staleness_max"] is not None), default=None),
                "delay_share": _mean([r["delay_share"] for r in ok]),
                "time_to_target_s": _mean(ttt) if ttt and all(t is not None for t in ttt) else None,
-               "reached_target": sum(t is not None for t in ttt), "target_loss": targets.get(w),
+               "reached_target": sum(t is not None for t in ttt), "curve_seeds": len(ttt), "target_loss": targets.get(w),
                "tau_s": _mean([r["tau_s"] for r in ok])}
         out.append(agg)
     by = {(r["W"], r["scenario"], r["mode"]): r for r in out}
@@ -176,13 +183,13 @@ def _f(x: Any, fmt: str = "{:.2f}") -> str:
 
 def table(agg: list[dict[str, Any]], summ: dict[str, Any], gl: dict[str, str]) -> str:
     """Markdown table of the seed means plus the goal lines."""
-    head = ("| W | scenario | mode | seeds | samples/s | x DDP | drop rate | tau ms | staleness mean/max "
+    head = ("| W | scenario | mode | seeds (curves) | samples/s | x DDP | drop rate | tau ms | staleness mean/max "
             "| delay share | time to target s | x DDP (time) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in agg:
         stale = f"{_f(r['staleness_mean'])}/{_f(r['staleness_max'], '{:.0f}')}" if r["mode"] == "param-server" else "-"
-        ttt = _f(r["time_to_target_s"], "{:.1f}") if r["time_to_target_s"] else f"not reached ({r['reached_target']}/{r['seeds']})"
-        lines.append(f"| {r['W']} | {r['scenario']} | {r['mode']} | {r['seeds']} | {_f(r['samples_per_s'], '{:.1f}')} "
+        ttt = _f(r["time_to_target_s"], "{:.1f}") if r["time_to_target_s"] else f"not reached ({r['reached_target']}/{r['curve_seeds']})"
+        lines.append(f"| {r['W']} | {r['scenario']} | {r['mode']} | {r['seeds']} ({r['curve_seeds']}) | {_f(r['samples_per_s'], '{:.1f}')} "
                      f"| {_f(r.get('x_ddp_samples_per_s'))} | {_f(r['drop_rate'], '{:.3f}') if r['mode'] == 'dropcompute' else '-'} "
                      f"| {_f(r['tau_s'] * 1000 if r['tau_s'] else None, '{:.0f}')} | {stale} | {_f(r['delay_share'])} "
                      f"| {ttt} | {_f(r.get('x_ddp_time_to_target'))} |")
@@ -229,8 +236,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenarios", default=None, help=f"comma-separated subset of {list(SCENARIOS)} (quick: ln0.5)")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of modes")
     p.add_argument("--seeds", type=int, default=None, help="seeds per configuration (default 3; quick 1)")
-    p.add_argument("--updates", type=int, default=None, help="updates per run (default 60; quick 6)")
-    p.add_argument("--valid-every", type=int, default=None, help="validation/log interval in updates (default 10; quick 2)")
+    p.add_argument("--updates", type=int, default=None,
+                   help="updates of a curve run (dev loss vs time; default 60; quick 6)")
+    p.add_argument("--valid-every", type=int, default=None,
+                   help="validation interval of a curve run, in updates (default 10; quick 2)")
+    p.add_argument("--curve-seeds", type=int, default=None,
+                   help="the first N seeds are curve runs (time to target, plot); the others are shorter "
+                        "throughput runs (default: every seed is a curve run)")
+    p.add_argument("--throughput-updates", type=int, default=None,
+                   help="updates of a throughput run (default: --updates)")
+    p.add_argument("--log-every", type=int, default=None,
+                   help="log interval in updates, the throughput windows; must divide --valid-every "
+                        "(default: --valid-every)")
     p.add_argument("--update-freq", type=int, default=2, help="M micro-batches per data rank per update")
     p.add_argument("--max-tokens", type=int, default=None, help="padded frames per micro-batch (default 4000; quick 1500)")
     p.add_argument("--auto-steps", type=int, default=None, help="DropCompute auto-tau recording steps (default 5; quick 2)")
@@ -248,6 +265,13 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(1, 1 + (a.seeds or (1 if q else 3)))
     a.updates = a.updates or (6 if q else 60)
     a.valid_every = a.valid_every or (2 if q else 10)
+    a.log_every = a.log_every or a.valid_every
+    a.curve_seeds = len(seeds) if a.curve_seeds is None else a.curve_seeds
+    if a.curve_seeds < 1:
+        p.error("--curve-seeds must be >= 1 (the reference run and the plot need a curve run)")
+    a.throughput_updates = a.throughput_updates or a.updates
+    if a.valid_every % a.log_every or a.throughput_updates % a.log_every or a.throughput_updates < 2 * a.log_every:
+        p.error("--log-every must divide --valid-every and --throughput-updates, with two windows per throughput run")
     a.max_tokens = a.max_tokens or (1500 if q else 4000)
     a.auto_steps = a.auto_steps or (2 if q else 5)
     t0 = time.time()
