@@ -209,7 +209,24 @@ def stragglers(d: Mapping[str, Any]) -> str:
         rows.append([r["W"], r["scenario"], mode, num(r["samples_per_s"], "{:.0f}"), num(r.get("efficiency")),
                      num(r.get("ratio_to_cv0")), num(r.get("speedup_vs_ddp")), pred, drop, tau, over, stale,
                      num(r.get("time_to_target_s"))])
-    return md_table(head, rows)
+    return md_table(head, rows) + "\n\n" + stragglers_model_check(d)
+
+
+def stragglers_model_check(d: Mapping[str, Any]) -> str:
+    """One line: the largest gap, in efficiency points, between measured DDP efficiency and the analytic
+    model's (Monte Carlo, Blom) over the DDP rows with injected variance (W >= 2)."""
+    gaps = {"mc": [], "blom": []}
+    for r in d["rows"]:
+        if r.get("mode") != "ddp" or r.get("scenario") == "cv0" or r.get("W", 1) < 2 or r.get("efficiency") is None:
+            continue
+        for k in gaps:
+            if r.get(f"pred_eff_{k}") is not None:
+                gaps[k].append((abs(r["efficiency"] - r[f"pred_eff_{k}"]) * 100, f"W={r['W']} {r['scenario']}"))
+    if not gaps["mc"]:
+        return "DDP vs the analytic model: no DDP row with injected variance."
+    (mc, mc_at), (bl, bl_at) = max(gaps["mc"]), max(gaps["blom"] or [(float("nan"), "-")])
+    return (f"DDP efficiency vs the analytic model, over the {len(gaps['mc'])} DDP rows with injected variance: "
+            f"largest gap {mc:.1f} points to Monte Carlo ({mc_at}), {bl:.1f} points to Blom ({bl_at}).")
 
 
 def features(d: Mapping[str, Any]) -> str:
