@@ -229,6 +229,35 @@ def stragglers_model_check(d: Mapping[str, Any]) -> str:
             f"largest gap {mc:.1f} points to Monte Carlo ({mc_at}), {bl:.1f} points to Blom ({bl_at}).")
 
 
+def stragglers_mmst(d: Mapping[str, Any]) -> str:
+    """The real-model straggler benchmark: its seed-mean table (with the goal lines) and the setup."""
+    c = d["config"]
+    per_core = ", ".join(f"W = {w}: {float(x):.1f}" for w, x in sorted(c.get("ranks_per_core", {}).items()))
+    curve_seeds = c.get("curve_seeds", len(c.get("seeds", [])))
+    return (d["table_markdown"] + "\n\n"
+            f"Setup: {len(c['seeds'])} seeds per row, of which {curve_seeds} trained {c['updates']} updates with "
+            f"validation every {c['valid_every']} (dev-loss curve, time to target) and the others "
+            f"{c.get('throughput_updates', c['updates'])} updates (throughput only); M = {c['update_freq']} micro-batches "
+            f"of <= {c['max_tokens']} padded frames per rank and update; throughput over log windows of "
+            f"{c.get('log_every', c['valid_every'])} updates after the first; target dev loss per W from the "
+            f"single-process run ({', '.join(f'W = {w}: {float(t):.3f}' for w, t in sorted(d['targets'].items()))}); "
+            f"processes per core, counting the parameter server's extra process ({per_core}); whole benchmark {float(d['runtime_s']) / 60:.0f} min.")
+
+
+def stragglers_mmst_summary(d: Mapping[str, Any]) -> str:
+    """One paragraph: the headline ratios of the real-model straggler benchmark and whether each goal is met."""
+    s, g = d["summary"], d["goals"]
+    w = max((r["W"] for r in d["aggregate"]), default="?")
+    return (f"On the speech model at W = {w} (lognormal CV 0.5): DropCompute reached "
+            f"{num(s['dropcompute_over_ddp_samples_per_s'])}x DDP's samples/s (goal >= 1.08: "
+            f"{g['dropcompute_over_ddp_samples_per_s']}) at a drop rate of "
+            f"{num(s['dropcompute_drop_rate'], '{:.3f}')} (goal <= 0.15: {g['dropcompute_drop_rate']}), and "
+            f"{num(s['dropcompute_over_ddp_time_to_target'])}x DDP's time to the target dev loss (goal <= 1: "
+            f"{g['dropcompute_over_ddp_time_to_target']}). With one 2x slow rank the parameter server reached "
+            f"{num(s['param_server_over_ddp_slow_rank'])}x DDP's samples/s (goal >= 1.2: "
+            f"{g['param_server_over_ddp_slow_rank']}).")
+
+
 def features(d: Mapping[str, Any]) -> str:
     """fbank extraction speed: x real time, per core (wall) and per CPU second."""
     rows = [[r["task"], r["jobs"], num(r["x_realtime"], "{:.0f}"), num(r["x_realtime_per_core_wall"], "{:.0f}"),
@@ -451,6 +480,8 @@ TABLES: dict[str, Table] = {
     "compare-synthetic-600": Table("compare_synthetic_600.json", compare_avg),
     "compare-hard-600": Table("compare_hard_600.json", lambda d: compare_avg(d, seeds_column=True)),
     "stragglers": Table("stragglers.json", stragglers),
+    "stragglers-mmst": Table("stragglers_mmst.json", stragglers_mmst),
+    "stragglers-mmst-summary": Table("stragglers_mmst.json", stragglers_mmst_summary),
     "features": Table("features.json", features),
     "alignment": Table("alignment.json", alignment),
     "streaming": Table("streaming.json", streaming_summary),
