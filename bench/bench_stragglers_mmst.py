@@ -28,6 +28,7 @@ Usage::
 
     python bench/bench_stragglers_mmst.py            # full: W = 2, 4; both scenarios; 3 seeds (<= 60 min)
     python bench/bench_stragglers_mmst.py --quick --data DATA   # W = 2, ln0.5, 1 seed, tiny model (CI)
+    python bench/bench_stragglers_mmst.py ... --resume   # rerun only what an earlier invocation did not finish
 
 Writes ``docs/results/stragglers_mmst.json`` (``summary`` first), ``docs/results/stragglers_mmst.md``
 and ``docs/images/stragglers_mmst.png``.
@@ -254,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true", help="tiny model overrides (implied by --quick)")
     p.add_argument("--dist-timeout", type=float, default=120.0, help="--dist-timeout of every run (s)")
     p.add_argument("--run-timeout", type=float, default=900.0, help="wall-clock bound of one run (s)")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse the finished runs recorded in OUT.rows.jsonl by an earlier, interrupted or partly "
+                        "failed invocation with the same settings (runs that failed are run again)")
     p.add_argument("--out", default=str(RESULTS_DIR / "stragglers_mmst.json"), help="JSON output")
     p.add_argument("--plot", default=str(REPO / "docs/images/stragglers_mmst.png"), help="plot output")
     a = p.parse_args(argv)
@@ -278,10 +282,28 @@ def main(argv: list[str] | None = None) -> int:
     record = run_record()
     rows: list[dict[str, Any]] = []
     targets: dict[int, float] = {}
+    done_rows = Path(a.out).with_suffix(".rows.jsonl")  # finished runs, one JSON per line (--resume)
+    done: dict[tuple, dict[str, Any]] = {}
+    if a.resume and done_rows.is_file():
+        for r in map(json.loads, done_rows.read_text().splitlines()):
+            if "error" not in r:
+                done[(r["W"], r["scenario"], r["mode"], r["seed"])] = r
+        print(f"--resume: {len(done)} finished runs from {done_rows}", file=sys.stderr)
+    elif done_rows.is_file():
+        done_rows.unlink()
+
+    def run_or_reuse(w: int, mode: str, scen: str | None, seed: int, root: Path) -> dict[str, Any]:
+        r = done.get((w, scen, mode, seed))
+        if r is None:
+            r = run_one(a, w, mode, scen, seed, root)
+            with done_rows.open("a") as fh:
+                fh.write(json.dumps(r, default=str) + "\n")
+        return r
+
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for w in ws:
-            ref = run_one(a, w, "none", None, 1, root)
+            ref = run_or_reuse(w, "none", None, 1, root)
             rows.append(ref)
             if "error" in ref:
                 print(f"W={w} reference run failed: {ref['error']}", file=sys.stderr)
@@ -290,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             for scen in scens:
                 for mode in modes:
                     for seed in seeds:
-                        r = run_one(a, w, mode, scen, seed, root)
+                        r = run_or_reuse(w, mode, scen, seed, root)
                         rows.append(r)
                         print(f"W={w} {scen} {mode} seed {seed}: {r['wall_s']:.0f}s"
                               + (f" ERROR {r['error']}" if "error" in r else ""), file=sys.stderr, flush=True)
@@ -305,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
            "config": {**{k: v for k, v in vars(a).items()}, "workers": ws, "scenarios": scens, "modes": modes,
                       "seeds": list(seeds), "samples_per_microbatch": spm,
                       "ranks_per_core": {w: (w + 1) / (os.cpu_count() or 1) for w in ws}},
-           "targets": targets, "runtime_s": time.time() - t0, "aggregate": agg, "rows": rows,
+           "targets": targets, "runtime_s": time.time() - t0,
+           "runs_wall_s": sum(float(r["wall_s"]) for r in rows), "aggregate": agg, "rows": rows,
            "table_markdown": tab}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1, default=str))
