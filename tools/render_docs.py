@@ -256,7 +256,19 @@ def stragglers_mmst_summary(d: Mapping[str, Any]) -> str:
             f"{num(s['dropcompute_over_ddp_time_to_target'])}x DDP's time to the target dev loss (goal <= 1: "
             f"{g['dropcompute_over_ddp_time_to_target']}). With one 2x slow rank the parameter server reached "
             f"{num(s['param_server_over_ddp_slow_rank'])}x DDP's samples/s (goal >= 1.2: "
-            f"{g['param_server_over_ddp_slow_rank']}).")
+            f"{g['param_server_over_ddp_slow_rank']})." + _stragglers_control(d, w))
+
+
+def _stragglers_control(d: Mapping[str, Any], w: Any) -> str:
+    """The never-dropping control (``dropcompute-inf``) against DDP and DropCompute at W = ``w``, if run."""
+    by = {(r["scenario"], r["mode"]): r for r in d["aggregate"] if r["W"] == w}
+    parts = []
+    for scen, what in (("ln0.5", "lognormal CV 0.5"), ("slow", "a slow rank")):
+        ctl, dc = by.get((scen, "dropcompute-inf")), by.get((scen, "dropcompute"))
+        if ctl and dc and ctl.get("samples_per_s") and dc.get("samples_per_s"):
+            parts.append(f"with {what}, the control reached {num(ctl.get('x_ddp_samples_per_s'))}x DDP's samples/s, "
+                         f"so dropping itself was worth {num(dc['samples_per_s'] / ctl['samples_per_s'])}x")
+    return (" DropCompute's code path with tau = inf (never drops): " + "; ".join(parts) + ".") if parts else ""
 
 
 def features(d: Mapping[str, Any]) -> str:
