@@ -71,11 +71,12 @@ def test_dropcompute_drops_slow_rank_without_hanging_and_never_cuts_a_micro_batc
                         "--straggler-base-ms", "10", "--slow-rank", "1:4", *COMMON], 2, timeout_s=120)
     _ok(res)
     # rank 0: ~10 ms per micro-batch, checks pass at ~0, 10, 20 ms => 3 computed; rank 1: >= 40 ms of
-    # sleep per micro-batch, its forward share (~1/3) ends before tau, so the first micro-batch runs to
-    # its end, past tau (a deadline cut would have dropped it at 30 ms), and the next check stops it
+    # sleep per micro-batch; its first micro-batch runs past tau (a deadline cut would have ended it at
+    # 30 ms): to its end when its forward share (~1/3) ends before tau, or, on a loaded machine where the
+    # forward is slow, to the check between its forward and backward; the next check stops the step
     micro = res[0]["micro_times_s"]  # (rank, step, micro-batch), NaN = not started
     for step in micro[1]:
-        assert step[0] >= 0.040 and all(math.isnan(x) for x in step[1:])
+        assert step[0] > 0.032 and all(math.isnan(x) for x in step[1:])
     assert all(not math.isnan(x) for step in micro[0] for x in step[:2])
     assert 0.3 < res[0]["drop_rate"] < 0.8
 
