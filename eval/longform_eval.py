@@ -36,7 +36,13 @@ import logging
 import sys
 from pathlib import Path
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import (
+    HelpFormatter,
+    add_model_arguments,
+    add_tgt_langs_argument,
+    add_vad_arguments,
+    run_cli,
+)
 
 logger = logging.getLogger("longform_eval")
 
@@ -44,8 +50,7 @@ logger = logging.getLogger("longform_eval")
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
-    p.add_argument("--data", default=None, help="DATA directory for vocab and CMVN (default: the checkpoint's)")
+    add_model_arguments(p)
     p.add_argument("--audio", action="append", default=None,
                    help="a long recording (repeat the option for several); any format soundfile reads")
     p.add_argument("--refs", default=None,
@@ -57,8 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mustc-root", default=None, help="a MuST-C release root (ROOT/en-XX/data/<split>), instead "
                    "of --audio/--refs/--segments")
     p.add_argument("--split", default="tst-COMMON", help="MuST-C split with --mustc-root")
-    p.add_argument("--tgt-langs", default=None,
-                   help="comma-separated target languages (default: those of --refs, or all of the model)")
+    add_tgt_langs_argument(p, default="those of --refs, or all of the model's")
     p.add_argument("--waitk-lagging", type=int, default=3, help="wait-k lagging in pre-decision chunks "
                    "(without --policy)")
     from mmst.simultaneous.policy_spec import add_policy_arguments
@@ -66,12 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_policy_arguments(p, sweep=False)
     p.add_argument("--source-segment-size", type=float, default=320.0,
                    help="processing chunk in ms: the VAD and the translator run every this many ms of audio")
-    p.add_argument("--max-segment-s", type=float, default=20.0,
-                   help="longest VAD segment in seconds; longer speech is cut there")
-    p.add_argument("--vad-threshold", type=float, default=0.5, help="Silero VAD speech probability threshold")
-    p.add_argument("--vad-min-silence-ms", type=float, default=250.0,
-                   help="silence (ms) that ends a VAD segment")
-    p.add_argument("--vad-speech-pad-ms", type=float, default=30.0, help="padding (ms) on each side of a segment")
+    add_vad_arguments(p)
     p.add_argument("--oracle-segments", action="store_true",
                    help="segment at the --segments / yaml sentence boundaries instead of the VAD (gold "
                         "segmentation; one talk at a time)")
@@ -89,15 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (1 with a one-line error for bad options or input)."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
     from mmst.evaluation.loading import LoadError
 
-    try:
-        return run(args)
-    except (LoadError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    return run_cli(build_parser(), run, argv, errors=(LoadError, ValueError))
 
 
 def _parse_refs(value: str | None) -> dict[str, str]:

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import HelpFormatter, add_model_arguments, add_tgt_langs_argument, run_cli
 
 logger = logging.getLogger("simultaneous_eval")
 
@@ -50,10 +50,9 @@ logger = logging.getLogger("simultaneous_eval")
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
-    p.add_argument("--data", default=None, help="DATA directory (default: the data_dir stored in the checkpoint)")
+    add_model_arguments(p)
     p.add_argument("--split", default="tst-COMMON", help="manifest split to evaluate (DATA/<split>.tsv)")
-    p.add_argument("--tgt-langs", default=None, help="comma-separated target languages (default: all of the model)")
+    add_tgt_langs_argument(p)
     p.add_argument(
         "--waitk-lagging",
         default="3",
@@ -98,15 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (1 with a one-line error for bad options or input)."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
     from mmst.evaluation.loading import LoadError
 
-    try:
-        return run(args)
-    except (LoadError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    return run_cli(build_parser(), run, argv, errors=(LoadError, ValueError))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,8 +1,13 @@
-"""The one ``argparse`` help formatter of mmst's command-line scripts."""
+"""The one ``argparse`` help formatter of mmst's command-line scripts, the option groups several scripts
+share (one name, default and help text per option) and the entry-point wrapper of the evaluation
+scripts."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -14,3 +19,62 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         if action.default in (None, False, argparse.SUPPRESS) or "default" in h:
             return h
         return super()._get_help_string(action)
+
+
+def add_model_arguments(p: argparse.ArgumentParser, *, data_required: bool = False) -> None:
+    """Add ``--checkpoint`` (required) and ``--data``: the trained system a script loads
+    (``mmst.evaluation.loading.load_system``).
+
+    Args:
+        p: the parser.
+        data_required: ``--data`` must be given (else it defaults to the DATA directory recorded in the
+            checkpoint).
+    """
+    p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
+    if data_required:
+        p.add_argument("--data", required=True, help="DATA directory of the checkpoint (vocab, CMVN)")
+    else:
+        p.add_argument("--data", default=None,
+                       help="DATA directory (vocab, CMVN); default: the data_dir stored in the checkpoint")
+
+
+def add_tgt_langs_argument(p: argparse.ArgumentParser, default: str = "all of the model's") -> None:
+    """Add ``--tgt-langs`` (comma-separated target languages, ``None`` when not given); ``default`` says in
+    words which languages a script decodes without it."""
+    p.add_argument("--tgt-langs", default=None, help=f"comma-separated target languages (default: {default})")
+
+
+def add_vad_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the Silero VAD segmentation options of a long stream (``mmst.simultaneous.vad.StreamingVad``):
+    ``--max-segment-s`` (s), ``--vad-threshold`` (speech probability), ``--vad-min-silence-ms`` and
+    ``--vad-speech-pad-ms`` (ms)."""
+    p.add_argument("--max-segment-s", type=float, default=20.0,
+                   help="longest VAD segment in seconds; longer speech is cut there")
+    p.add_argument("--vad-threshold", type=float, default=0.5, help="Silero VAD speech probability threshold")
+    p.add_argument("--vad-min-silence-ms", type=float, default=250.0,
+                   help="silence (ms) that ends a VAD segment")
+    p.add_argument("--vad-speech-pad-ms", type=float, default=30.0, help="padding (ms) on each side of a segment")
+
+
+def run_cli(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace], int],
+            argv: Sequence[str] | None, errors: tuple[type[BaseException], ...]) -> int:
+    """Parse ``argv`` (``None``: the process's arguments) and return ``run(args)``, with INFO logging to
+    stderr as ``LEVEL: message``.
+
+    Args:
+        parser: the script's options.
+        run: the script's work; returns the exit status.
+        argv: the command line without the program name.
+        errors: exception types that mean bad options or input: each becomes one line ``error: MESSAGE``
+            on stderr and exit status 1.
+
+    Raises:
+        SystemExit: status 2 from ``argparse`` for unknown or malformed options (0 for ``--help``).
+    """
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    try:
+        return run(args)
+    except errors as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
