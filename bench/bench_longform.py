@@ -162,7 +162,7 @@ def crosscheck(system, utts, audios, args) -> dict[str, Any]:
     """Segmented vs long-form (VAD, oracle) evaluation of the same utterances."""
     from mmst.corpora.long_talk import build_long_talk
     from mmst.evaluation.instances import make_instance
-    from mmst.evaluation.quality import latency_unit_for
+    from mmst.evaluation.quality import latency_units
     from mmst.evaluation.resegment import RefSentence, stream_instances, timed_units
     from mmst.evaluation.scorer import score_instances
     from mmst.evaluation.streaming import stream_utterance
@@ -171,7 +171,7 @@ def crosscheck(system, utts, audios, args) -> dict[str, Any]:
 
     n = min(args.crosscheck_utts, len(utts))
     langs = list(system.tgt_langs)
-    units = {lang: latency_unit_for(lang) for lang in langs}
+    units = latency_units(langs)
     lo, hi = (float(x) / 1000.0 for x in args.pause_ms.split(","))
     tr = system.translator(3, policy=args.policy)
     seg: dict[str, list] = {lang: [] for lang in langs}

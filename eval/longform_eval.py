@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
     from mmst.evaluation.loading import load_system
     from mmst.evaluation.longform import evaluate_talks, talks_from_files, talks_from_mustc
-    from mmst.evaluation.quality import latency_unit_for
+    from mmst.evaluation.quality import latency_units
     from mmst.simultaneous.longform import LongFormTranslator, OracleSegmenter
     from mmst.simultaneous.policy_spec import specs_from_args
     from mmst.simultaneous.vad import StreamingVad
@@ -141,8 +141,7 @@ def run(args: argparse.Namespace) -> int:
         talks = talks_from_mustc(args.mustc_root, args.split, langs)
     else:
         talks = talks_from_files(args.audio, {lang: refs[lang] for lang in langs if lang in refs}, args.segments)
-    units = {lang: (latency_unit_for(lang) if args.eval_latency_unit == "auto" else args.eval_latency_unit)
-             for lang in langs}
+    units = latency_units(langs, args.eval_latency_unit)
     policy = {lang: per_lang.get(lang, specs[0]) for lang in langs}
     tr = system.translator(args.waitk_lagging, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
                            beam=args.beam, policy=policy)

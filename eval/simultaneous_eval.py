@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
 
     from mmst.evaluation.frontend import read_utterance_audio
     from mmst.evaluation.loading import LoadError, load_system
-    from mmst.evaluation.quality import latency_unit_for
+    from mmst.evaluation.quality import latency_units
     from mmst.evaluation.runner import run_sweep
     from mmst.evaluation.utterances import load_utterances
     from mmst.simultaneous.policy_spec import specs_from_args
@@ -139,8 +139,7 @@ def run(args: argparse.Namespace) -> int:
     unknown = [lang for lang in per_lang if lang not in langs]
     if unknown:
         raise ValueError(f"--policy-per-lang names {', '.join(unknown)}, not among the decoded languages {langs}")
-    units = {lang: (latency_unit_for(lang) if args.eval_latency_unit == "auto" else args.eval_latency_unit)
-             for lang in langs}
+    units = latency_units(langs, args.eval_latency_unit)
     utts = load_utterances(system.data_dir, args.split, langs, args.max_utterances)
     audios = [read_utterance_audio(u) for u in tqdm(utts, desc="audio", disable=args.no_progress)]
     if all(a.size == 0 for a in audios):
