@@ -39,6 +39,7 @@ from pathlib import Path
 from mmst.cli_help import (
     HelpFormatter,
     add_model_arguments,
+    add_streaming_policy_arguments,
     add_tgt_langs_argument,
     add_vad_arguments,
     run_cli,
@@ -63,18 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "of --audio/--refs/--segments")
     p.add_argument("--split", default="tst-COMMON", help="MuST-C split with --mustc-root")
     add_tgt_langs_argument(p, default="those of --refs, or all of the model's")
-    p.add_argument("--waitk-lagging", type=int, default=3, help="wait-k lagging in pre-decision chunks "
-                   "(without --policy)")
-    from mmst.simultaneous.policy_spec import add_policy_arguments
-
-    add_policy_arguments(p, sweep=False)
+    add_streaming_policy_arguments(p)
     p.add_argument("--source-segment-size", type=float, default=320.0,
                    help="processing chunk in ms: the VAD and the translator run every this many ms of audio")
     add_vad_arguments(p)
     p.add_argument("--oracle-segments", action="store_true",
                    help="segment at the --segments / yaml sentence boundaries instead of the VAD (gold "
                         "segmentation; one talk at a time)")
-    p.add_argument("--beam", type=int, default=1, help="beam search while streaming (alignatt, edatt, la, holdn)")
     p.add_argument("--max-len-a", type=float, default=0.0, help="max target tokens = a * encoder_states + b")
     p.add_argument("--max-len-b", type=int, default=200, help="max target tokens = a * encoder_states + b")
     p.add_argument("--eval-latency-unit", choices=["auto", "word", "char"], default="auto",

@@ -44,6 +44,18 @@ def add_tgt_langs_argument(p: argparse.ArgumentParser, default: str = "all of th
     p.add_argument("--tgt-langs", default=None, help=f"comma-separated target languages (default: {default})")
 
 
+def add_streaming_policy_arguments(p: argparse.ArgumentParser) -> None:
+    """Add one streaming policy setting: ``--waitk-lagging`` (k in pre-decision chunks, the policy without
+    ``--policy``), the policy options of ``mmst.simultaneous.policy_spec.add_policy_arguments`` (no sweep)
+    and ``--beam``. Read them back with ``specs_from_args(args, [args.waitk_lagging])``."""
+    from mmst.simultaneous.policy_spec import add_policy_arguments
+
+    p.add_argument("--waitk-lagging", type=int, default=3,
+                   help="wait-k lagging k in pre-decision chunks (the policy when --policy is not given)")
+    add_policy_arguments(p, sweep=False)
+    p.add_argument("--beam", type=int, default=1, help="beam search while streaming (alignatt, edatt, la, holdn)")
+
+
 def add_vad_arguments(p: argparse.ArgumentParser) -> None:
     """Add the Silero VAD segmentation options of a long stream (``mmst.simultaneous.vad.StreamingVad``):
     ``--max-segment-s`` (s), ``--vad-threshold`` (speech probability), ``--vad-min-silence-ms`` and

@@ -26,25 +26,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mmst.cli_help import HelpFormatter, add_model_arguments, add_tgt_langs_argument, add_vad_arguments
+from mmst.cli_help import (
+    HelpFormatter,
+    add_model_arguments,
+    add_streaming_policy_arguments,
+    add_tgt_langs_argument,
+    add_vad_arguments,
+)
 
 logger = logging.getLogger("mmst.serve")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``mmst-serve``."""
-    from mmst.simultaneous.policy_spec import add_policy_arguments
-
     from .batching import BATCHING_MODES
     from .protocol import DEFAULT_MAX_MESSAGE_BYTES
 
     p = argparse.ArgumentParser(prog="mmst-serve", description=__doc__, formatter_class=HelpFormatter)
     add_model_arguments(p)
     add_tgt_langs_argument(p)
-    p.add_argument("--waitk-lagging", type=int, default=3, help="wait-k lagging k in pre-decision chunks "
-                   "(the policy when --policy is not given)")
-    add_policy_arguments(p)
-    p.add_argument("--beam", type=int, default=1, help="beam search while streaming (alignatt, edatt, la, holdn)")
+    add_streaming_policy_arguments(p)
     p.add_argument("--max-len-b", type=int, default=200, help="maximum tokens written per language and segment")
     p.add_argument("--source-segment-size", type=float, default=320.0,
                    help="ms of audio the long-form driver feeds the translator per step (chunk_ms)")
