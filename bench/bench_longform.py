@@ -30,12 +30,11 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from provenance import RESULTS_DIR, run_record
+from provenance import RESULTS_DIR, run_record, write_results
 
 from mmst.cli_help import HelpFormatter
 
@@ -243,10 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{b['from_min']:4.0f}-{b['to_min']:<5.0f} {b['ms_per_chunk_wall']['mean'] or 0:14.1f} "
               f"{b['ms_per_chunk_cpu']['mean'] or 0:13.1f} {b['peak_rss_mib']:13.1f} {b['vad_segments']:9d}")
     print(json.dumps(summary))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
-    print(f"wrote {out}")
+    write_results(args.out, obj, indent=1, ensure_ascii=False)
     return 0
 
 
