@@ -1,5 +1,5 @@
-"""``python -m mmst.serve`` in a child process on a free port, stopped when done (for tests, the docs'
-screenshot and load measurements)."""
+"""``python -m mmst.serve`` in a child process on a free port, stopped when done (for the tests and the
+docs' screenshot tool, ``tools/screenshot_serve.py``)."""
 
 from __future__ import annotations
 
