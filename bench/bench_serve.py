@@ -55,7 +55,7 @@ RT_P95_MS = 300.0
 def build_parser() -> argparse.ArgumentParser:
     """Options of the benchmark."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    add_model_arguments(p, data_required=True)
+    add_model_arguments(p, data_required=True, langs_default=None)
     p.add_argument("--wav", nargs="*", default=None,
                    help="talk wavs to stream (default: the tst-COMMON talks named by DATA/tst-COMMON.tsv)")
     p.add_argument("--clients", default="1,4,8,16", help="numbers of concurrent clients")

@@ -40,7 +40,6 @@ from mmst.cli_help import (
     HelpFormatter,
     add_model_arguments,
     add_streaming_policy_arguments,
-    add_tgt_langs_argument,
     add_vad_arguments,
     run_cli,
 )
@@ -51,7 +50,7 @@ logger = logging.getLogger("longform_eval")
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    add_model_arguments(p)
+    add_model_arguments(p, langs_default="those of --refs, or all of the model's")
     p.add_argument("--audio", action="append", default=None,
                    help="a long recording (repeat the option for several); any format soundfile reads")
     p.add_argument("--refs", default=None,
@@ -63,7 +62,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mustc-root", default=None, help="a MuST-C release root (ROOT/en-XX/data/<split>), instead "
                    "of --audio/--refs/--segments")
     p.add_argument("--split", default="tst-COMMON", help="MuST-C split with --mustc-root")
-    add_tgt_langs_argument(p, default="those of --refs, or all of the model's")
     add_streaming_policy_arguments(p)
     p.add_argument("--source-segment-size", type=float, default=320.0,
                    help="processing chunk in ms: the VAD and the translator run every this many ms of audio")

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from mmst.cli_help import HelpFormatter, add_model_arguments, add_tgt_langs_argument, run_cli
+from mmst.cli_help import HelpFormatter, add_model_arguments, run_cli
 
 logger = logging.getLogger("simultaneous_eval")
 
@@ -52,7 +52,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     add_model_arguments(p)
     p.add_argument("--split", default="tst-COMMON", help="manifest split to evaluate (DATA/<split>.tsv)")
-    add_tgt_langs_argument(p)
     p.add_argument(
         "--waitk-lagging",
         default="3",

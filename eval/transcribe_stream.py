@@ -25,7 +25,7 @@ import logging
 import sys
 from pathlib import Path
 
-from mmst.cli_help import HelpFormatter, add_model_arguments, add_tgt_langs_argument
+from mmst.cli_help import HelpFormatter, add_model_arguments
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,7 +33,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     add_model_arguments(p)
     p.add_argument("--tsv", required=True, help="TSV with a header and columns id, audio [, en]")
-    add_tgt_langs_argument(p)
     p.add_argument("--waitk-lagging", default="3",
                    help="wait-k lag in pre-decision chunks, or 'offline' for full-sentence decoding")
     from mmst.simultaneous.policy_spec import add_policy_arguments

@@ -21,14 +21,17 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         return super()._get_help_string(action)
 
 
-def add_model_arguments(p: argparse.ArgumentParser, *, data_required: bool = False) -> None:
-    """Add ``--checkpoint`` (required) and ``--data``: the trained system a script loads
-    (``mmst.evaluation.loading.load_system``).
+def add_model_arguments(p: argparse.ArgumentParser, *, data_required: bool = False,
+                        langs_default: str | None = "all of the model's") -> None:
+    """Add ``--checkpoint`` (required), ``--data`` and ``--tgt-langs``: the trained system a script loads
+    and the languages it decodes (``mmst.evaluation.loading.load_system``).
 
     Args:
         p: the parser.
         data_required: ``--data`` must be given (else it defaults to the DATA directory recorded in the
             checkpoint).
+        langs_default: which languages are decoded without ``--tgt-langs``, in words (the option's value is
+            then ``None``); ``None``: no ``--tgt-langs`` option.
     """
     p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
     if data_required:
@@ -36,12 +39,9 @@ def add_model_arguments(p: argparse.ArgumentParser, *, data_required: bool = Fal
     else:
         p.add_argument("--data", default=None,
                        help="DATA directory (vocab, CMVN); default: the data_dir stored in the checkpoint")
-
-
-def add_tgt_langs_argument(p: argparse.ArgumentParser, default: str = "all of the model's") -> None:
-    """Add ``--tgt-langs`` (comma-separated target languages, ``None`` when not given); ``default`` says in
-    words which languages a script decodes without it."""
-    p.add_argument("--tgt-langs", default=None, help=f"comma-separated target languages (default: {default})")
+    if langs_default is not None:
+        p.add_argument("--tgt-langs", default=None,
+                       help=f"comma-separated target languages (default: {langs_default})")
 
 
 def add_streaming_policy_arguments(p: argparse.ArgumentParser) -> None:

@@ -32,7 +32,7 @@ from mmst.serve.process import server_process  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     """Make the screenshot; exit 1 with a message when chromium or the server is missing."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    add_model_arguments(p, data_required=True)
+    add_model_arguments(p, data_required=True, langs_default=None)
     p.add_argument("--wav", required=True, help="speech played as the microphone (wav)")
     p.add_argument("--out", default=str(REPO / "docs" / "images" / "serve.png"), help="PNG to write")
     p.add_argument("--min-words", type=int, default=12, help="words per language column before the screenshot")

@@ -30,7 +30,6 @@ from mmst.cli_help import (
     HelpFormatter,
     add_model_arguments,
     add_streaming_policy_arguments,
-    add_tgt_langs_argument,
     add_vad_arguments,
 )
 
@@ -44,7 +43,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="mmst-serve", description=__doc__, formatter_class=HelpFormatter)
     add_model_arguments(p)
-    add_tgt_langs_argument(p)
     add_streaming_policy_arguments(p)
     p.add_argument("--max-len-b", type=int, default=200, help="maximum tokens written per language and segment")
     p.add_argument("--source-segment-size", type=float, default=320.0,
