@@ -45,7 +45,7 @@ import psutil
 import soundfile as sf
 from provenance import RESULTS_DIR, run_record
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import HelpFormatter, add_model_arguments
 from mmst.serve.loadtest import run_clients, summarize_clients
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,8 +55,7 @@ RT_P95_MS = 300.0
 def build_parser() -> argparse.ArgumentParser:
     """Options of the benchmark."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
-    p.add_argument("--data", required=True, help="DATA directory of the checkpoint")
+    add_model_arguments(p, data_required=True, langs_default=None)
     p.add_argument("--wav", nargs="*", default=None,
                    help="talk wavs to stream (default: the tst-COMMON talks named by DATA/tst-COMMON.tsv)")
     p.add_argument("--clients", default="1,4,8,16", help="numbers of concurrent clients")
