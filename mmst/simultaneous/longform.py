@@ -53,6 +53,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from mmst.models.stacked import Steps, run_alone, steps_of
+
 from .vad import SAMPLE_RATE, StreamingVad, VadEvent
 
 
@@ -274,6 +276,11 @@ class LongFormTranslator:
         Raises:
             ValueError: audio after :meth:`finish` (call :meth:`reset`), non-1-D or non-float audio.
         """
+        return run_alone(self.push_steps(samples))
+
+    def push_steps(self, samples: np.ndarray) -> Steps:
+        """:meth:`push` as a generator of compute requests (:mod:`mmst.models.stacked`: VAD windows,
+        encoder blocks, decoder steps), so a server can stack them with other streams'; same value."""
         if self._finished:
             raise ValueError("stream already finished; call reset() for a new stream")
         x = np.asarray(samples)
@@ -288,7 +295,7 @@ class LongFormTranslator:
         n = self.chunk_samples
         k = buf.size // n
         for i in range(k):
-            out += self._process(buf[i * n:(i + 1) * n].copy(), last=False)
+            out += yield from self._process(buf[i * n:(i + 1) * n].copy(), last=False)
         self._pending = buf[k * n:].copy()
         return out
 
@@ -298,22 +305,26 @@ class LongFormTranslator:
         Returns:
             The remaining words and segment ends (nothing for a stream without speech).
         """
+        return run_alone(self.finish_steps())
+
+    def finish_steps(self) -> Steps:
+        """:meth:`finish` as a generator of compute requests (see :meth:`push_steps`)."""
         if self._finished:
             return []
-        out = self._process(self._pending, last=True)
+        out = yield from self._process(self._pending, last=True)
         self._pending = np.zeros(0, dtype=np.float32)
         self._finished = True
         return out
 
     # ------------------------------------------------------------------ internals
-    def _process(self, chunk: np.ndarray, last: bool) -> list[LongFormWord | SegmentEnd]:
+    def _process(self, chunk: np.ndarray, last: bool) -> Steps:
         t_start = time.perf_counter()
         arrival_ms = (self._processed + chunk.size) * 1000.0 / SAMPLE_RATE
         begin_ms = max(arrival_ms, self._free_at_ms)  # real-time simulation: when processing may start
         self._recent.append(chunk)
         self._processed += chunk.size
         now = self._processed
-        events = self.vad.accept(chunk) if chunk.size else []
+        events = (yield from steps_of(self.vad, "accept", chunk)) if chunk.size else []
         if last:
             events += self.vad.finish()
         out: list[LongFormWord | SegmentEnd] = []
@@ -324,34 +335,34 @@ class LongFormTranslator:
         for ev in events:
             if ev.kind == "start":
                 if self._seg_start is not None:  # defensive: a start while open closes the open segment
-                    self._close(ev.sample, now, False, out, clock_ca)
+                    yield from self._close(ev.sample, now, False, out, clock_ca)
                 self.translator.reset()
                 self._seg_start = ev.sample
                 self._fed = max(ev.sample, self._recent.first)
                 self.num_segments += 1
             elif ev.kind == "end" and self._seg_start is not None:
-                self._close(max(ev.sample, self._seg_start), now, ev.forced, out, clock_ca)
+                yield from self._close(max(ev.sample, self._seg_start), now, ev.forced, out, clock_ca)
         if self._seg_start is not None and self._fed < now:
-            self._feed(self._recent.slice(self._fed, now), False, now, out, clock_ca)
+            yield from self._feed(self._recent.slice(self._fed, now), False, now, out, clock_ca)
             self._fed = now
         dt = time.perf_counter() - t_start
         self.compute_s += dt
         self._free_at_ms = begin_ms + dt * 1000.0
         return out
 
-    def _close(self, end: int, now: int, forced: bool, out: list, clock_ca) -> None:
+    def _close(self, end: int, now: int, forced: bool, out: list, clock_ca) -> Steps:
         # the translator may already hold audio past the boundary: the chunks read while the VAD was
         # still waiting for min_silence_ms of silence
         fed_to = max(end, self._fed)
-        self._feed(self._recent.slice(self._fed, fed_to), True, now, out, clock_ca)
+        yield from self._feed(self._recent.slice(self._fed, fed_to), True, now, out, clock_ca)
         seg = self.num_segments - 1
         out.append(SegmentEnd(seg, self._seg_start * 1000.0 / SAMPLE_RATE, end * 1000.0 / SAMPLE_RATE, forced,
                               state_numel(self.translator)))
         self._seg_start = None
         self._fed = fed_to
 
-    def _feed(self, x: np.ndarray, finished: bool, now: int, out: list, clock_ca) -> None:
-        words = self.translator.accept_audio(x, finished=finished)
+    def _feed(self, x: np.ndarray, finished: bool, now: int, out: list, clock_ca) -> Steps:
+        words = yield from steps_of(self.translator, "accept_audio", x, finished=finished)
         t_ca = clock_ca()
         t_ms = now * 1000.0 / SAMPLE_RATE
         seg = self.num_segments - 1

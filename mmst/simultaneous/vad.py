@@ -23,8 +23,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mmst.models.stacked import Steps, run_alone
+
 #: Silero VAD window at 16 kHz, in samples (32 ms); the model accepts exactly this size.
 VAD_WINDOW_SAMPLES = 512
+#: samples of the previous window the 16 kHz Silero model sees before each window
+VAD_CONTEXT_SAMPLES = 64
+#: Silero's LSTM state width (the state is ``(2, batch, VAD_STATE_SIZE)``)
+VAD_STATE_SIZE = 128
 SAMPLE_RATE = 16000
 
 
@@ -40,7 +46,8 @@ def _silero():
 
 def load_vad_model():
     """The bundled Silero VAD TorchScript model (``silero_vad.load_silero_vad(onnx=False)``; nothing is
-    downloaded). One model per stream: it carries the recurrent state of its stream."""
+    downloaded). One model can serve any number of streams: each :class:`StreamingVad` keeps its own
+    recurrent state and calls the model with it."""
     return _silero().load_silero_vad(onnx=False)
 
 
@@ -76,8 +83,9 @@ class StreamingVad:
             shorter than 250 ms; a larger value merges sentences, a smaller one cuts them.
         speech_pad_ms: padding added to each side of a segment, ms (>= 0).
         max_segment_s: longest segment in seconds (> 0); longer speech is cut there.
-        model: a loaded Silero model (default :func:`load_vad_model`); one model per stream, since
-            it carries the recurrent state of its stream.
+        model: a loaded Silero model (default :func:`load_vad_model`); it may be shared by many
+            streams (the recurrent state is this object's), and streams sharing it can have their
+            windows stacked into one call (:class:`VadWindow`).
 
     Raises:
         ValueError: a parameter out of range.
@@ -108,14 +116,15 @@ class StreamingVad:
         self.speech_pad_ms = float(speech_pad_ms)
         self.max_segment_s = float(max_segment_s)
         self.model = model if model is not None else load_vad_model()
-        self._it = VADIterator(self.model, threshold=self.threshold, sampling_rate=SAMPLE_RATE,
+        self._prob = _GivenProb(self)
+        self._it = VADIterator(self._prob, threshold=self.threshold, sampling_rate=SAMPLE_RATE,
                                min_silence_duration_ms=int(round(self.min_silence_ms)),
                                speech_pad_ms=int(round(self.speech_pad_ms)))
         self.reset()
 
     def reset(self) -> None:
-        """Start a new stream (clears the model's recurrent state)."""
-        self._it.reset_states()
+        """Start a new stream (clears the recurrent state)."""
+        self._it.reset_states()  # calls self._clear_state()
         self._pending = np.zeros(0, dtype=np.float32)
         self.num_samples = 0  # samples accepted
         self._seg_start: int | None = None
@@ -131,7 +140,6 @@ class StreamingVad:
         """Start sample of the open segment, or None."""
         return self._seg_start
 
-    @torch.no_grad()
     def accept(self, samples: np.ndarray) -> list[VadEvent]:
         """Feed float32 samples ``(n,)`` in [-1, 1] at 16 kHz (any ``n``, may be 0).
 
@@ -141,6 +149,11 @@ class StreamingVad:
         Raises:
             ValueError: audio after :meth:`finish` (call :meth:`reset`), or non-1-D audio.
         """
+        return run_alone(self.accept_steps(samples))
+
+    def accept_steps(self, samples: np.ndarray) -> Steps:
+        """:meth:`accept` as a generator (:mod:`mmst.models.stacked`): each 32 ms window's model call is
+        a yielded :class:`VadWindow` request, so the windows of several streams can be stacked."""
         if self._finished:
             raise ValueError("VAD stream already finished; call reset() for a new stream")
         x = np.asarray(samples, dtype=np.float32)
@@ -152,6 +165,7 @@ class StreamingVad:
         events: list[VadEvent] = []
         for i in range(n_win):
             win = torch.from_numpy(np.ascontiguousarray(buf[i * VAD_WINDOW_SAMPLES:(i + 1) * VAD_WINDOW_SAMPLES]))
+            self._prob.value = yield VadWindow(self, win)
             events += self._step(win)
         self._pending = buf[n_win * VAD_WINDOW_SAMPLES:].copy()
         return events
@@ -185,3 +199,64 @@ class StreamingVad:
         end = max(self.num_samples, self._seg_start)
         self._seg_start = None
         return [VadEvent("end", end, self.num_samples)]
+
+
+class _GivenProb:
+    """Stands in for the Silero model inside ``silero_vad.VADIterator``: returns the probability that
+    the stream's :class:`VadWindow` request computed, and clears the stream's recurrent state on
+    ``reset_states``."""
+
+    def __init__(self, vad: StreamingVad) -> None:
+        self.vad = vad
+        self.value = 0.0
+
+    def __call__(self, x: torch.Tensor, sr: int) -> torch.Tensor:
+        return torch.tensor(self.value)
+
+    def reset_states(self) -> None:
+        self.vad._context = torch.zeros(1, VAD_CONTEXT_SAMPLES)
+        self.vad._state = torch.zeros(0)
+
+
+@dataclass
+class VadWindow:
+    """Compute request (:mod:`mmst.models.stacked`): the Silero model on one 32 ms window of one stream.
+
+    The stream's recurrent state (LSTM ``(2, 1, 128)``, empty at the start) and the last
+    :data:`VAD_CONTEXT_SAMPLES` samples it saw live on its :class:`StreamingVad`, not in the model, so
+    one loaded model serves every stream; the call is the one ``silero_vad``'s own ``forward`` makes
+    (``model._model(cat(context, window), state)``). The result is the speech probability (float).
+
+    Attributes:
+        vad: the stream's :class:`StreamingVad` (its state is updated).
+        window: ``(512,)`` float32 samples.
+    """
+
+    vad: StreamingVad
+    window: torch.Tensor
+
+    def stack_key(self) -> tuple:
+        return ("silero-vad", id(self.vad.model))
+
+    @torch.no_grad()
+    def run(self) -> float:
+        """This window alone."""
+        v = self.vad
+        x = torch.cat([v._context, self.window[None]], 1)  # (1, 64 + 512)
+        out, v._state = v.model._model(x, v._state)
+        v._context = x[:, -VAD_CONTEXT_SAMPLES:]
+        return float(out[0, 0])
+
+    @classmethod
+    @torch.no_grad()
+    def run_stacked(cls, windows: list[VadWindow]) -> list[float]:
+        """Windows of several streams in ONE model call (batch = streams; a stream at its start gets a
+        zero state, which is what the model uses for an empty one)."""
+        vads = [w.vad for w in windows]
+        x = torch.cat([torch.cat([v._context, w.window[None]], 1) for v, w in zip(vads, windows)], 0)  # (B, 576)
+        state = torch.cat([v._state if v._state.numel() else torch.zeros(2, 1, VAD_STATE_SIZE) for v in vads], 1)
+        out, state = vads[0].model._model(x, state)  # (B, 1), (2, B, 128)
+        for i, v in enumerate(vads):
+            v._state = state[:, i : i + 1].clone()
+            v._context = x[i : i + 1, -VAD_CONTEXT_SAMPLES:].clone()
+        return [float(p) for p in out[:, 0]]
