@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from mmst.features import KALDI_INT16_SCALE, Dither, dither_seed_for
+from mmst.models.stacked import steps_of
 
 logger = logging.getLogger("mmst.evaluation.loading")
 

@@ -19,6 +19,7 @@ A request class implements ``run() -> result``, ``stack_key() -> hashable`` and 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator
 from typing import Any, Protocol
 
@@ -83,8 +84,16 @@ class StackStats:
         c[1] += n
 
 
-def run_stacked(steps: list[Steps], stats: StackStats | None = None) -> list[tuple[Any, BaseException | None]]:
+def run_stacked(steps: list[Steps], stats: StackStats | None = None,
+                costs: list[float] | None = None) -> list[tuple[Any, BaseException | None]]:
     """Drive every generator of ``steps`` together, stacking their requests round by round.
+
+    Args:
+        steps: one generator per stream.
+        stats: counters to update (calls, requests, rounds), or None.
+        costs: when given (a list of ``len(steps)`` floats), each generator's compute seconds are added
+            to its entry: the time spent in its own code plus an equal share of each stacked call it
+            was part of (so the costs of a tick add up to its duration).
 
     Returns:
         ``[(value, None) | (None, error), ...]`` per generator, in order. A generator that raises gets
@@ -93,9 +102,11 @@ def run_stacked(steps: list[Steps], stats: StackStats | None = None) -> list[tup
     """
     out: list[tuple[Any, BaseException | None]] = [(None, None)] * len(steps)
     waiting: dict[int, Any] = {}
+    spent = costs if costs is not None else [0.0] * len(steps)
 
     def advance(i: int, value: Any = None, error: BaseException | None = None, first: bool = False) -> None:
         g = steps[i]
+        t = time.perf_counter()
         try:
             if first:
                 req = next(g)
@@ -111,6 +122,8 @@ def run_stacked(steps: list[Steps], stats: StackStats | None = None) -> list[tup
             out[i] = (None, e)
             waiting.pop(i, None)
             return
+        finally:
+            spent[i] += time.perf_counter() - t
         waiting[i] = req
 
     for i in range(len(steps)):
@@ -123,12 +136,17 @@ def run_stacked(steps: list[Steps], stats: StackStats | None = None) -> list[tup
             stats.rounds += 1
         for idx in groups.values():
             reqs = [waiting[i] for i in idx]
+            t = time.perf_counter()
             try:
                 res = [reqs[0].run()] if len(reqs) == 1 else type(reqs[0]).run_stacked(reqs)
             except Exception as e:  # noqa: BLE001 - this group's streams fail, the others go on
                 for i in idx:
                     advance(i, error=e)
                 continue
+            finally:
+                share = (time.perf_counter() - t) / len(idx)
+                for i in idx:
+                    spent[i] += share
             if stats is not None:
                 stats.add(type(reqs[0]).__name__, len(reqs))
             for i, r in zip(idx, res):

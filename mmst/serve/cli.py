@@ -116,7 +116,7 @@ def make_driver_factory(args: argparse.Namespace) -> tuple[Any, list[str]]:
            "speech_pad_ms": args.vad_speech_pad_ms, "max_segment_s": args.max_segment_s}
     StreamingVad(**vad, model=vad_model)  # out-of-range VAD options fail now
     pool = DriverPool(system, policy, beam=args.beam, max_len_b=args.max_len_b, vad=vad,
-                      chunk_ms=args.source_segment_size)
+                      chunk_ms=args.source_segment_size, vad_model=vad_model)
     return pool, served
 
 
