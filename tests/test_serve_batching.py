@@ -177,6 +177,8 @@ def test_server_tick_and_off_equal_the_offline_cli(factory, audios, tiny_system,
 def test_run_stacked_reports_one_failing_stream():
     """A generator that raises is reported; the others get their results."""
     class Twice:
+        stage = 0
+
         def __init__(self, x):
             self.x = x
 

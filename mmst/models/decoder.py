@@ -296,6 +296,7 @@ class DecoderStep:
 
     The result is the logits ``(R, 1, V)``.
     """
+    stage = 2  # pipeline order: VAD 0, encoder 1, decoder 2 (ties in run_stacked)
 
     decoder: TransformerDecoder
     state: DecoderState

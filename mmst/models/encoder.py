@@ -364,6 +364,7 @@ class EncoderBlock:
 
     The result is the block's final states ``(1, n, D)`` (after the encoder's final layer norm).
     """
+    stage = 1  # pipeline order: VAD 0, encoder 1, decoder 2 (ties in run_stacked)
 
     stream: EncoderStream
     x: torch.Tensor

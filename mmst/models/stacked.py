@@ -7,14 +7,17 @@ as a generator: it *yields* a request object describing the call and receives th
 * :func:`run_alone`: every request is computed on its own, as soon as it is yielded (``request.run()``).
   Synchronous APIs (``EncoderStream.accept_frames``, ``LongFormTranslator.push``, ...) are this driver
   over their generator, so there is one code path.
-* :func:`run_stacked`: many generators (one per stream) advance together in rounds. Each round takes the
-  request every unfinished generator is waiting on, groups them by :meth:`Request.stack_key` (same kind
-  of call on the same model), and computes each group of two or more with ONE stacked call
-  (``type(request).run_stacked(requests)``: padded tensors plus masks, so padding contributes nothing);
-  a group of one runs alone.
+* :func:`run_stacked`: many generators (one per stream) advance together in rounds. Each round groups the
+  requests the unfinished generators are waiting on by :meth:`Request.stack_key` (same kind of call on
+  the same model) and computes the LARGEST group with ONE stacked call
+  (``type(request).run_stacked(requests)``: padded tensors plus masks, so padding contributes nothing;
+  a group of one runs alone); ties go to the earlier pipeline ``stage`` (VAD, then encoder, then
+  decoder). The other streams wait a round, so streams that are a few requests apart (e.g. one more
+  VAD window) catch up and their next calls are stacked too.
 
-A request class implements ``run() -> result``, ``stack_key() -> hashable`` and the classmethod
-``run_stacked(requests) -> [result, ...]`` (results in request order).
+A request class implements ``run() -> result``, ``stack_key() -> hashable``, the classmethod
+``run_stacked(requests) -> [result, ...]`` (results in request order) and an int class attribute
+``stage`` (its place in a stream's pipeline).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ Steps = Generator[Any, Any, Any]
 
 class Request(Protocol):
     """One model call of one stream (see the module docstring)."""
+
+    stage: int
 
     def run(self) -> Any:
         """Compute this request alone; its result."""
@@ -134,21 +139,21 @@ def run_stacked(steps: list[Steps], stats: StackStats | None = None,
             groups.setdefault(req.stack_key(), []).append(i)
         if stats is not None:
             stats.rounds += 1
-        for idx in groups.values():
-            reqs = [waiting[i] for i in idx]
-            t = time.perf_counter()
-            try:
-                res = [reqs[0].run()] if len(reqs) == 1 else type(reqs[0]).run_stacked(reqs)
-            except Exception as e:  # noqa: BLE001 - this group's streams fail, the others go on
-                for i in idx:
-                    advance(i, error=e)
-                continue
-            finally:
-                share = (time.perf_counter() - t) / len(idx)
-                for i in idx:
-                    spent[i] += share
-            if stats is not None:
-                stats.add(type(reqs[0]).__name__, len(reqs))
-            for i, r in zip(idx, res):
-                advance(i, r)
+        idx = max(groups.values(), key=lambda ix: (len(ix), -waiting[ix[0]].stage))
+        reqs = [waiting[i] for i in idx]
+        t = time.perf_counter()
+        try:
+            res = [reqs[0].run()] if len(reqs) == 1 else type(reqs[0]).run_stacked(reqs)
+        except Exception as e:  # noqa: BLE001 - this group's streams fail, the others go on
+            for i in idx:
+                advance(i, error=e)
+            continue
+        finally:
+            share = (time.perf_counter() - t) / len(idx)
+            for i in idx:
+                spent[i] += share
+        if stats is not None:
+            stats.add(type(reqs[0]).__name__, len(reqs))
+        for i, r in zip(idx, res):
+            advance(i, r)
     return out

@@ -252,6 +252,7 @@ class LongFormTranslator:
         self.vad.reset()
         self.translator.reset()
         self._pending = np.zeros(0, dtype=np.float32)
+        self._vad_ahead: deque[VadEvent] = deque()  # eager segmenter: events not yet consumed by a chunk
         self._recent = _RecentAudio(self.lookback_samples)
         self.num_samples = 0  # samples pushed
         self._processed = 0  # samples segmented and translated
@@ -290,6 +291,10 @@ class LongFormTranslator:
             raise ValueError(f"audio must be 1-D float32 mono 16 kHz (n,), got shape {x.shape}")
         x = x.astype(np.float32, copy=False)
         self.num_samples += x.size
+        if getattr(self.vad, "eager", False) and x.size:
+            # the segmenter reads the audio as it comes (its windows do not depend on the chunking); a
+            # chunk then takes the events decided inside it, as if it had fed the segmenter itself
+            self._vad_ahead.extend((yield from steps_of(self.vad, "accept", x)))
         buf = np.concatenate([self._pending, x]) if self._pending.size else x
         out: list[LongFormWord | SegmentEnd] = []
         n = self.chunk_samples
@@ -324,7 +329,12 @@ class LongFormTranslator:
         self._recent.append(chunk)
         self._processed += chunk.size
         now = self._processed
-        events = (yield from steps_of(self.vad, "accept", chunk)) if chunk.size else []
+        if getattr(self.vad, "eager", False):
+            events = []
+            while self._vad_ahead and self._vad_ahead[0].detected_sample <= now:
+                events.append(self._vad_ahead.popleft())
+        else:
+            events = (yield from steps_of(self.vad, "accept", chunk)) if chunk.size else []
         if last:
             events += self.vad.finish()
         out: list[LongFormWord | SegmentEnd] = []

@@ -99,6 +99,12 @@ class StreamingVad:
         events = vad.finish()                      # closes an open segment at the stream end
     """
 
+    #: an event depends only on the audio up to its ``detected_sample`` (fixed 32 ms windows from the
+    #: stream start), so a caller may feed audio ahead of the chunk that consumes the events
+    #: (:class:`~mmst.simultaneous.longform.LongFormTranslator` does, so that a server stacks the VAD
+    #: windows of every stream that received audio, not only of those that completed a chunk)
+    eager = True
+
     def __init__(self, threshold: float = 0.5, min_silence_ms: float = 250.0, speech_pad_ms: float = 30.0,
                  max_segment_s: float = 20.0, model=None) -> None:
         if not 0.0 < threshold < 1.0:
@@ -231,6 +237,7 @@ class VadWindow:
         vad: the stream's :class:`StreamingVad` (its state is updated).
         window: ``(512,)`` float32 samples.
     """
+    stage = 0  # pipeline order: VAD 0, encoder 1, decoder 2 (ties in run_stacked)
 
     vad: StreamingVad
     window: torch.Tensor
