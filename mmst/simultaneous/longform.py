@@ -13,6 +13,12 @@ languages), as if the segment were one utterance:
 - at the segment's *end* it gets the audio up to the end sample with ``finished=True`` and writes
   what its policies still hold (until EOS or the length cap), then a :class:`SegmentEnd` follows.
 
+A segmenter with ``eager = True`` (Silero VAD: fixed windows from the stream start) reads the audio as it
+is pushed, and each chunk takes the boundaries decided inside it (``detected_sample`` up to the chunk's
+end): the same boundaries as feeding it chunk by chunk, and a server can stack its windows with other
+streams' (:mod:`mmst.models.stacked`). :meth:`LongFormTranslator.push_steps` /
+:meth:`~LongFormTranslator.finish_steps` are ``push`` / ``finish`` as generators of compute requests.
+
 Encoder and decoder state is NOT carried across segments: the models are trained on sentences,
 and mmst's streaming encoder keeps every state of its input (unbounded left context by default),
 so carrying it would grow memory with the talk. Per-segment state is bounded by ``max_segment_s``
