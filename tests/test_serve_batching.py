@@ -205,3 +205,22 @@ def test_run_stacked_reports_one_failing_stream():
     assert out[0] == (4, None) and out[2] == (20, None)
     assert out[1][0] is None and "broken stream" in str(out[1][1])
     assert stats.by_kind == {"Twice": [2, 5]} and run_alone(ok(3)) == 12
+
+
+def test_a_failing_decoder_step_fails_its_stream_only(tiny_model):
+    """A step asking for a decoder layer that does not exist gets its error; the others their logits."""
+    m = tiny_model()
+    steps, want = [], []
+    for seed in range(3):
+        st_a, kw = _decoder_case(m, seed, 2, 6, 2)
+        st_b, _ = _decoder_case(m, seed, 2, 6, 2)
+        if seed == 1:
+            kw["attn_layers"] = (99,)
+        else:
+            want.append(DecoderStep(m.decoder, st_a, **kw).run())
+        steps.append(DecoderStep(m.decoder, st_b, **kw))
+    got = DecoderStep.run_stacked(steps)
+    assert isinstance(got[1], ValueError) and "99" in str(got[1])
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[2], want[1], atol=1e-5, rtol=1e-5)
+    assert steps[1].state.num_tokens == 2  # untouched

@@ -319,7 +319,7 @@ class DecoderStep:
 
     @classmethod
     @torch.no_grad()
-    def run_stacked(cls, steps: list[DecoderStep]) -> list[torch.Tensor]:
+    def run_stacked(cls, steps: list[DecoderStep]) -> list[torch.Tensor | ValueError]:
         """Steps of several streams of one decoder in ONE call per layer (rows of all streams stacked).
 
         Self-attention: each stream's new keys are appended to its own cache, then the caches are
@@ -328,18 +328,36 @@ class DecoderStep:
         ``(N, H, G_max, dh)`` (``G_max`` = most rows of a stream), over the streams' cross caches padded
         to ``(N, H, S_max, dh)``, masked to each row's visible states. Embeddings, linear layers, layer
         norms, FFN and the output projection run on the stacked rows. Returns each step's logits
-        ``(R_b, 1, V)``; ``state.cross_attn`` is filled per stream as :meth:`TransformerDecoder.step` does.
+        ``(R_b, 1, V)``, or the ``ValueError`` it raises alone (a bad attention layer, a shrunk encoder
+        prefix; the other steps are computed); ``state.cross_attn`` is filled per stream as
+        :meth:`TransformerDecoder.step` does.
         """
+        dec = steps[0].decoder
+        results: list[torch.Tensor | ValueError | None] = []
+        good = []
+        for s in steps:  # a step that fails alone fails here alone (its error is its result)
+            try:
+                bad = [i for i in s.attn_layers if not 0 <= i < len(dec.layers)]
+                if bad:
+                    raise ValueError(f"attention layer(s) {bad} outside 0..{len(dec.layers) - 1}")
+                dec.extend_cross(s.state, s.enc_states)
+            except ValueError as e:
+                results.append(e)
+            else:
+                results.append(None)
+                good.append(s)
+        if good:
+            logits = iter(cls._stacked(good))
+            results = [next(logits) if r is None else r for r in results]
+        return results
+
+    @classmethod
+    def _stacked(cls, steps: list[DecoderStep]) -> list[torch.Tensor]:
         dec = steps[0].decoder
         dev = steps[0].tokens.device
         n_rows = [s.tokens.size(0) for s in steps]
         g_max, n = max(n_rows), len(steps)
         layers_wanted = sorted({li for s in steps for li in s.attn_layers})
-        bad = [i for i in layers_wanted if not 0 <= i < len(dec.layers)]
-        if bad:
-            raise ValueError(f"attention layer(s) {bad} outside 0..{len(dec.layers) - 1}")
-        for s in steps:
-            dec.extend_cross(s.state, s.enc_states)
         tokens = torch.cat([s.tokens for s in steps], 0)  # (R, 1)
         positions = torch.cat([torch.full((r, 1), s.state.num_tokens, device=dev, dtype=torch.long)
                                if s.positions is None else s.positions.reshape(r, 1)

@@ -16,8 +16,9 @@ as a generator: it *yields* a request object describing the call and receives th
   VAD window) catch up and their next calls are stacked too.
 
 A request class implements ``run() -> result``, ``stack_key() -> hashable``, the classmethod
-``run_stacked(requests) -> [result, ...]`` (results in request order) and an int class attribute
-``stage`` (its place in a stream's pipeline).
+``run_stacked(requests) -> [result, ...]`` (results in request order; an exception instance as a result
+is raised in that stream's generator only) and an int class attribute ``stage`` (its place in a stream's
+pipeline).
 """
 
 from __future__ import annotations
@@ -155,5 +156,8 @@ def run_stacked(steps: list[Steps], stats: StackStats | None = None,
         if stats is not None:
             stats.add(type(reqs[0]).__name__, len(reqs))
         for i, r in zip(idx, res):
-            advance(i, r)
+            if isinstance(r, BaseException):  # that request's own failure: its stream only
+                advance(i, error=r)
+            else:
+                advance(i, r)
     return out
