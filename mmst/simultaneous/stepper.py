@@ -46,16 +46,9 @@ class LanguageStepper:
         for _, st, _ in self.groups:
             st.invalidate_cross()
 
-    def step(
-        self,
-        want: list[str],
-        inputs: dict[str, int],
-        states: torch.Tensor,
-        n_visible: dict[str, int],
-        attn_layers: tuple[int, ...] = (),
-    ) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, torch.Tensor]]]:
-        """:meth:`step_steps` with every decoder call computed on its own (see its arguments)."""
-        return run_alone(self.step_steps(want, inputs, states, n_visible, attn_layers))
+    def step(self, *args, **kwargs) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, torch.Tensor]]]:
+        """:meth:`step_steps` (same arguments and value) with every decoder call computed on its own."""
+        return run_alone(self.step_steps(*args, **kwargs))
 
     def step_steps(
         self,
