@@ -133,7 +133,7 @@ def test_streams_stepped_together_write_what_each_writes_alone(factory, audios):
         tick += 1
     for i in range(len(audios)):
         assert got[i] == want[i], f"stream {i}"
-    for kind in ("VadWindow", "EncoderBlock", "DecoderStep"):
+    for kind in ("VadWindows", "EncoderBlock", "DecoderStep"):
         calls, requests = stats.by_kind[kind]
         assert requests > calls, f"{kind} requests were never stacked"
     for d in drivers:

@@ -396,7 +396,7 @@ def serve_table(d: Mapping[str, Any]) -> str:
         spc = r.get("streams_per_call") or {}
         if r["batching"] != "tick" or not spc:
             return "-"
-        return " / ".join(num(spc.get(k), "{:.1f}") for k in ("VadWindow", "EncoderBlock", "DecoderStep"))
+        return " / ".join(num(spc.get(k), "{:.1f}") for k in ("VadWindows", "EncoderBlock", "DecoderStep"))
 
     rows = [[r["batching"], r["n"], f"{num(r['added_latency_ms_p50'], '{:.0f}')} / {num(r['added_latency_ms_p95'], '{:.0f}')}",
              num(r["rtf_max"], "{:.3f}"), num(r["server_cpu_pct"], "{:.0f}") + "%", num(r["cpu_s_per_audio_s"], "{:.3f}"),

@@ -169,7 +169,7 @@ class TranslationServer:
 
     def stats(self) -> dict:
         """Open streams, connections so far, refusals, scheduler ticks/steps and compute seconds; in tick
-        mode, ``stacked``: per kind of model call (``VadWindow``, ``EncoderBlock``, ``DecoderStep``) the
+        mode, ``stacked``: per kind of model call (``VadWindows``, ``EncoderBlock``, ``DecoderStep``) the
         calls made and the stream requests they served (requests / calls = mean streams per call)."""
         s = self.scheduler
         return {"streams": len(self.clients), "connections": self.n_connections, "refused": self.refused,

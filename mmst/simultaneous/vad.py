@@ -85,7 +85,7 @@ class StreamingVad:
         max_segment_s: longest segment in seconds (> 0); longer speech is cut there.
         model: a loaded Silero model (default :func:`load_vad_model`); it may be shared by many
             streams (the recurrent state is this object's), and streams sharing it can have their
-            windows stacked into one call (:class:`VadWindow`).
+            windows stacked into one call (:class:`VadWindows`).
 
     Raises:
         ValueError: a parameter out of range.
@@ -158,8 +158,8 @@ class StreamingVad:
         return run_alone(self.accept_steps(samples))
 
     def accept_steps(self, samples: np.ndarray) -> Steps:
-        """:meth:`accept` as a generator (:mod:`mmst.models.stacked`): each 32 ms window's model call is
-        a yielded :class:`VadWindow` request, so the windows of several streams can be stacked."""
+        """:meth:`accept` as a generator (:mod:`mmst.models.stacked`): the model calls of the new 32 ms
+        windows are one yielded :class:`VadWindows` request, so they can be stacked with other streams'."""
         if self._finished:
             raise ValueError("VAD stream already finished; call reset() for a new stream")
         x = np.asarray(samples, dtype=np.float32)
@@ -169,10 +169,12 @@ class StreamingVad:
         buf = np.concatenate([self._pending, x]) if self._pending.size else x
         n_win = buf.size // VAD_WINDOW_SAMPLES
         events: list[VadEvent] = []
-        for i in range(n_win):
-            win = torch.from_numpy(np.ascontiguousarray(buf[i * VAD_WINDOW_SAMPLES:(i + 1) * VAD_WINDOW_SAMPLES]))
-            self._prob.value = yield VadWindow(self, win)
-            events += self._step(win)
+        if n_win:
+            wins = torch.from_numpy(np.ascontiguousarray(buf[: n_win * VAD_WINDOW_SAMPLES])).view(n_win, -1)
+            probs = yield VadWindows(self, wins)
+            for win, prob in zip(wins, probs):
+                self._prob.value = prob
+                events += self._step(win)
         self._pending = buf[n_win * VAD_WINDOW_SAMPLES:].copy()
         return events
 
@@ -209,7 +211,7 @@ class StreamingVad:
 
 class _GivenProb:
     """Stands in for the Silero model inside ``silero_vad.VADIterator``: returns the probability that
-    the stream's :class:`VadWindow` request computed, and clears the stream's recurrent state on
+    the stream's :class:`VadWindows` request computed, and clears the stream's recurrent state on
     ``reset_states``."""
 
     def __init__(self, vad: StreamingVad) -> None:
@@ -225,45 +227,62 @@ class _GivenProb:
 
 
 @dataclass
-class VadWindow:
-    """Compute request (:mod:`mmst.models.stacked`): the Silero model on one 32 ms window of one stream.
+class VadWindows:
+    """Compute request (:mod:`mmst.models.stacked`): the Silero model on the new 32 ms windows of one stream.
 
-    The stream's recurrent state (LSTM ``(2, 1, 128)``, empty at the start) and the last
-    :data:`VAD_CONTEXT_SAMPLES` samples it saw live on its :class:`StreamingVad`, not in the model, so
-    one loaded model serves every stream; the call is the one ``silero_vad``'s own ``forward`` makes
-    (``model._model(cat(context, window), state)``). The result is the speech probability (float).
+    Silero VAD (16 kHz) is a stateless front end (STFT and conv encoder over the window plus the
+    :data:`VAD_CONTEXT_SAMPLES` samples before it) followed by an LSTM cell and a small head. The front end
+    of every window is computed in one call (a window's context is the end of the previous window, known
+    in advance); the LSTM steps through the windows in order from the stream's state. The stream's LSTM
+    state (``(2, 1, 128)``, empty at the start) and last context live on its :class:`StreamingVad`, so one
+    loaded model serves every stream. The result is the speech probability of each window (floats),
+    what ``silero_vad``'s own ``forward`` computes window by window.
 
     Attributes:
-        vad: the stream's :class:`StreamingVad` (its state is updated).
-        window: ``(512,)`` float32 samples.
+        vad: the stream's :class:`StreamingVad` (its state and context are updated).
+        windows: ``(W, 512)`` float32 samples, consecutive windows.
     """
     stage = 0  # pipeline order: VAD 0, encoder 1, decoder 2 (ties in run_stacked)
 
     vad: StreamingVad
-    window: torch.Tensor
+    windows: torch.Tensor
 
     def stack_key(self) -> tuple:
         return ("silero-vad", id(self.vad.model))
 
-    @torch.no_grad()
-    def run(self) -> float:
-        """This window alone."""
-        v = self.vad
-        x = torch.cat([v._context, self.window[None]], 1)  # (1, 64 + 512)
-        out, v._state = v.model._model(x, v._state)
-        v._context = x[:, -VAD_CONTEXT_SAMPLES:]
-        return float(out[0, 0])
+    def run(self) -> list[float]:
+        """This stream's windows alone."""
+        return self.run_stacked([self])[0]
 
     @classmethod
     @torch.no_grad()
-    def run_stacked(cls, windows: list[VadWindow]) -> list[float]:
-        """Windows of several streams in ONE model call (batch = streams; a stream at its start gets a
-        zero state, which is what the model uses for an empty one)."""
-        vads = [w.vad for w in windows]
-        x = torch.cat([torch.cat([v._context, w.window[None]], 1) for v, w in zip(vads, windows)], 0)  # (B, 576)
-        state = torch.cat([v._state if v._state.numel() else torch.zeros(2, 1, VAD_STATE_SIZE) for v in vads], 1)
-        out, state = vads[0].model._model(x, state)  # (B, 1), (2, B, 128)
-        for i, v in enumerate(vads):
-            v._state = state[:, i : i + 1].clone()
-            v._context = x[i : i + 1, -VAD_CONTEXT_SAMPLES:].clone()
-        return [float(p) for p in out[:, 0]]
+    def run_stacked(cls, reqs: list[VadWindows]) -> list[list[float]]:
+        """The windows of several streams: the front end of all windows in ONE call, then one LSTM + head
+        call per window index with the streams that have that window stacked (batch = streams; a stream at
+        its start gets a zero state, which is what the model uses for an empty one)."""
+        m = reqs[0].vad.model._model
+        xs, offsets = [], []
+        n = 0
+        for r in reqs:
+            v, w = r.vad, r.windows
+            ctx = torch.cat([v._context, w[:-1, -VAD_CONTEXT_SAMPLES:]], 0)  # (W, 64): each window's context
+            xs.append(torch.cat([ctx, w], 1))  # (W, 64 + 512)
+            v._context = w[-1:, -VAD_CONTEXT_SAMPLES:].clone()
+            offsets.append(n)
+            n += w.size(0)
+        feats = m.encoder(m.run_extractors(torch.cat(xs, 0)))  # (sum W, 128, 1)
+        probs: list[list[float]] = [[] for _ in reqs]
+        for j in range(max(r.windows.size(0) for r in reqs)):
+            live = [i for i, r in enumerate(reqs) if r.windows.size(0) > j]
+            e = feats[[offsets[i] + j for i in live]]
+            vads = [reqs[i].vad for i in live]
+            if len(live) == 1:
+                state = vads[0]._state
+            else:
+                state = torch.cat([v._state if v._state.numel() else torch.zeros(2, 1, VAD_STATE_SIZE) for v in vads], 1)
+            out, state = m.decoder(e, state)  # (B, 1, 1), (2, B, 128)
+            p = torch.mean(torch.squeeze(out, 1), [1])  # (B,)
+            for k, (i, v) in enumerate(zip(live, vads)):
+                v._state = state[:, k : k + 1].clone()
+                probs[i].append(float(p[k]))
+        return probs
