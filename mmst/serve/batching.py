@@ -10,9 +10,11 @@ All streams share one model and one compute thread (torch's intra-op threads are
   advances the streams' generators in rounds and computes, per round, the largest group of requests of
   one kind in one stacked call (the other streams wait a round and catch up):
 
-  - Silero VAD windows (32 ms): one model call, batch = streams (each stream's LSTM state and context
-    live on its :class:`~mmst.simultaneous.vad.StreamingVad`; one model serves every stream; the
-    long-form driver feeds the segmenter as audio arrives, so every stream with new audio has windows);
+  - Silero VAD windows (32 ms): the stateless front end of every new window of every stream in one
+    call, then the LSTM cell and head once per window index with the streams as the batch (each
+    stream's LSTM state and context live on its :class:`~mmst.simultaneous.vad.StreamingVad`; one model
+    serves every stream; the long-form driver feeds the segmenter as audio arrives, so every stream
+    with new audio has windows);
   - encoder blocks (the new pre-decision chunks of a stream): one call per encoder layer; queries padded
     to the longest block, each stream's key/value cache copied into one padded tensor, masks that give
     every real query exactly the keys it has alone (chunk-causal over its own cache) and nothing of
