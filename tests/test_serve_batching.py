@@ -175,7 +175,8 @@ def test_server_tick_and_off_equal_the_offline_cli(factory, audios, tiny_system,
 
 
 def test_run_stacked_reports_one_failing_stream():
-    """A generator that raises is reported; the others get their results."""
+    """A generator that raises is reported; the others get their results; each is reported done as soon
+    as it finished."""
     class Twice:
         stage = 0
 
@@ -201,8 +202,10 @@ def test_run_stacked_reports_one_failing_stream():
         raise RuntimeError("broken stream")
 
     stats = StackStats()
-    out = run_stacked([ok(1), bad(), ok(5)], stats)
+    done = []
+    out = run_stacked([ok(1), bad(), ok(5)], stats, on_done=lambda i, v, e: done.append((i, v, e)))
     assert out[0] == (4, None) and out[2] == (20, None)
+    assert [d[0] for d in done] == [1, 0, 2] and done[1][1:] == (4, None)  # each as soon as it finished
     assert out[1][0] is None and "broken stream" in str(out[1][1])
     assert stats.by_kind == {"Twice": [2, 5]} and run_alone(ok(3)) == 12
 

@@ -24,7 +24,7 @@ pipeline).
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
 #: a step written as a generator: yields requests, receives their results, returns the step's value
@@ -90,8 +90,9 @@ class StackStats:
         c[1] += n
 
 
-def run_stacked(steps: list[Steps], stats: StackStats | None = None,
-                costs: list[float] | None = None) -> list[tuple[Any, BaseException | None]]:
+def run_stacked(steps: list[Steps], stats: StackStats | None = None, costs: list[float] | None = None,
+                on_done: Callable[[int, Any, BaseException | None], None] | None = None,
+                ) -> list[tuple[Any, BaseException | None]]:
     """Drive every generator of ``steps`` together, stacking their requests round by round.
 
     Args:
@@ -100,6 +101,8 @@ def run_stacked(steps: list[Steps], stats: StackStats | None = None,
         costs: when given (a list of ``len(steps)`` floats), each generator's compute seconds are added
             to its entry: the time spent in its own code plus an equal share of each stacked call it
             was part of (so the costs of a tick add up to its duration).
+        on_done: called as ``on_done(i, value, error)`` as soon as generator ``i`` has finished (its cost
+            in ``costs`` is then final), while the others may still be computing.
 
     Returns:
         ``[(value, None) | (None, error), ...]`` per generator, in order. A generator that raises gets
@@ -122,15 +125,16 @@ def run_stacked(steps: list[Steps], stats: StackStats | None = None,
                 req = g.send(value)
         except StopIteration as stop:
             out[i] = (stop.value, None)
-            waiting.pop(i, None)
-            return
         except Exception as e:  # noqa: BLE001 - reported for this generator only
             out[i] = (None, e)
-            waiting.pop(i, None)
+        else:
+            waiting[i] = req
             return
         finally:
             spent[i] += time.perf_counter() - t
-        waiting[i] = req
+        waiting.pop(i, None)
+        if on_done is not None:
+            on_done(i, *out[i])
 
     for i in range(len(steps)):
         advance(i, first=True)

@@ -158,28 +158,31 @@ class TickScheduler:
             if not batch:
                 continue
             try:
-                results = await loop.run_in_executor(self._executor, self._compute, batch)
+                await loop.run_in_executor(self._executor, self._compute, batch, loop)
             except RuntimeError:  # the executor was shut down while stopping
                 return
             self.ticks += 1
-            for session, events, err in results:
-                if session in self.sessions:
-                    self.deliver(session, events, err)
             if any(s.has_work() for s in self.sessions):
                 self._wake.set()
 
-    def _compute(self, batch: list[StreamSession]) -> list[tuple[StreamSession, list, BaseException | None]]:
+    def _compute(self, batch: list[StreamSession], loop: asyncio.AbstractEventLoop) -> None:
         """One tick on the compute thread: step every session of ``batch`` with all its audio, their
-        model calls stacked (:func:`mmst.models.stacked.run_stacked`)."""
+        model calls stacked (:func:`mmst.models.stacked.run_stacked`). Each session's events are handed
+        to the event loop as soon as its own step has finished, not at the end of the tick."""
         t = time.perf_counter()
         costs = [0.0] * len(batch)
-        results = run_stacked([s.step_steps() for s in batch], self.stack, costs)
-        out = []
-        for s, cost, (events, err) in zip(batch, costs, results):
-            s.compute_s += cost
+
+        def done(i: int, events: list | None, err: BaseException | None) -> None:
+            s = batch[i]
+            s.compute_s += costs[i]
             if err is not None:
                 logger.error("stream failed in its step", exc_info=err)
-            out.append((s, events or [], err))
+            loop.call_soon_threadsafe(self._deliver_if_open, s, events or [], err)
+
+        run_stacked([s.step_steps() for s in batch], self.stack, costs, done)
         self.steps += len(batch)
         self.busy_s += time.perf_counter() - t
-        return out
+
+    def _deliver_if_open(self, session: StreamSession, events: list, err: BaseException | None) -> None:
+        if session in self.sessions:
+            self.deliver(session, events, err)
