@@ -1,6 +1,6 @@
 """Compute requests: a streaming step written once, run alone or stacked with other streams' steps.
 
-A streaming step that needs the model (one stream's VAD window, encoder block, decoder step) is written
+A streaming step that needs the model (a stream's VAD windows, encoder block, decoder step) is written
 as a generator: it *yields* a request object describing the call and receives the call's result from
 ``yield``; its return value is the step's result. Two drivers run such generators:
 
