@@ -58,8 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--send-queue", type=int, default=256,
                    help="events queued for one client before it counts as a slow reader (close 4408)")
     p.add_argument("--batching", choices=BATCHING_MODES, default="tick",
-                   help="tick = dynamic batching per tick across streams; off = every audio frame computed "
-                   "on its own (the benchmark's baseline)")
+                   help="tick = dynamic batching per tick: the streams with audio waiting are stepped "
+                   "together and their Silero VAD windows, encoder blocks and decoder steps are stacked into "
+                   "one model call each (padded, masked; same words); off = every audio frame computed on "
+                   "its own, every model call alone (the benchmark's baseline)")
     p.add_argument("--save-audio", default=None, metavar="DIR",
                    help="write each stream's received 16 kHz PCM to DIR/<stream>.wav (float32) for offline "
                    "replays")
@@ -109,7 +111,7 @@ def make_driver_factory(args: argparse.Namespace) -> tuple[Any, list[str]]:
            "speech_pad_ms": args.vad_speech_pad_ms, "max_segment_s": args.max_segment_s}
     StreamingVad(**vad, model=vad_model)  # out-of-range VAD options fail now
     pool = DriverPool(system, policy, beam=args.beam, max_len_b=args.max_len_b, vad=vad,
-                      chunk_ms=args.source_segment_size)
+                      chunk_ms=args.source_segment_size, vad_model=vad_model)
     return pool, served
 
 
