@@ -28,6 +28,7 @@ Usage::
 
     python bench/bench_stragglers_mmst.py            # full: W = 2, 4; both scenarios; 3 seeds (<= 60 min)
     python bench/bench_stragglers_mmst.py --quick --data DATA   # W = 2, ln0.5, 1 seed, tiny model (CI)
+    python bench/bench_stragglers_mmst.py ... --resume   # rerun only what an earlier invocation did not finish
 
 Writes ``docs/results/stragglers_mmst.json`` (``summary`` first), ``docs/results/stragglers_mmst.md``
 and ``docs/images/stragglers_mmst.png``.
@@ -54,6 +55,9 @@ from mmst.distributed.report import read_log, reference_target, run_summary, tim
 SCENARIOS = {"ln0.5": ["--straggler-delay", "lognormal:cv=0.5", "distributed.options.straggler_fraction=1.0"],
              "slow": []}
 MODES = ("ddp", "dropcompute", "param-server")
+#: opt-in control (``--modes``): DropCompute's code path with tau = inf, i.e. synchronous SGD that never
+#: drops, with DropCompute's single flat all-reduce after the backward instead of DDP's bucketed one
+CONTROL_MODES = ("dropcompute-inf",)
 TINY = ["model.overrides.d_model=32", "model.overrides.encoder_layers=1", "model.overrides.decoder_layers=1",
         "model.overrides.ffn_dim=32", "model.overrides.conv_channels=32", "model.overrides.attention_heads=2",
         "criterion.ctc_weight=0"]
@@ -97,11 +101,14 @@ def run_one(a: argparse.Namespace, w: int, mode: str, scen: str | None, seed: in
         cmd = [sys.executable, "-m", "mmst.training.cli", *args]
     else:
         nproc = w + 1 if mode == "param-server" else w
-        args += ["--distributed", mode, "--dist-timeout", str(a.dist_timeout), *SCENARIOS[scen or "ln0.5"]]
+        dist = "dropcompute" if mode == "dropcompute-inf" else mode
+        args += ["--distributed", dist, "--dist-timeout", str(a.dist_timeout), *SCENARIOS[scen or "ln0.5"]]
         if scen == "slow":
             args += ["--slow-rank", f"{w if mode == 'param-server' else w - 1}:2"]
         if mode == "dropcompute":
             args += ["--compute-threshold", "auto", f"distributed.options.auto_steps={a.auto_steps}"]
+        if mode == "dropcompute-inf":
+            args += ["--compute-threshold", "inf"]
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--rdzv-backend",
                "c10d", "--rdzv-endpoint", f"127.0.0.1:{find_free_port()}", "-m", "mmst.training.cli", *args]
     t0 = time.monotonic()
@@ -154,7 +161,8 @@ def aggregate(rows: list[dict[str, Any]], targets: dict[int, float], spm: float)
             r["x_ddp_samples_per_s"] = r["samples_per_s"] / ddp["samples_per_s"]
         if ddp and ddp["time_to_target_s"] and r["time_to_target_s"]:
             r["x_ddp_time_to_target"] = r["time_to_target_s"] / ddp["time_to_target_s"]
-    return sorted(out, key=lambda r: (r["W"], r["scenario"], MODES.index(r["mode"])))
+    order = MODES + CONTROL_MODES
+    return sorted(out, key=lambda r: (r["W"], r["scenario"], order.index(r["mode"])))
 
 
 def summary(agg: list[dict[str, Any]]) -> dict[str, Any]:
@@ -190,7 +198,7 @@ def table(agg: list[dict[str, Any]], summ: dict[str, Any], gl: dict[str, str]) -
         stale = f"{_f(r['staleness_mean'])}/{_f(r['staleness_max'], '{:.0f}')}" if r["mode"] == "param-server" else "-"
         ttt = _f(r["time_to_target_s"], "{:.1f}") if r["time_to_target_s"] else f"not reached ({r['reached_target']}/{r['curve_seeds']})"
         lines.append(f"| {r['W']} | {r['scenario']} | {r['mode']} | {r['seeds']} ({r['curve_seeds']}) | {_f(r['samples_per_s'], '{:.1f}')} "
-                     f"| {_f(r.get('x_ddp_samples_per_s'))} | {_f(r['drop_rate'], '{:.3f}') if r['mode'] == 'dropcompute' else '-'} "
+                     f"| {_f(r.get('x_ddp_samples_per_s'))} | {_f(r['drop_rate'], '{:.3f}') if r['mode'].startswith('dropcompute') else '-'} "
                      f"| {_f(r['tau_s'] * 1000 if r['tau_s'] else None, '{:.0f}')} | {stale} | {_f(r['delay_share'])} "
                      f"| {ttt} | {_f(r.get('x_ddp_time_to_target'))} |")
     lines.append("")
@@ -234,7 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", default=str(REPO / "recipes/synthetic/conf/train_xs.yaml"), help="training config")
     p.add_argument("--workers", default=None, help="comma-separated W list (default 2,4; quick 2)")
     p.add_argument("--scenarios", default=None, help=f"comma-separated subset of {list(SCENARIOS)} (quick: ln0.5)")
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of modes")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help=f"comma-separated subset of {list(MODES + CONTROL_MODES)}; dropcompute-inf is a control: "
+                        "DropCompute with tau = inf (never drops), which separates the gain from dropping from the "
+                        "cost of the all-reduce implementation")
     p.add_argument("--seeds", type=int, default=None, help="seeds per configuration (default 3; quick 1)")
     p.add_argument("--updates", type=int, default=None,
                    help="updates of a curve run (dev loss vs time; default 60; quick 6)")
@@ -254,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiny", action="store_true", help="tiny model overrides (implied by --quick)")
     p.add_argument("--dist-timeout", type=float, default=120.0, help="--dist-timeout of every run (s)")
     p.add_argument("--run-timeout", type=float, default=900.0, help="wall-clock bound of one run (s)")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse the finished runs recorded in OUT.rows.jsonl by an earlier, interrupted or partly "
+                        "failed invocation with the same settings (runs that failed are run again)")
     p.add_argument("--out", default=str(RESULTS_DIR / "stragglers_mmst.json"), help="JSON output")
     p.add_argument("--plot", default=str(REPO / "docs/images/stragglers_mmst.png"), help="plot output")
     a = p.parse_args(argv)
@@ -262,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     ws = [int(x) for x in (a.workers or ("2" if q else "2,4")).split(",")]
     scens = (a.scenarios or ("ln0.5" if q else ",".join(SCENARIOS))).split(",")
     modes = a.modes.split(",")
+    if set(modes) - set(MODES + CONTROL_MODES):
+        p.error(f"--modes: unknown {sorted(set(modes) - set(MODES + CONTROL_MODES))}; known: {list(MODES + CONTROL_MODES)}")
     seeds = range(1, 1 + (a.seeds or (1 if q else 3)))
     a.updates = a.updates or (6 if q else 60)
     a.valid_every = a.valid_every or (2 if q else 10)
@@ -278,10 +294,28 @@ def main(argv: list[str] | None = None) -> int:
     record = run_record()
     rows: list[dict[str, Any]] = []
     targets: dict[int, float] = {}
+    done_rows = Path(a.out).with_suffix(".rows.jsonl")  # finished runs, one JSON per line (--resume)
+    done: dict[tuple, dict[str, Any]] = {}
+    if a.resume and done_rows.is_file():
+        for r in map(json.loads, done_rows.read_text().splitlines()):
+            if "error" not in r:
+                done[(r["W"], r["scenario"], r["mode"], r["seed"])] = r
+        print(f"--resume: {len(done)} finished runs from {done_rows}", file=sys.stderr)
+    elif done_rows.is_file():
+        done_rows.unlink()
+
+    def run_or_reuse(w: int, mode: str, scen: str | None, seed: int, root: Path) -> dict[str, Any]:
+        r = done.get((w, scen, mode, seed))
+        if r is None:
+            r = run_one(a, w, mode, scen, seed, root)
+            with done_rows.open("a") as fh:
+                fh.write(json.dumps(r, default=str) + "\n")
+        return r
+
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for w in ws:
-            ref = run_one(a, w, "none", None, 1, root)
+            ref = run_or_reuse(w, "none", None, 1, root)
             rows.append(ref)
             if "error" in ref:
                 print(f"W={w} reference run failed: {ref['error']}", file=sys.stderr)
@@ -290,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             for scen in scens:
                 for mode in modes:
                     for seed in seeds:
-                        r = run_one(a, w, mode, scen, seed, root)
+                        r = run_or_reuse(w, mode, scen, seed, root)
                         rows.append(r)
                         print(f"W={w} {scen} {mode} seed {seed}: {r['wall_s']:.0f}s"
                               + (f" ERROR {r['error']}" if "error" in r else ""), file=sys.stderr, flush=True)
@@ -305,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
            "config": {**{k: v for k, v in vars(a).items()}, "workers": ws, "scenarios": scens, "modes": modes,
                       "seeds": list(seeds), "samples_per_microbatch": spm,
                       "ranks_per_core": {w: (w + 1) / (os.cpu_count() or 1) for w in ws}},
-           "targets": targets, "runtime_s": time.time() - t0, "aggregate": agg, "rows": rows,
+           "targets": targets, "runtime_s": time.time() - t0,
+           "runs_wall_s": sum(float(r["wall_s"]) for r in rows), "aggregate": agg, "rows": rows,
            "table_markdown": tab}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1, default=str))

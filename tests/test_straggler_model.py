@@ -65,6 +65,20 @@ def test_parse_delay_specs():
     assert parse_slow_rank("1:2.5") == (1, 2.5) and parse_slow_rank(None) is None
     with pytest.raises(ValueError):
         parse_slow_rank("x:2")
+    with pytest.raises(ValueError, match="quote"):
+        parse_slow_rank(62)  # what YAML 1.1 makes of an unquoted 1:2
+
+
+def test_slow_rank_flag_reaches_the_strategy_as_text():
+    from mmst.training.cli import alias_overrides, build_parser
+    from mmst.training.config import load_config
+
+    args = build_parser().parse_intermixed_args(
+        ["--data", "d", "--save-dir", "s", "--slow-rank", "3:2", "--straggler-delay", "lognormal:cv=0.5"])
+    opts = load_config(None, alias_overrides(args)).distributed.options
+    assert parse_slow_rank(opts["slow_rank"]) == (3, 2.0)
+    assert parse_delay_spec(opts["straggler_delay"]).cv == pytest.approx(0.5)
+    assert load_config(None, ["distributed.options.slow_rank=1:2.5"]).distributed.options["slow_rank"] == "1:2.5"
 
 
 @pytest.mark.parametrize("text", ["lognormal:cv=0.3", "lognormal:cv=0.5", "pareto:alpha=3", "exp:c=1"])

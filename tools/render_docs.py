@@ -241,7 +241,8 @@ def stragglers_mmst(d: Mapping[str, Any]) -> str:
             f"of <= {c['max_tokens']} padded frames per rank and update; throughput over log windows of "
             f"{c.get('log_every', c['valid_every'])} updates after the first; target dev loss per W from the "
             f"single-process run ({', '.join(f'W = {w}: {float(t):.3f}' for w, t in sorted(d['targets'].items()))}); "
-            f"processes per core, counting the parameter server's extra process ({per_core}); whole benchmark {float(d['runtime_s']) / 60:.0f} min.")
+            f"processes per core, counting the parameter server's extra process ({per_core}); the runs took "
+            f"{float(d.get('runs_wall_s', d['runtime_s'])) / 60:.0f} min.")
 
 
 def stragglers_mmst_summary(d: Mapping[str, Any]) -> str:

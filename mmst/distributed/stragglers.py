@@ -135,10 +135,14 @@ def parse_slow_rank(text: str | None) -> tuple[int, float] | None:
     """Parse ``--slow-rank R:FACTOR`` (e.g. ``1:2.0``) into ``(R, FACTOR)``; ``None``/"" => None.
 
     Raises:
-        ValueError: malformed text, negative rank or factor < 1.
+        ValueError: malformed text, negative rank or factor < 1, or a number (a YAML file that says
+            ``slow_rank: 1:2`` unquoted gives the base-60 number 62: quote it).
     """
-    if not text:
+    if text is None or text == "":
         return None
+    if not isinstance(text, str):
+        raise ValueError(f"slow_rank {text!r}: expected the text RANK:FACTOR, e.g. '1:2.0' (in a YAML file, quote it: "
+                         "unquoted, YAML reads 1:2 as the base-60 number 62)")
     r, sep, f = text.partition(":")
     try:
         rank, factor = int(r), float(f) if sep else 2.0

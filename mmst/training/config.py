@@ -20,6 +20,7 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -449,8 +450,13 @@ def _set_dotted(d: dict[str, Any], key: str, value: Any) -> None:
         cls = hint if dataclasses.is_dataclass(hint) else None
 
 
+#: ``1:2`` or ``3:2.5``: YAML 1.1 would read these as base-60 numbers (``1:2`` -> 62); an override keeps them as text
+_SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?")
+
+
 def parse_override(text: str) -> tuple[str, Any]:
-    """Split ``"a.b=value"`` into ``("a.b", parsed)``; the value is parsed as YAML.
+    """Split ``"a.b=value"`` into ``("a.b", parsed)``; the value is parsed as YAML, except that
+    ``R:F``-like values (``1:2``, ``3:2.5``) stay strings (YAML 1.1 would read them as base-60 numbers).
 
     Raises :class:`ConfigError` when there is no ``=`` or the key is empty.
     """
@@ -460,6 +466,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     key = key.strip().lstrip("-").replace("-", "_") if key.strip().startswith("--") else key.strip()
     if not key:
         raise ConfigError(f"override {text!r}: empty key")
+    if _SEXAGESIMAL.fullmatch(raw.strip()):
+        return key, raw.strip()
     try:
         value = yaml.safe_load(raw) if raw.strip() != "" else ""
     except yaml.YAMLError:
