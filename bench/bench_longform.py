@@ -30,12 +30,11 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from provenance import RESULTS_DIR, run_record
+from provenance import RESULTS_DIR, run_record, write_results
 
 from mmst.cli_help import HelpFormatter
 
@@ -162,7 +161,7 @@ def crosscheck(system, utts, audios, args) -> dict[str, Any]:
     """Segmented vs long-form (VAD, oracle) evaluation of the same utterances."""
     from mmst.corpora.long_talk import build_long_talk
     from mmst.evaluation.instances import make_instance
-    from mmst.evaluation.quality import latency_unit_for
+    from mmst.evaluation.quality import latency_units
     from mmst.evaluation.resegment import RefSentence, stream_instances, timed_units
     from mmst.evaluation.scorer import score_instances
     from mmst.evaluation.streaming import stream_utterance
@@ -171,7 +170,7 @@ def crosscheck(system, utts, audios, args) -> dict[str, Any]:
 
     n = min(args.crosscheck_utts, len(utts))
     langs = list(system.tgt_langs)
-    units = {lang: latency_unit_for(lang) for lang in langs}
+    units = latency_units(langs)
     lo, hi = (float(x) / 1000.0 for x in args.pause_ms.split(","))
     tr = system.translator(3, policy=args.policy)
     seg: dict[str, list] = {lang: [] for lang in langs}
@@ -243,10 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{b['from_min']:4.0f}-{b['to_min']:<5.0f} {b['ms_per_chunk_wall']['mean'] or 0:14.1f} "
               f"{b['ms_per_chunk_cpu']['mean'] or 0:13.1f} {b['peak_rss_mib']:13.1f} {b['vad_segments']:9d}")
     print(json.dumps(summary))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
-    print(f"wrote {out}")
+    write_results(args.out, obj, indent=1, ensure_ascii=False)
     return 0
 
 

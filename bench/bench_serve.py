@@ -10,7 +10,9 @@ frames, all at once. Reports, per N:
   server send of the word; over all words of all clients);
 - RTF per client (server compute seconds on that stream / its audio seconds; max over clients);
 - server CPU (process CPU seconds / wall seconds, %), CPU seconds per second of audio, peak RSS (MiB);
-- words per second (all clients).
+- words per second (all clients);
+- streams per model call (tick mode): stream requests served per stacked call, per kind of call (Silero
+  VAD window, encoder block, decoder step; from the server's ``/stats.json``; 1.0 = nothing stacked).
 
 Summary (the first key of the JSON): ``p95_added_latency_ms_8_clients``,
 ``batched_over_unbatched_cost_8_clients`` (server CPU seconds per second of audio at 8 clients, tick
@@ -45,7 +47,7 @@ import psutil
 import soundfile as sf
 from provenance import RESULTS_DIR, run_record
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import HelpFormatter, add_model_arguments
 from mmst.serve.loadtest import run_clients, summarize_clients
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,8 +57,7 @@ RT_P95_MS = 300.0
 def build_parser() -> argparse.ArgumentParser:
     """Options of the benchmark."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
-    p.add_argument("--data", required=True, help="DATA directory of the checkpoint")
+    add_model_arguments(p, data_required=True, langs_default=None)
     p.add_argument("--wav", nargs="*", default=None,
                    help="talk wavs to stream (default: the tst-COMMON talks named by DATA/tst-COMMON.tsv)")
     p.add_argument("--clients", default="1,4,8,16", help="numbers of concurrent clients")
@@ -124,18 +125,39 @@ class Server:
         self.log.close()
 
 
+def stacked_counts(port: int) -> dict:
+    """The server's ``/stats.json`` ``stacked`` counters: ``{kind: {"calls", "requests"}}``."""
+    from urllib.request import urlopen
+
+    with urlopen(f"http://127.0.0.1:{port}/stats.json", timeout=10) as r:
+        return json.loads(r.read())["stacked"]
+
+
+def streams_per_call(before: dict, after: dict) -> dict:
+    """Stream requests served per model call, per kind, between two :func:`stacked_counts` (1.0 = nothing
+    was stacked)."""
+    out = {}
+    for kind, c in after.items():
+        b = before.get(kind, {"calls": 0, "requests": 0})
+        calls = c["calls"] - b["calls"]
+        out[kind] = (c["requests"] - b["requests"]) / calls if calls else None
+    return out
+
+
 def measure(server: Server, audios: list[np.ndarray]) -> dict:
     """One load point: warm the driver pool, then stream every audio at once in real time."""
     url = f"ws://127.0.0.1:{server.port}/ws"
     asyncio.run(run_clients(url, [a[:16000] for a in audios], realtime=False))  # one driver per client, warm
     server.reset_peak()
+    stacked0 = stacked_counts(server.port)
     cpu0, load0 = server.cpu_s(), os.getloadavg()[0]
     results, wall = asyncio.run(run_clients(url, audios, realtime=True, stagger_ms=37.0))
     cpu = server.cpu_s() - cpu0
     row = summarize_clients(results, wall)
     row.update(server_cpu_s=cpu, server_cpu_pct=100.0 * cpu / wall,
                cpu_s_per_audio_s=cpu / row["audio_s"] if row["audio_s"] else None,
-               peak_rss_mib=server.peak_rss_mib, loadavg_1m=[load0, os.getloadavg()[0]])
+               peak_rss_mib=server.peak_rss_mib, loadavg_1m=[load0, os.getloadavg()[0]],
+               streams_per_call=streams_per_call(stacked0, stacked_counts(server.port)))
     row["realtime"] = bool(row["failed"] == 0 and row["rtf_max"] is not None and row["rtf_max"] < 1.0
                            and row["added_latency_ms_p95"] is not None and row["added_latency_ms_p95"] < RT_P95_MS)
     return row

@@ -37,7 +37,6 @@ timing).  Default runtime: about 2-3 minutes on one core.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -47,7 +46,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from provenance import RESULTS_DIR, run_record
+from provenance import RESULTS_DIR, run_record, write_results
 
 from mmst.cli_help import HelpFormatter
 
@@ -266,9 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         print_policy_rows(pr, args.segment_ms)
         out = Path(args.out if args.out != str(RESULTS_DIR / "streaming.json")
                    else RESULTS_DIR / "streaming_policies.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"provenance": record, "policies": pr}, indent=2) + "\n")
-        print(f"wrote {out}")
+        write_results(out, {"provenance": record, "policies": pr})
         return 0
     from mmst.evaluation.scorer import score_instances
 
@@ -425,10 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| one re-encode of an L s prefix (ms) | {pe} |")
     print(f"| runtime | {res['runtime_s']:.0f} s |")
     print_policy_rows(res["policies"], args.segment_ms)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"provenance": run_record(), **res}, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_results(args.out, {"provenance": run_record(), **res})
     return 0
 
 

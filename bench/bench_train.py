@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from provenance import RESULTS_DIR, run_record
+from provenance import RESULTS_DIR, run_record, write_results
 
 from mmst.cli_help import HelpFormatter
 
@@ -391,10 +391,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {r['size']} | {r['threads']} | {r['precision']} | {r['batch_utts']} | {r['specaugment']} | "
                       f"{1000 * r['specaugment_s_per_batch']:.1f} | {r['specaugment_pct']:.2f}% | "
                       f"{1000 * r['speed_onthefly_s_per_batch']:.0f} | {r['speed_onthefly_pct']:.1f}% |")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"provenance": run_record(), "meta": meta, "results": results}, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_results(args.out, {"provenance": run_record(), "meta": meta, "results": results})
     return 1 if bugs else 0
 
 

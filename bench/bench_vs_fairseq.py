@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provenance import RESULTS_DIR, run_record
+from provenance import RESULTS_DIR, run_record, write_results
 
 from mmst.cli_help import HelpFormatter
 
@@ -429,8 +429,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{f3(b['cpu_ratio_min'], b['cpu_ratio_median'], b['cpu_ratio_max'])} | "
               + (f"{e['ours_dev_loss']:.3f} ({e['ours_updates']} upd) / {e['fairseq_dev_loss']:.3f} "
                  f"({e['fairseq_updates']} upd, {e['cpu_seconds']:.0f} CPU s) |" if e else "- |"))
-    out.write_text(json.dumps({"provenance": run_record(), **res}, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_results(out, {"provenance": run_record(), **res})
     return 0
 
 

@@ -27,12 +27,24 @@ from typing import Any
 
 from mmst.provenance import cpu_flags, cpu_model, git_commit, machine, run_record
 
-__all__ = ["RESULTS_DIR", "cpu_flags", "cpu_model", "git_commit", "machine", "run_record", "stamp"]
+__all__ = ["RESULTS_DIR", "cpu_flags", "cpu_model", "git_commit", "machine", "run_record", "stamp", "write_results"]
 
 REPO = Path(__file__).resolve().parents[1]
 
 #: Directory of the committed results JSON files (rendered into the docs by ``tools/render_docs.py``).
 RESULTS_DIR = REPO / "docs" / "results"
+
+
+def write_results(path: str | os.PathLike[str], obj: dict[str, Any], indent: int = 2,
+                  ensure_ascii: bool = True) -> Path:
+    """Write a benchmark's results ``obj`` (with its ``provenance`` record) as JSON to ``path``, with a final
+    newline, creating the folder; print ``wrote PATH``; return the path. ``indent`` and ``ensure_ascii``
+    go to :func:`json.dumps`."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(obj, indent=indent, ensure_ascii=ensure_ascii) + "\n")
+    print(f"wrote {out}")
+    return out
 
 
 def stamp(path: str | os.PathLike[str], command: str, date: str | None = None) -> dict[str, Any]:

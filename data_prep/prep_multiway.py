@@ -21,6 +21,7 @@ import logging
 import sys
 
 from mmst.cli_help import HelpFormatter
+from mmst.corpora.build_cli import add_build_arguments, build_kwargs
 from mmst.corpora.multiway import BuildError, build_from_rows, format_summary, read_and_join
 from mmst.corpora.mustc_layout import RawCorpusError, available_pairs
 
@@ -41,29 +42,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--splits", default="train,dev,tst-COMMON",
                    help="comma-separated splits to read; tst*/test* splits are never filtered")
     p.add_argument("--src-lang", default="en", help="source language code (directory prefix and text suffix)")
-    p.add_argument("--vocab-size", type=int, default=None,
-                   help="joint (and per-language) SentencePiece size, an upper bound on tiny corpora; "
-                        "default: automatic (min(10000, word types / 2)), logged")
-    p.add_argument("--src-vocab-size", type=int, default=None,
-                   help="English SentencePiece size (CTC target); default automatic (cap 5000)")
-    p.add_argument("--pretokenize", choices=("auto", "none"), default="auto",
-                   help="auto: ja/zh target text gets word boundaries (MeCab for ja, Han characters for zh) for "
-                        "SentencePiece training only, so no piece spans several words; none: raw text")
-    p.add_argument("--per-lang-vocab", action="store_true",
-                   help="also train one SentencePiece model per target language (separate decoders)")
-    p.add_argument("--vocab-from", default=None,
-                   help="reuse spm_*.model and gcmvn.npz from this DATA directory instead of training them")
+    add_build_arguments(p)
     p.add_argument("--jobs", type=int, default=1, help="feature extraction processes")
     p.add_argument("--tolerance-ms", type=float, default=10.0,
                    help="join tolerance on offset and duration (ms); also how far a segment may end past its wav")
     p.add_argument("--join", choices=("inner", "outer"), default="inner",
                    help="inner: keep segments present in every language; outer: keep all, empty cells for "
                         "missing translations")
-    p.add_argument("--max-frames", type=int, default=3000, help="drop train utterances longer than this (10 ms frames)")
-    p.add_argument("--min-frames", type=int, default=5, help="drop train/dev utterances shorter than this (frames)")
-    p.add_argument("--dither", type=float, default=1.0,
-                   help="deterministic dither std in 16-bit units before fbank (1.0 = one LSB; 0 = off), "
-                        "so espeak's digital silence does not sit at the log floor")
     p.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
     p.add_argument("--log-level", default="INFO", help="logging level")
     return p.parse_args(argv)
@@ -95,9 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = {s: rows.get(s, []) for s in splits}
         report = build_from_rows(
             rows, args.out, langs, jobs=args.jobs, extra_report={"join": join_rep, "root": args.root},
-            vocab_size=args.vocab_size, src_vocab_size=args.src_vocab_size, per_lang_vocab=args.per_lang_vocab, pretokenize=args.pretokenize,
-            vocab_from=args.vocab_from, max_frames=args.max_frames, min_frames=args.min_frames,
-            end_tolerance_ms=args.tolerance_ms, dither=args.dither, src_lang=args.src_lang,
+            **build_kwargs(args), end_tolerance_ms=args.tolerance_ms, src_lang=args.src_lang,
             progress=progress, tool="prep_multiway",
         )
     except (RawCorpusError, BuildError) as e:

@@ -24,6 +24,7 @@ import os
 import sys
 
 from mmst.cli_help import HelpFormatter
+from mmst.corpora.build_cli import add_build_arguments, build_kwargs
 from mmst.corpora.mustc import (
     DEFAULT_SPLITS,
     AlignParams,
@@ -70,23 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--align-only", action="store_true",
                     help="stop after alignment: write OUT/aligned/<split>.tsv and the alignment report, no features/vocab")
     ap.add_argument("--jobs", type=int, default=1, help="processes for feature extraction in the builder (default 1)")
-    ap.add_argument("--vocab-size", type=int, default=None,
-                    help="joint (and per-language) SentencePiece vocabulary size (default: automatic)")
-    ap.add_argument("--src-vocab-size", type=int, default=None,
-                    help="English SentencePiece vocabulary size, for CTC (default: automatic)")
-    ap.add_argument("--pretokenize", choices=("auto", "none"), default="auto",
-                   help="auto: ja/zh target text gets word boundaries (MeCab for ja, Han characters for zh) for "
-                        "SentencePiece training only, so no piece spans several words; none: raw text")
-    ap.add_argument("--per-lang-vocab", action="store_true",
-                    help="also train one SentencePiece model per target language (separate decoders)")
-    ap.add_argument("--max-frames", type=int, default=3000,
-                    help="drop train utterances longer than this many 10 ms frames (never applied to tst-*; default 3000)")
-    ap.add_argument("--min-frames", type=int, default=5,
-                    help="drop train/dev utterances shorter than this many frames (tst-* are kept and listed as warnings; default 5)")
-    ap.add_argument("--dither", type=float, default=1.0,
-                    help="deterministic dither before fbank, in 16-bit units (0 disables; default 1.0)")
-    ap.add_argument("--vocab-from", default=None,
-                    help="reuse the SentencePiece models and gcmvn.npz of this DATA directory instead of training them")
+    add_build_arguments(ap)
     ap.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     ap.add_argument("--no-progress", action="store_true", help="disable tqdm progress bars")
     ap.add_argument("builder_args", nargs=argparse.REMAINDER,
@@ -214,10 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.align_only:
         log.info("--align-only: aligned TSVs in %s", os.path.join(args.out, "aligned"))
         return 0
-    options = dict(
-        vocab_size=args.vocab_size, src_vocab_size=args.src_vocab_size, per_lang_vocab=args.per_lang_vocab, pretokenize=args.pretokenize,
-        max_frames=args.max_frames, min_frames=args.min_frames, dither=args.dither, vocab_from=args.vocab_from, progress=progress, tool="prep_mustc_multiway",
-    )
+    options = dict(build_kwargs(args), progress=progress, tool="prep_mustc_multiway")
     options.update(_extra_builder_kwargs(args.builder_args))
     try:
         built = run_builder(args.out, rows_by_split, present, report, args.jobs, options)

@@ -36,7 +36,13 @@ import logging
 import sys
 from pathlib import Path
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import (
+    HelpFormatter,
+    add_model_arguments,
+    add_streaming_policy_arguments,
+    add_vad_arguments,
+    run_cli,
+)
 
 logger = logging.getLogger("longform_eval")
 
@@ -44,8 +50,7 @@ logger = logging.getLogger("longform_eval")
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
-    p.add_argument("--data", default=None, help="DATA directory for vocab and CMVN (default: the checkpoint's)")
+    add_model_arguments(p, langs_default="those of --refs, or all of the model's")
     p.add_argument("--audio", action="append", default=None,
                    help="a long recording (repeat the option for several); any format soundfile reads")
     p.add_argument("--refs", default=None,
@@ -57,25 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mustc-root", default=None, help="a MuST-C release root (ROOT/en-XX/data/<split>), instead "
                    "of --audio/--refs/--segments")
     p.add_argument("--split", default="tst-COMMON", help="MuST-C split with --mustc-root")
-    p.add_argument("--tgt-langs", default=None,
-                   help="comma-separated target languages (default: those of --refs, or all of the model)")
-    p.add_argument("--waitk-lagging", type=int, default=3, help="wait-k lagging in pre-decision chunks "
-                   "(without --policy)")
-    from mmst.simultaneous.policy_spec import add_policy_arguments
-
-    add_policy_arguments(p, sweep=False)
+    add_streaming_policy_arguments(p)
     p.add_argument("--source-segment-size", type=float, default=320.0,
                    help="processing chunk in ms: the VAD and the translator run every this many ms of audio")
-    p.add_argument("--max-segment-s", type=float, default=20.0,
-                   help="longest VAD segment in seconds; longer speech is cut there")
-    p.add_argument("--vad-threshold", type=float, default=0.5, help="Silero VAD speech probability threshold")
-    p.add_argument("--vad-min-silence-ms", type=float, default=250.0,
-                   help="silence (ms) that ends a VAD segment")
-    p.add_argument("--vad-speech-pad-ms", type=float, default=30.0, help="padding (ms) on each side of a segment")
+    add_vad_arguments(p)
     p.add_argument("--oracle-segments", action="store_true",
                    help="segment at the --segments / yaml sentence boundaries instead of the VAD (gold "
                         "segmentation; one talk at a time)")
-    p.add_argument("--beam", type=int, default=1, help="beam search while streaming (alignatt, edatt, la, holdn)")
     p.add_argument("--max-len-a", type=float, default=0.0, help="max target tokens = a * encoder_states + b")
     p.add_argument("--max-len-b", type=int, default=200, help="max target tokens = a * encoder_states + b")
     p.add_argument("--eval-latency-unit", choices=["auto", "word", "char"], default="auto",
@@ -89,15 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (1 with a one-line error for bad options or input)."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
     from mmst.evaluation.loading import LoadError
 
-    try:
-        return run(args)
-    except (LoadError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    return run_cli(build_parser(), run, argv, errors=(LoadError, ValueError))
 
 
 def _parse_refs(value: str | None) -> dict[str, str]:
@@ -123,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
     from mmst.evaluation.loading import load_system
     from mmst.evaluation.longform import evaluate_talks, talks_from_files, talks_from_mustc
-    from mmst.evaluation.quality import latency_unit_for
+    from mmst.evaluation.quality import latency_units
     from mmst.simultaneous.longform import LongFormTranslator, OracleSegmenter
     from mmst.simultaneous.policy_spec import specs_from_args
     from mmst.simultaneous.vad import StreamingVad
@@ -148,8 +135,7 @@ def run(args: argparse.Namespace) -> int:
         talks = talks_from_mustc(args.mustc_root, args.split, langs)
     else:
         talks = talks_from_files(args.audio, {lang: refs[lang] for lang in langs if lang in refs}, args.segments)
-    units = {lang: (latency_unit_for(lang) if args.eval_latency_unit == "auto" else args.eval_latency_unit)
-             for lang in langs}
+    units = latency_units(langs, args.eval_latency_unit)
     policy = {lang: per_lang.get(lang, specs[0]) for lang in langs}
     tr = system.translator(args.waitk_lagging, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
                            beam=args.beam, policy=policy)

@@ -30,22 +30,6 @@ from pathlib import Path
 START, END = "<!-- policies-results:start -->", "<!-- policies-results:end -->"
 
 
-def replace_section(doc: Path, start: str, end: str, body: str) -> None:
-    """Replace the text between the ``start`` and ``end`` markers of ``doc`` with ``body``.
-
-    Raises:
-        ValueError: a marker is missing (naming the file and the marker).
-    """
-    text = doc.read_text()
-    if start not in text or end not in text:
-        raise ValueError(f"{doc}: markers {start} / {end} not found")
-    head, rest = text.split(start, 1)
-    _, tail = rest.split(end, 1)
-    from mmst.atomic import atomic_write_text
-
-    atomic_write_text(doc, f"{head}{start}\n{body.rstrip()}\n{end}{tail}")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -78,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         render_markdown,
         summary,
     )
+    from mmst.evaluation.report import replace_marked_block
 
     if not (args.out_json and args.out_md and args.plot_dir):
         print("error: --out-json, --out-md and --plot-dir are needed", file=sys.stderr)
@@ -138,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{res['provenance']['date']} (commit `{res['provenance']['git_commit']}`).\n{section.rstrip()}\n\n"
                 f"Full tables: [{out_md.name}](results/{out_md.name}).")
         try:
-            replace_section(Path(args.docs), START, END, body)
+            replace_marked_block(args.docs, START, END, body)
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import HelpFormatter, add_model_arguments, run_cli
 
 logger = logging.getLogger("simultaneous_eval")
 
@@ -50,10 +50,8 @@ logger = logging.getLogger("simultaneous_eval")
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
-    p.add_argument("--data", default=None, help="DATA directory (default: the data_dir stored in the checkpoint)")
+    add_model_arguments(p)
     p.add_argument("--split", default="tst-COMMON", help="manifest split to evaluate (DATA/<split>.tsv)")
-    p.add_argument("--tgt-langs", default=None, help="comma-separated target languages (default: all of the model)")
     p.add_argument(
         "--waitk-lagging",
         default="3",
@@ -98,15 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (1 with a one-line error for bad options or input)."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
     from mmst.evaluation.loading import LoadError
 
-    try:
-        return run(args)
-    except (LoadError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    return run_cli(build_parser(), run, argv, errors=(LoadError, ValueError))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -120,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
     from mmst.evaluation.frontend import read_utterance_audio
     from mmst.evaluation.loading import LoadError, load_system
-    from mmst.evaluation.quality import latency_unit_for
+    from mmst.evaluation.quality import latency_units
     from mmst.evaluation.runner import run_sweep
     from mmst.evaluation.utterances import load_utterances
     from mmst.simultaneous.policy_spec import specs_from_args
@@ -146,8 +138,7 @@ def run(args: argparse.Namespace) -> int:
     unknown = [lang for lang in per_lang if lang not in langs]
     if unknown:
         raise ValueError(f"--policy-per-lang names {', '.join(unknown)}, not among the decoded languages {langs}")
-    units = {lang: (latency_unit_for(lang) if args.eval_latency_unit == "auto" else args.eval_latency_unit)
-             for lang in langs}
+    units = latency_units(langs, args.eval_latency_unit)
     utts = load_utterances(system.data_dir, args.split, langs, args.max_utterances)
     audios = [read_utterance_audio(u) for u in tqdm(utts, desc="audio", disable=args.no_progress)]
     if all(a.size == 0 for a in audios):

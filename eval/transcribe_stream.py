@@ -25,17 +25,14 @@ import logging
 import sys
 from pathlib import Path
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import HelpFormatter, add_model_arguments
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options of ``eval/transcribe_stream.py``."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
-    p.add_argument("--data", default=None,
-                   help="DATA directory the model was trained on (vocab, CMVN); default: the checkpoint's")
+    add_model_arguments(p)
     p.add_argument("--tsv", required=True, help="TSV with a header and columns id, audio [, en]")
-    p.add_argument("--tgt-langs", default=None, help="comma-separated target languages (default: all of the model's)")
     p.add_argument("--waitk-lagging", default="3",
                    help="wait-k lag in pre-decision chunks, or 'offline' for full-sentence decoding")
     from mmst.simultaneous.policy_spec import add_policy_arguments

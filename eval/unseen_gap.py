@@ -51,16 +51,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def inject(doc: Path, block: str) -> None:
-    """Replace the marked results block of ``doc`` (markers kept)."""
-    begin, end = "<!-- augment-results:begin -->", "<!-- augment-results:end -->"
-    text = doc.read_text(encoding="utf-8")
-    i, j = text.find(begin), text.find(end)
-    if i < 0 or j < i:
-        raise ValueError(f"{doc}: no {begin} ... {end} block")
-    doc.write_text(text[: i + len(begin)] + "\n" + block + text[j:], encoding="utf-8")
-
-
 def loader_wait(models_dir: Path, system: str) -> float | None:
     """Mean ``loader_wait_pct`` over the training log records of every seed of ``system``."""
     vals = []
@@ -76,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
     from mmst.evaluation.compare import CompareError
+    from mmst.evaluation.report import replace_marked_block
     from mmst.evaluation.unseen_gap import (
         collect,
         cost_table,
@@ -122,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.prep_json:
             body += "\n" + prep_line(json.loads(Path(args.prep_json).read_text(encoding="utf-8")))
         try:
-            inject(Path(args.inject), body)
+            replace_marked_block(args.inject, "<!-- augment-results:begin -->", "<!-- augment-results:end -->", body)
         except (OSError, ValueError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1

@@ -1,8 +1,13 @@
-"""The one ``argparse`` help formatter of mmst's command-line scripts."""
+"""The one ``argparse`` help formatter of mmst's command-line scripts, the option groups several scripts
+share (one name, default and help text per option) and the entry-point wrapper of the evaluation
+scripts."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -14,3 +19,74 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         if action.default in (None, False, argparse.SUPPRESS) or "default" in h:
             return h
         return super()._get_help_string(action)
+
+
+def add_model_arguments(p: argparse.ArgumentParser, *, data_required: bool = False,
+                        langs_default: str | None = "all of the model's") -> None:
+    """Add ``--checkpoint`` (required), ``--data`` and ``--tgt-langs``: the trained system a script loads
+    and the languages it decodes (``mmst.evaluation.loading.load_system``).
+
+    Args:
+        p: the parser.
+        data_required: ``--data`` must be given (else it defaults to the DATA directory recorded in the
+            checkpoint).
+        langs_default: which languages are decoded without ``--tgt-langs``, in words (the option's value is
+            then ``None``); ``None``: no ``--tgt-langs`` option.
+    """
+    p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
+    if data_required:
+        p.add_argument("--data", required=True, help="DATA directory of the checkpoint (vocab, CMVN)")
+    else:
+        p.add_argument("--data", default=None,
+                       help="DATA directory (vocab, CMVN); default: the data_dir stored in the checkpoint")
+    if langs_default is not None:
+        p.add_argument("--tgt-langs", default=None,
+                       help=f"comma-separated target languages (default: {langs_default})")
+
+
+def add_streaming_policy_arguments(p: argparse.ArgumentParser) -> None:
+    """Add one streaming policy setting: ``--waitk-lagging`` (k in pre-decision chunks, the policy without
+    ``--policy``), the policy options of ``mmst.simultaneous.policy_spec.add_policy_arguments`` (no sweep)
+    and ``--beam``. Read them back with ``specs_from_args(args, [args.waitk_lagging])``."""
+    from mmst.simultaneous.policy_spec import add_policy_arguments
+
+    p.add_argument("--waitk-lagging", type=int, default=3,
+                   help="wait-k lagging k in pre-decision chunks (the policy when --policy is not given)")
+    add_policy_arguments(p, sweep=False)
+    p.add_argument("--beam", type=int, default=1, help="beam search while streaming (alignatt, edatt, la, holdn)")
+
+
+def add_vad_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the Silero VAD segmentation options of a long stream (``mmst.simultaneous.vad.StreamingVad``):
+    ``--max-segment-s`` (s), ``--vad-threshold`` (speech probability), ``--vad-min-silence-ms`` and
+    ``--vad-speech-pad-ms`` (ms)."""
+    p.add_argument("--max-segment-s", type=float, default=20.0,
+                   help="longest VAD segment in seconds; longer speech is cut there")
+    p.add_argument("--vad-threshold", type=float, default=0.5, help="Silero VAD speech probability threshold")
+    p.add_argument("--vad-min-silence-ms", type=float, default=250.0,
+                   help="silence (ms) that ends a VAD segment")
+    p.add_argument("--vad-speech-pad-ms", type=float, default=30.0, help="padding (ms) on each side of a segment")
+
+
+def run_cli(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace], int],
+            argv: Sequence[str] | None, errors: tuple[type[BaseException], ...]) -> int:
+    """Parse ``argv`` (``None``: the process's arguments) and return ``run(args)``, with INFO logging to
+    stderr as ``LEVEL: message``.
+
+    Args:
+        parser: the script's options.
+        run: the script's work; returns the exit status.
+        argv: the command line without the program name.
+        errors: exception types that mean bad options or input: each becomes one line ``error: MESSAGE``
+            on stderr and exit status 1.
+
+    Raises:
+        SystemExit: status 2 from ``argparse`` for unknown or malformed options (0 for ``--help``).
+    """
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    try:
+        return run(args)
+    except errors as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1

@@ -9,6 +9,7 @@ Builders:
   docs/CONTRACTS.md (manifest columns, fbank80.zip, gcmvn.npz, SentencePiece vocabs, config.yaml).
 * :func:`build_espeak_raw_corpus` + :func:`prep_multiway` - real speech: espeak-ng English audio of the
   same lexicon sentences in the raw MuST-C layout, prepared by ``data_prep/prep_multiway.py`` (~2 s).
+* :func:`data_prep_main` - a ``data_prep/`` script's ``main`` in this process.
 * :func:`build_grammar_corpus` - ``data_prep/synthesize_corpus.py --grammar --difficulty easy`` then
   ``prep_multiway.py``; None when unavailable.
 
@@ -28,6 +29,17 @@ import numpy as np
 from mmst.corpora.feature_corpus import EN_WORDS, LEXICON, build_feature_corpus, sentences  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def data_prep_main(script: str):
+    """The ``main(argv) -> exit status`` of ``data_prep/<script>.py``, loaded in this process."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(script, REPO / "data_prep" / f"{script}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.main
+
 
 def build_espeak_raw_corpus(root: str | Path, langs: tuple[str, ...] = ("de", "es"), n_train: int = 24,
                             n_dev: int = 6, seed: int = 0) -> Path:

@@ -1,5 +1,5 @@
 """Helpers of the mmst-serve tests (not a test module): espeak-ng speech, the tiny system's server options,
-an in-process server and a subprocess one.
+an in-process server. The subprocess server is :func:`mmst.serve.process.server_process`.
 
 The tiny checkpoint of ``tiny_system`` is untrained: it writes arbitrary pieces, capped by
 ``--max-len-b`` per segment, which is enough to check that words flow, are routed per language and
@@ -8,8 +8,6 @@ equal an offline run of the long-form driver.
 
 from __future__ import annotations
 
-import contextlib
-import re
 import shutil
 import subprocess
 import sys
@@ -58,38 +56,6 @@ def offline_words(make_driver, langs: list[str], audio: np.ndarray) -> list[tupl
     d = make_driver(langs)
     evs = d.push(audio) + d.finish()
     return [(e.lang, e.text, e.segment, e.time_ms) for e in evs if isinstance(e, LongFormWord)]
-
-
-@contextlib.contextmanager
-def server_process(args: list[str], log: Path, timeout_s: float = 120.0):
-    """Run ``python -m mmst.serve ARGS --port 0`` (log in ``log``); yields ``(process, port)``; stops it
-    afterwards."""
-    err = open(log, "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "mmst.serve", *args, "--port", "0"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=err, text=True)
-    try:
-        port = None
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            m = re.search(r"listening on http://[^:]+:(\d+)/", line)
-            if m:
-                port = int(m.group(1))
-                break
-        if port is None:
-            proc.wait(timeout=timeout_s)
-            raise RuntimeError("mmst-serve did not start:\n" + "".join(lines) + Path(log).read_text())
-        yield proc, port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout:
-            proc.stdout.close()
-        err.close()
 
 
 def longform_cli_words(system: dict, wav: Path, langs: list[str], out: Path) -> list[tuple[str, str, int, float]]:

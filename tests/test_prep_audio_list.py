@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
+from fixtures_data import data_prep_main
 
 from mmst.corpora.audiolist import AudioListError, infer_tgt_langs, read_audio_list
 from mmst.data.corpus import load_data_config
@@ -16,14 +16,9 @@ from mmst.data.manifest import read_manifest, read_manifest_header
 from mmst.data.store import read_feature
 from mmst.features import LOG_FLOOR, GlobalCMVN, fbank
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def _main():
-    spec = importlib.util.spec_from_file_location("prep_audio_list", REPO / "data_prep" / "prep_audio_list.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.main
+    return data_prep_main("prep_audio_list")
 
 
 def _quiet_speechlike(n: int, peak: float, seed: int) -> np.ndarray:

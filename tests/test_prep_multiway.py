@@ -5,13 +5,13 @@ Uses a tiny MuST-C-layout corpus written by ``tests/conftest.py`` (tones with di
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
+from fixtures_data import data_prep_main
 
 from mmst.corpora.multiway import BuildError, build_from_rows, join_pairs, read_and_join
 from mmst.corpora.mustc_layout import PairSegment, RawCorpusError
@@ -22,14 +22,9 @@ from mmst.data.store import read_feature
 from mmst.data.vocab import Vocab
 from mmst.features import CMVNAccumulator, GlobalCMVN, num_frames
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def _prep_main():
-    spec = importlib.util.spec_from_file_location("prep_multiway", REPO / "data_prep" / "prep_multiway.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.main
+    return data_prep_main("prep_multiway")
 
 
 def _run(raw: Path, out: Path, *extra: str) -> int:

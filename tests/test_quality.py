@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from mmst.evaluation import quality
-from mmst.evaluation.quality import QualityError, bleu_tokenizer_for, corpus_bleu, latency_unit_for
+from mmst.evaluation.quality import (
+    QualityError,
+    bleu_tokenizer_for,
+    corpus_bleu,
+    latency_unit_for,
+    latency_units,
+)
 
 
 @pytest.mark.parametrize(
@@ -34,6 +40,12 @@ def test_japanese_falls_back_to_char_with_note(monkeypatch):
 @pytest.mark.parametrize("lang,unit", [("de", "word"), ("es", "word"), ("zh", "char"), ("ja", "char")])
 def test_latency_unit(lang, unit):
     assert latency_unit_for(lang) == unit
+
+
+def test_latency_units_auto_is_per_language_and_a_unit_overrides_all():
+    assert latency_units(["de", "ja"]) == {"de": "word", "ja": "char"}
+    assert latency_units(["de", "ja"], "word") == {"de": "word", "ja": "word"}
+    assert latency_units(["de", "ja"], "char") == {"de": "char", "ja": "char"}
 
 
 def test_bleu_matches_sacrebleu_and_signature():

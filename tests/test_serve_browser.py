@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 import soundfile as sf
-from serve_fixtures import longform_cli_words, serve_args, server_process, speech
+from serve_fixtures import longform_cli_words, serve_args, speech
+
+from mmst.serve.process import server_process
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 

@@ -15,9 +15,10 @@ import weakref
 import numpy as np
 import pytest
 import soundfile as sf
-from serve_fixtures import driver_factory, offline_words, serve_args, server_process, speech
+from serve_fixtures import driver_factory, offline_words, serve_args, speech
 
 from mmst.serve.client import encode_audio, stream_audio
+from mmst.serve.process import server_process
 from mmst.serve.protocol import (
     CLOSE_BAD_MESSAGE,
     CLOSE_SERVER_FULL,

@@ -61,3 +61,20 @@ def test_store_offsets_are_fairseq_compatible(tmp_path) -> None:
         read_feature(tmp_path, f"{path}:{off + 1}:{size}")
     with pytest.raises(ValueError, match="duplicate"):
         pack_npy_files(tmp_path / "y.zip", members + members[:1], progress=False)
+
+
+def test_repacked_store_is_byte_identical_whatever_the_file_times(tmp_path) -> None:
+    import os
+
+    srcs = []
+    for i in range(3):
+        p = tmp_path / f"u{i}.npy"
+        np.save(p, np.full((5 + i, 4), i, dtype=np.float32))
+        srcs.append((f"u{i}", str(p)))
+    a = pack_npy_files(tmp_path / "a.zip", srcs)
+    for i, (_, p) in enumerate(srcs):  # re-extracted files: same bytes, new modification times
+        os.utime(p, (1_700_000_000 + 97 * i, 1_700_000_000 + 97 * i))
+    b = pack_npy_files(tmp_path / "b.zip", srcs)
+    assert {k: v.replace("a.zip", "b.zip") for k, v in a.items()} == b
+    assert (tmp_path / "a.zip").read_bytes() == (tmp_path / "b.zip").read_bytes()
+    assert np.array_equal(read_feature(tmp_path, a["u2"].replace("a.zip", "b.zip")), np.full((7, 4), 2, np.float32))

@@ -451,13 +451,20 @@ def augment_prep(d: Mapping[str, Any]) -> str:
 
 def serve_table(d: Mapping[str, Any]) -> str:
     """mmst-serve under load (``bench/bench_serve.py``): one row per batching mode and number of clients."""
+    def per_call(r: Mapping[str, Any]) -> str:
+        spc = r.get("streams_per_call") or {}
+        if r["batching"] != "tick" or not spc:
+            return "-"
+        return " / ".join(num(spc.get(k), "{:.1f}") for k in ("VadWindows", "EncoderBlock", "DecoderStep"))
+
     rows = [[r["batching"], r["n"], f"{num(r['added_latency_ms_p50'], '{:.0f}')} / {num(r['added_latency_ms_p95'], '{:.0f}')}",
              num(r["rtf_max"], "{:.3f}"), num(r["server_cpu_pct"], "{:.0f}") + "%", num(r["cpu_s_per_audio_s"], "{:.3f}"),
-             num(r["peak_rss_mib"], "{:.0f}"), num(r["words_per_s"], "{:.1f}"), "yes" if r["realtime"] else "no"]
+             per_call(r), num(r["peak_rss_mib"], "{:.0f}"), num(r["words_per_s"], "{:.1f}"), "yes" if r["realtime"] else "no"]
             for r in d["rows"].values()]
     s, c = d["summary"], d["config"]
     return (md_table(["batching", "clients", "added latency p50 / p95 (ms)", "RTF (max client)", "server CPU",
-                      "CPU s per audio s", "peak RSS (MiB)", "words/s", "real time"], rows)
+                      "CPU s per audio s", "streams per call (VAD / encoder / decoder)", "peak RSS (MiB)", "words/s",
+                      "real time"], rows)
             + f"\n\nAt 8 clients: p95 added latency {num(s['p95_added_latency_ms_8_clients'], '{:.0f}')} ms, "
               f"batched / unbatched CPU cost {num(s['batched_over_unbatched_cost_8_clients'])}; max real-time clients "
               f"(RTF < 1 and p95 < {num(c['realtime_p95_ms'], '{:.0f}')} ms): {s['max_realtime_clients']}. "

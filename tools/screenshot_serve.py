@@ -15,9 +15,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import re
+import contextlib
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,14 +25,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from mmst.cli_help import HelpFormatter  # noqa: E402
+from mmst.cli_help import HelpFormatter, add_model_arguments  # noqa: E402
+from mmst.serve.process import server_process  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     """Make the screenshot; exit 1 with a message when chromium or the server is missing."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
-    p.add_argument("--data", required=True, help="DATA directory of the checkpoint")
+    add_model_arguments(p, data_required=True, langs_default=None)
     p.add_argument("--wav", required=True, help="speech played as the microphone (wav)")
     p.add_argument("--out", default=str(REPO / "docs" / "images" / "serve.png"), help="PNG to write")
     p.add_argument("--min-words", type=int, default=12, help="words per language column before the screenshot")
@@ -47,13 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    log = open(Path(tempfile.mkdtemp()) / "server.log", "w")  # noqa: SIM115 - lives as long as the server
-    server = subprocess.Popen([sys.executable, "-m", "mmst.serve", "--checkpoint", args.checkpoint, "--data",
-                               args.data, "--port", "0"], cwd=REPO, stdout=subprocess.PIPE, stderr=log, text=True)
-    try:
-        m = re.search(r"listening on (http://\S+/)", server.stdout.readline())
-        if not m:
-            print(f"screenshot_serve: the server did not start (log: {log.name})", file=sys.stderr)
+    log = Path(tempfile.mkdtemp()) / "server.log"
+    with contextlib.ExitStack() as stack:
+        try:
+            _, port = stack.enter_context(server_process(["--checkpoint", args.checkpoint, "--data", args.data],
+                                                         log, stop_timeout_s=60.0))
+        except RuntimeError:
+            print(f"screenshot_serve: the server did not start (log: {log})", file=sys.stderr)
             return 1
         opts = webdriver.ChromeOptions()
         opts.binary_location = chromium
@@ -64,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             opts.add_argument(flag)
         browser = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
         try:
-            browser.get(m.group(1))
+            browser.get(f"http://127.0.0.1:{port}/")
             t = time.monotonic()
             while browser.execute_script("return document.getElementById('status').textContent") != "ready":
                 if time.monotonic() - t > 30:
@@ -82,14 +81,6 @@ def main(argv: list[str] | None = None) -> int:
             browser.save_screenshot(args.out)
         finally:
             browser.quit()
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
     print(f"wrote {args.out}")
     return 0
 

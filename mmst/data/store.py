@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import struct
 import zipfile
 from collections.abc import Iterable
@@ -28,6 +29,8 @@ from tqdm import tqdm
 from mmst.atomic import atomic_path
 
 NPY_MAGIC = b"\x93NUMPY"
+#: the time stamp of every packed member (the zip format's earliest), so a rebuilt store is byte-identical
+FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _LOCAL_HEADER_SIG = b"PK\x03\x04"
 
 
@@ -148,7 +151,13 @@ def pack_npy_files(zip_path: str | os.PathLike[str], members: Iterable[tuple[str
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
             for name, src in tqdm(members, desc=f"pack {zip_name}", unit="utt", disable=not progress,
                                   mininterval=1.0):
-                zf.write(src, arcname=name)
+                # a fixed entry time (not the file's mtime), so a rebuilt store is byte-identical
+                info = zipfile.ZipInfo(name, date_time=FIXED_ZIP_TIME)
+                info.compress_type = zipfile.ZIP_STORED
+                info.external_attr = 0o644 << 16
+                info.file_size = os.path.getsize(src)
+                with open(src, "rb") as fin, zf.open(info, "w", force_zip64=info.file_size > 0x7FFFFFFF) as fout:
+                    shutil.copyfileobj(fin, fout, 1 << 20)
         offsets = zip_member_offsets(tmp)
         with open(tmp, "rb") as fh:  # verify every member starts with the npy magic
             for name, (off, _size) in offsets.items():

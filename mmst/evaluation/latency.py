@@ -120,8 +120,8 @@ def length_adaptive_average_lagging(
 ) -> float:
     """Length-Adaptive Average Lagging (Papi et al., 2022, arXiv:2206.05807), SimulEval ``LAALScorer``.
 
-    AL with ``gamma = max(|Y|, |Y*|) / |X|``: an over-generating hypothesis (``|Y| > |Y*|``) is
-    not rewarded with a lower lag.
+    AL with ``gamma = max(|Y|, |Y*|) / |X|`` (:func:`average_lagging` with ``target_length =
+    max(|Y|, |Y*|)``): an over-generating hypothesis (``|Y| > |Y*|``) is not rewarded with a lower lag.
 
     Args:
         delays: ``d_1..d_|Y|``, non-empty.
@@ -131,18 +131,7 @@ def length_adaptive_average_lagging(
     Raises:
         LatencyError: empty ``delays`` or non-positive ``source_length``.
     """
-    _check(delays, source_length)
-    if delays[0] > source_length:
-        return delays[0]
-    laal = 0
-    gamma = max(len(delays), reference_length) / source_length
-    tau = 0
-    for t_minus_1, d in enumerate(delays):
-        laal += d - t_minus_1 / gamma
-        tau = t_minus_1 + 1
-        if d >= source_length:
-            break
-    return laal / tau
+    return average_lagging(delays, source_length, max(len(delays), reference_length))
 
 
 def differentiable_average_lagging(delays: Sequence[Number], source_length: Number) -> float:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from mmst.features import KALDI_INT16_SCALE, Dither, dither_seed_for
+from mmst.models.stacked import steps_of
 
 logger = logging.getLogger("mmst.evaluation.loading")
 
@@ -339,10 +340,17 @@ class FeatureMatchedTranslator:
 
     def accept_audio(self, samples: np.ndarray, finished: bool = False) -> Any:
         """Dither ``samples`` (float32 16 kHz) like the DATA's fbank, then feed the translator."""
+        return self.inner.accept_audio(self._dithered(samples), finished=finished)
+
+    def accept_audio_steps(self, samples: np.ndarray, finished: bool = False) -> Any:
+        """:meth:`accept_audio` as a generator of compute requests (:mod:`mmst.models.stacked`)."""
+        return steps_of(self.inner, "accept_audio", self._dithered(samples), finished=finished)
+
+    def _dithered(self, samples: np.ndarray) -> np.ndarray:
         x = np.array(samples, dtype=np.float32, copy=True).reshape(-1)
         if x.size:
             x = self._dither(x * np.float32(KALDI_INT16_SCALE)) / np.float32(KALDI_INT16_SCALE)
-        return self.inner.accept_audio(x, finished=finished)
+        return x
 
 
 class PeakGainTranslator:
@@ -379,6 +387,13 @@ class PeakGainTranslator:
 
     def accept_audio(self, samples: np.ndarray, finished: bool = False) -> Any:
         """Scale ``samples`` (float32, 16 kHz, continuing the utterance), then feed the translator."""
+        return self.inner.accept_audio(self._scaled(samples, finished), finished=finished)
+
+    def accept_audio_steps(self, samples: np.ndarray, finished: bool = False) -> Any:
+        """:meth:`accept_audio` as a generator of compute requests (:mod:`mmst.models.stacked`)."""
+        return steps_of(self.inner, "accept_audio", self._scaled(samples, finished), finished=finished)
+
+    def _scaled(self, samples: np.ndarray, finished: bool) -> np.ndarray:
         from mmst.features import QUIET_PEAK
 
         x = self.gain(samples)
@@ -390,4 +405,4 @@ class PeakGainTranslator:
                 self.gain.peak, 20 * np.log10(max(self.gain.peak, 1e-12)), 20 * np.log10(QUIET_PEAK),
                 self.gain.target / self.gain.floor,
             )
-        return self.inner.accept_audio(x, finished=finished)
+        return x

@@ -17,7 +17,7 @@ BLEU is computed over every instance, an empty hypothesis counting as ``""`` (as
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -73,6 +73,12 @@ def bleu_tokenizer_for(lang: str | None) -> tuple[str, str | None]:
 def latency_unit_for(lang: str | None) -> str:
     """Default latency unit for a target language: ``char`` for zh/ja, ``word`` otherwise."""
     return "char" if _base_lang(lang) in NO_SPACE_LANGS else "word"
+
+
+def latency_units(langs: Iterable[str], unit: str = "auto") -> dict[str, str]:
+    """``{lang: latency unit}``: ``unit`` (``word`` or ``char``) for every language, or with ``"auto"``
+    each language's :func:`latency_unit_for` (``--eval-latency-unit`` of the evaluation scripts)."""
+    return {lang: latency_unit_for(lang) if unit == "auto" else unit for lang in langs}
 
 
 @dataclass

@@ -13,6 +13,7 @@ stream), ``extra_embed`` (e.g. a language embedding per token) and a custom ``se
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -274,3 +275,160 @@ class TransformerDecoder(nn.Module):
                 state.cross_attn[li] = sink[0]  # (B, H, n, S)
         state.num_tokens += n
         return self._out(x)
+
+
+@dataclass
+class DecoderStep:
+    """Compute request (:mod:`mmst.models.stacked`): one incremental step of ``R`` rows of one stream,
+    with the arguments of :meth:`TransformerDecoder.step` (one new token per row).
+
+    Attributes:
+        decoder: the :class:`TransformerDecoder`.
+        state: the stream's :class:`DecoderState` (``R`` self-attention rows, cross cache of batch 1
+            shared by the rows); updated in place.
+        tokens: ``(R, 1)`` new inputs.
+        enc_states: ``(1, S, D)`` encoder states available to this step.
+        cross_attn_mask: ``(R, 1, S)`` True = attend, or None (all of ``enc_states``).
+        self_attn_mask: ``(R, 1, L_prev + 1)`` True = attend, or None (all cached tokens).
+        positions: ``(R, 1)`` 0-based, or None (``state.num_tokens``).
+        extra_embed: added to the input embedding (broadcastable to ``(R, 1, D)``), or None.
+        attn_layers: layers whose cross-attention probabilities go to ``state.cross_attn``.
+
+    The result is the logits ``(R, 1, V)``.
+    """
+    stage = 2  # pipeline order: VAD 0, encoder 1, decoder 2 (ties in run_stacked)
+
+    decoder: TransformerDecoder
+    state: DecoderState
+    tokens: torch.Tensor
+    enc_states: torch.Tensor
+    cross_attn_mask: torch.Tensor | None = None
+    self_attn_mask: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
+    extra_embed: torch.Tensor | None = None
+    attn_layers: tuple[int, ...] = ()
+
+    def stack_key(self) -> tuple:
+        return ("decoder", id(self.decoder))
+
+    @torch.no_grad()
+    def run(self) -> torch.Tensor:
+        """This step alone (:meth:`TransformerDecoder.step`)."""
+        return self.decoder.step(self.tokens, self.state, self.enc_states, None, self.cross_attn_mask,
+                                 self.self_attn_mask, self.positions, self.extra_embed, attn_layers=self.attn_layers)
+
+    @classmethod
+    @torch.no_grad()
+    def run_stacked(cls, steps: list[DecoderStep]) -> list[torch.Tensor | ValueError]:
+        """Steps of several streams of one decoder in ONE call per layer (rows of all streams stacked).
+
+        Self-attention: each stream's new keys are appended to its own cache, then the caches are
+        copied into ``(R_all, H, L_max, dh)`` with a mask that keeps each row's own valid columns
+        (its ``self_attn_mask``) and no padded column. Cross-attention: queries are grouped per stream,
+        ``(N, H, G_max, dh)`` (``G_max`` = most rows of a stream), over the streams' cross caches padded
+        to ``(N, H, S_max, dh)``, masked to each row's visible states. Embeddings, linear layers, layer
+        norms, FFN and the output projection run on the stacked rows. Returns each step's logits
+        ``(R_b, 1, V)``, or the ``ValueError`` it raises alone (a bad attention layer, a shrunk encoder
+        prefix; the other steps are computed); ``state.cross_attn`` is filled per stream as
+        :meth:`TransformerDecoder.step` does.
+        """
+        dec = steps[0].decoder
+        results: list[torch.Tensor | ValueError | None] = []
+        good = []
+        for s in steps:  # a step that fails alone fails here alone (its error is its result)
+            try:
+                bad = [i for i in s.attn_layers if not 0 <= i < len(dec.layers)]
+                if bad:
+                    raise ValueError(f"attention layer(s) {bad} outside 0..{len(dec.layers) - 1}")
+                dec.extend_cross(s.state, s.enc_states)
+            except ValueError as e:
+                results.append(e)
+            else:
+                results.append(None)
+                good.append(s)
+        if good:
+            logits = iter(cls._stacked(good))
+            results = [next(logits) if r is None else r for r in results]
+        return results
+
+    @classmethod
+    def _stacked(cls, steps: list[DecoderStep]) -> list[torch.Tensor]:
+        dec = steps[0].decoder
+        dev = steps[0].tokens.device
+        n_rows = [s.tokens.size(0) for s in steps]
+        g_max, n = max(n_rows), len(steps)
+        layers_wanted = sorted({li for s in steps for li in s.attn_layers})
+        tokens = torch.cat([s.tokens for s in steps], 0)  # (R, 1)
+        positions = torch.cat([torch.full((r, 1), s.state.num_tokens, device=dev, dtype=torch.long)
+                               if s.positions is None else s.positions.reshape(r, 1)
+                               for s, r in zip(steps, n_rows)], 0)
+        extra = None
+        if any(s.extra_embed is not None for s in steps):
+            extra = torch.cat([torch.zeros(r, 1, dec.d_model, device=dev) if s.extra_embed is None
+                               else s.extra_embed.expand(r, 1, dec.d_model) for s, r in zip(steps, n_rows)], 0)
+        x = dec.embed(tokens, positions, extra)  # (R, 1, D)
+        # self-attention mask over padded columns: (R, 1, 1, L_max)
+        lens = [s.state.num_tokens + 1 for s in steps]
+        l_max = max(lens)
+        self_mask = torch.zeros(sum(n_rows), 1, 1, l_max, dtype=torch.bool, device=dev)
+        # cross-attention: queries grouped per stream (N, H, G_max, dh); mask (N, 1, G_max, S_max)
+        s_len = [s.state.cross_len for s in steps]
+        s_max = max(s_len)
+        cross_mask = torch.zeros(n, 1, g_max, s_max, dtype=torch.bool, device=dev)
+        row0 = 0
+        for i, (s, r, ln) in enumerate(zip(steps, n_rows, lens)):
+            if s.self_attn_mask is None:
+                self_mask[row0 : row0 + r, 0, 0, :ln] = True
+            else:
+                self_mask[row0 : row0 + r, 0, 0, :ln] = s.self_attn_mask.reshape(r, ln)
+            if s.cross_attn_mask is None:
+                cross_mask[i, 0, :r, : s_len[i]] = True
+            else:
+                cm = s.cross_attn_mask.reshape(-1, s.cross_attn_mask.size(-1))
+                cross_mask[i, 0, :r, : cm.size(-1)] = cm
+            cross_mask[i, 0, r:, 0] = True  # padded query rows: one key, output dropped
+            row0 += r
+        row_index = torch.cat([torch.arange(r, device=dev) + i * g_max for i, r in enumerate(n_rows)])
+        attn_sinks: dict[int, torch.Tensor] = {}
+        for li, layer in enumerate(dec.layers):
+            sa, ca = layer.self_attn, layer.encoder_attn
+            h = layer.self_attn_layer_norm(x)
+            k_new, v_new = sa.project_kv(h)  # (R, H, 1, dh)
+            k_all = k_new.new_zeros(sum(n_rows), sa.num_heads, l_max, sa.head_dim)
+            v_all = torch.zeros_like(k_all)
+            row0 = 0
+            for s, r, ln in zip(steps, n_rows, lens):
+                k, v = s.state.self_cache[li].append(k_new[row0 : row0 + r], v_new[row0 : row0 + r])
+                k_all[row0 : row0 + r, :, :ln] = k
+                v_all[row0 : row0 + r, :, :ln] = v
+                row0 += r
+            x = x + F.dropout(sa.attend(sa.project_q(h), k_all, v_all, self_mask), layer.dropout, layer.training)
+            h = layer.encoder_attn_layer_norm(x)
+            q = ca.project_q(h)  # (R, H, 1, dh)
+            qg = q.new_zeros(n * g_max, ca.num_heads, 1, ca.head_dim)
+            qg[row_index] = q
+            qg = qg.view(n, g_max, ca.num_heads, ca.head_dim).transpose(1, 2)  # (N, H, G_max, dh)
+            kc = q.new_zeros(n, ca.num_heads, s_max, ca.head_dim)
+            vc = torch.zeros_like(kc)
+            for i, s in enumerate(steps):
+                k, v = s.state.cross_cache[li].get()
+                kc[i, :, : s_len[i]] = k[0]
+                vc[i, :, : s_len[i]] = v[0]
+            a = ca.attend(qg, kc, vc, cross_mask)  # (N, G_max, D)
+            if li in layers_wanted:
+                w = ca.weights(qg, kc, cross_mask)  # (N, H, G_max, S_max)
+                attn_sinks[li] = w.transpose(1, 2).reshape(n * g_max, ca.num_heads, s_max)[row_index]  # (R, H, S_max)
+            x = x + F.dropout(a.reshape(n * g_max, 1, -1)[row_index], layer.dropout, layer.training)
+            r_ = x
+            h = F.relu(layer.fc1(layer.final_layer_norm(x)))
+            h = F.dropout(h, layer.activation_dropout, layer.training)
+            x = r_ + F.dropout(layer.fc2(h), layer.dropout, layer.training)
+        logits = dec._out(x)  # (R, 1, V)
+        out = []
+        row0 = 0
+        for i, (s, r) in enumerate(zip(steps, n_rows)):
+            s.state.cross_attn = {li: attn_sinks[li][row0 : row0 + r, :, None, : s_len[i]] for li in s.attn_layers}
+            s.state.num_tokens += 1
+            out.append(logits[row0 : row0 + r])
+            row0 += r
+        return out

@@ -33,6 +33,7 @@ from torch import nn
 from .config import ModelConfig
 from .layers import KVCache, MultiheadAttention, SeqBuffer, init_linear, sinusoidal_positions
 from .masks import chunk_causal_mask, lengths_to_padding_mask
+from .stacked import Steps, run_alone
 
 
 @dataclass
@@ -289,6 +290,23 @@ class EncoderStream:
         Returns:
             ``(1, n_new, D)`` newly final encoder states (chunk-aligned unless ``finished``).
         """
+        return run_alone(self.accept_frames_steps(frames, finished))
+
+    def accept_frames_steps(self, frames: torch.Tensor | np.ndarray, finished: bool = False) -> Steps:
+        """:meth:`accept_frames` as a generator (:mod:`mmst.models.stacked`): the conv subsampler runs
+        here; the Transformer layers are one yielded :class:`EncoderBlock` request (when a block is
+        ready), so several streams' blocks can be stacked into one call."""
+        with torch.no_grad():
+            block = self._prepare(frames, finished)
+        if block is None:
+            return self.states[:, :0]
+        h = yield block
+        self._states.append(h)
+        self.num_states += block.x.size(1)
+        return h
+
+    def _prepare(self, frames: torch.Tensor | np.ndarray, finished: bool) -> EncoderBlock | None:
+        """Conv outputs of the new frames; the block of pending states that became final (or None)."""
         if self.finished:
             raise ValueError("EncoderStream: source already finished")
         enc = self.encoder
@@ -315,11 +333,11 @@ class EncoderStream:
             new = enc.embed(out[n_have:n_conv][None], offset=n_have)[0]
             self._pending = new if self._pending is None else torch.cat([self._pending, new], dim=0)
         if self._pending is None:
-            return self.states[:, :0]
+            return None
         n_pend = self._pending.size(0)
         n_enc = n_pend if finished else (n_pend // enc.ratio) * enc.ratio
         if n_enc == 0:
-            return self.states[:, :0]
+            return None
         block = self._pending[:n_enc][None]
         self._pending = self._pending[n_enc:] if n_enc < n_pend else None
         off = self.num_states  # a multiple of R (only the final block may be partial)
@@ -329,11 +347,88 @@ class EncoderStream:
             mask = None
         else:
             mask = chunk_causal_mask(n_enc, off + n_enc - key_start, enc.ratio, query_offset=off, device=block.device,
-                                     left_chunks=enc.left_chunks, key_offset=key_start)[None, None]
-        h = block
-        for layer, cache in zip(enc.layers, self._cache):
-            h, _ = layer.forward_incremental(h, cache, mask, key_start)
-        h = enc.layer_norm(h)
-        self._states.append(h)
-        self.num_states += n_enc
-        return h
+                                     left_chunks=enc.left_chunks, key_offset=key_start)
+        return EncoderBlock(self, block, key_start, mask)
+
+
+@dataclass
+class EncoderBlock:
+    """Compute request (:mod:`mmst.models.stacked`): the Transformer layers over one stream's new block.
+
+    Attributes:
+        stream: the :class:`EncoderStream` (its per-layer key/value caches are appended).
+        x: ``(1, n, D)`` embedded conv outputs of the new states (whole chunks unless finished).
+        key_start: first cached key the block may attend (limited left context; 0 = all).
+        mask: ``(n, S - key_start)`` bool chunk-causal mask over keys ``[key_start, S)``, ``S`` = cached +
+            new states, True = attend; None = attend every such key (a single chunk).
+
+    The result is the block's final states ``(1, n, D)`` (after the encoder's final layer norm).
+    """
+    stage = 1  # pipeline order: VAD 0, encoder 1, decoder 2 (ties in run_stacked)
+
+    stream: EncoderStream
+    x: torch.Tensor
+    key_start: int
+    mask: torch.Tensor | None
+
+    def stack_key(self) -> tuple:
+        return ("encoder", id(self.stream.encoder))
+
+    @torch.no_grad()
+    def run(self) -> torch.Tensor:
+        """This block alone: each layer attends this stream's cache plus the block."""
+        enc = self.stream.encoder
+        mask = None if self.mask is None else self.mask[None, None]
+        h = self.x
+        for layer, cache in zip(enc.layers, self.stream._cache):
+            h, _ = layer.forward_incremental(h, cache, mask, self.key_start)
+        return enc.layer_norm(h)
+
+    @classmethod
+    @torch.no_grad()
+    def run_stacked(cls, blocks: list[EncoderBlock]) -> list[torch.Tensor]:
+        """Blocks of several streams of one encoder in ONE call per layer.
+
+        Queries: the blocks padded to ``(B, n_max, D)``. Keys/values: each stream's new keys are
+        appended to its own cache, then all caches are copied into ``(B, H, K_max, dh)`` with a mask
+        ``(B, 1, n_max, K_max)`` that gives every real query exactly the keys it has alone (its
+        chunk-causal mask over its own keys) and no padded key; padded queries attend one key and are
+        dropped. Linear layers, layer norms and the FFN run on the stacked rows.
+        Returns each block's states ``(1, n_b, D)``.
+        """
+        enc = blocks[0].stream.encoder
+        x, rows = _pad_rows([b.x[0] for b in blocks])  # (B, n_max, D), [n_b]
+        n_max = x.size(1)
+        dev = x.device
+        spans = [(b.key_start, b.stream._cache[0].length + r) for b, r in zip(blocks, rows)]  # keys [a, e)
+        k_max = max(e - a for a, e in spans)
+        mask = torch.zeros(len(blocks), 1, n_max, k_max, dtype=torch.bool, device=dev)
+        for i, (b, r, (a, e)) in enumerate(zip(blocks, rows, spans)):
+            if b.mask is None:
+                mask[i, 0, :r, : e - a] = True
+            else:
+                mask[i, 0, :r, : e - a] = b.mask
+            mask[i, 0, r:, 0] = True  # padded queries: one key, output dropped
+        for li, layer in enumerate(enc.layers):
+            att = layer.self_attn
+            h = layer.self_attn_layer_norm(x)
+            k_new, v_new = att.project_kv(h)  # (B, H, n_max, dh)
+            k_all = k_new.new_zeros(len(blocks), att.num_heads, k_max, att.head_dim)
+            v_all = torch.zeros_like(k_all)
+            for i, (b, r, (a, e)) in enumerate(zip(blocks, rows, spans)):
+                k, v = b.stream._cache[li].append(k_new[i : i + 1, :, :r], v_new[i : i + 1, :, :r])
+                k_all[i, :, : e - a] = k[0, :, a:e]
+                v_all[i, :, : e - a] = v[0, :, a:e]
+            a_out = att.attend(att.project_q(h), k_all, v_all, mask)
+            x = layer._ffn(x + F.dropout(a_out, layer.dropout, layer.training))
+        x = enc.layer_norm(x)
+        return [x[i : i + 1, :r] for i, r in enumerate(rows)]
+
+
+def _pad_rows(xs: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
+    """``[(n_b, D), ...]`` -> zero-padded ``(B, n_max, D)`` and ``[n_b]``."""
+    rows = [t.size(0) for t in xs]
+    out = xs[0].new_zeros(len(xs), max(rows), xs[0].size(-1))
+    for i, t in enumerate(xs):
+        out[i, : t.size(0)] = t
+    return out, rows

@@ -26,35 +26,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import (
+    HelpFormatter,
+    add_model_arguments,
+    add_streaming_policy_arguments,
+    add_vad_arguments,
+)
 
 logger = logging.getLogger("mmst.serve")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``mmst-serve``."""
-    from mmst.simultaneous.policy_spec import add_policy_arguments
-
     from .batching import BATCHING_MODES
     from .protocol import DEFAULT_MAX_MESSAGE_BYTES
 
     p = argparse.ArgumentParser(prog="mmst-serve", description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
-    p.add_argument("--data", default=None, help="DATA directory (vocab, CMVN); default: the checkpoint's data_dir")
-    p.add_argument("--tgt-langs", default=None, help="comma-separated target languages (default: all of the model's)")
-    p.add_argument("--waitk-lagging", type=int, default=3, help="wait-k lagging k in pre-decision chunks "
-                   "(the policy when --policy is not given)")
-    add_policy_arguments(p)
-    p.add_argument("--beam", type=int, default=1, help="beam search while streaming (alignatt, edatt, la, holdn)")
+    add_model_arguments(p)
+    add_streaming_policy_arguments(p)
     p.add_argument("--max-len-b", type=int, default=200, help="maximum tokens written per language and segment")
     p.add_argument("--source-segment-size", type=float, default=320.0,
                    help="ms of audio the long-form driver feeds the translator per step (chunk_ms)")
-    p.add_argument("--max-segment-s", type=float, default=20.0, help="longest VAD segment in seconds; longer "
-                   "speech is cut there")
-    p.add_argument("--vad-threshold", type=float, default=0.5, help="Silero VAD speech probability threshold")
-    p.add_argument("--vad-min-silence-ms", type=float, default=250.0,
-                   help="silence (ms) that ends a VAD segment")
-    p.add_argument("--vad-speech-pad-ms", type=float, default=30.0, help="padding (ms) on each side of a segment")
+    add_vad_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0 = all; explicit on purpose)")
     p.add_argument("--port", type=int, default=8765, help="TCP port (0 = any free port, printed at start)")
     p.add_argument("--max-clients", type=int, default=8, help="concurrent streams; more are refused (close 1013)")
@@ -65,8 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--send-queue", type=int, default=256,
                    help="events queued for one client before it counts as a slow reader (close 4408)")
     p.add_argument("--batching", choices=BATCHING_MODES, default="tick",
-                   help="tick = dynamic batching per tick across streams; off = every audio frame computed "
-                   "on its own (the benchmark's baseline)")
+                   help="tick = dynamic batching per tick: the streams with audio waiting are stepped "
+                   "together and their Silero VAD windows, encoder blocks and decoder steps are stacked into "
+                   "one model call each (padded, masked; same words); off = every audio frame computed on "
+                   "its own, every model call alone (the benchmark's baseline)")
     p.add_argument("--save-audio", default=None, metavar="DIR",
                    help="write each stream's received 16 kHz PCM to DIR/<stream>.wav (float32) for offline "
                    "replays")
@@ -116,7 +111,7 @@ def make_driver_factory(args: argparse.Namespace) -> tuple[Any, list[str]]:
            "speech_pad_ms": args.vad_speech_pad_ms, "max_segment_s": args.max_segment_s}
     StreamingVad(**vad, model=vad_model)  # out-of-range VAD options fail now
     pool = DriverPool(system, policy, beam=args.beam, max_len_b=args.max_len_b, vad=vad,
-                      chunk_ms=args.source_segment_size)
+                      chunk_ms=args.source_segment_size, vad_model=vad_model)
     return pool, served
 
 

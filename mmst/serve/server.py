@@ -168,11 +168,14 @@ class TranslationServer:
         return _response(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8")
 
     def stats(self) -> dict:
-        """Open streams, connections so far, refusals, scheduler ticks/steps and compute seconds."""
+        """Open streams, connections so far, refusals, scheduler ticks/steps and compute seconds; in tick
+        mode, ``stacked``: per kind of model call (``VadWindows``, ``EncoderBlock``, ``DecoderStep``) the
+        calls made and the stream requests they served (requests / calls = mean streams per call)."""
         s = self.scheduler
         return {"streams": len(self.clients), "connections": self.n_connections, "refused": self.refused,
                 "ticks": s.ticks if s else 0, "steps": s.steps if s else 0,
-                "compute_s": round(s.busy_s, 3) if s else 0.0, "batching": self.config.batching}
+                "compute_s": round(s.busy_s, 3) if s else 0.0, "batching": self.config.batching,
+                "stacked": {kind: {"calls": c, "requests": r} for kind, (c, r) in s.stack.by_kind.items()} if s else {}}
 
     # ------------------------------------------------------------------ WebSocket
     def _authorized(self, ws: ServerConnection) -> bool:

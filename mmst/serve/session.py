@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from mmst.models.stacked import Steps, run_alone, steps_of
 from mmst.simultaneous.longform import LongFormWord, SegmentEnd
 
 from .protocol import MODEL_SAMPLE_RATE, StartRequest, segment_end_event, word_event
@@ -137,16 +138,25 @@ class StreamSession:
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def step(self, samples: np.ndarray | None = None) -> list[dict]:
-        """Push ``samples`` (default: everything queued) through the driver; finish the stream when the
-        client ended it and nothing is left. Returns protocol events (``word`` events carry an extra
-        ``_recv_t`` key, the receive time used for the added latency, which the server strips)."""
-        x = self.take_pending() if samples is None else samples
+        """Push ``samples`` (default: everything queued) through the driver, every model call on its
+        own; finish the stream when the client ended it and nothing is left. Returns protocol events
+        (``word`` events carry an extra ``_recv_t`` key, the receive time used for the added latency,
+        which the server strips). Its duration is added to :attr:`compute_s`."""
         t = time.perf_counter()
-        events = list(self.driver.push(x)) if x.size else []
+        try:
+            return run_alone(self.step_steps(samples))
+        finally:
+            self.compute_s += time.perf_counter() - t
+
+    def step_steps(self, samples: np.ndarray | None = None) -> Steps:
+        """:meth:`step` as a generator of compute requests (:mod:`mmst.models.stacked`), for a scheduler
+        that stacks the requests of several sessions (it adds this session's share of the compute to
+        :attr:`compute_s`); same value as :meth:`step`."""
+        x = self.take_pending() if samples is None else samples
+        events = list((yield from steps_of(self.driver, "push", x))) if x.size else []
         if self._ended and not self._pending and not self.finished:
-            events += list(self.driver.finish())
+            events += list((yield from steps_of(self.driver, "finish")))
             self.finished = True
-        self.compute_s += time.perf_counter() - t
         return [self._to_dict(ev) for ev in events]
 
     def _to_dict(self, ev: Any) -> dict:

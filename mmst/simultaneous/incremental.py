@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from mmst.models.encoder import _conv_out_len
+from mmst.models.stacked import Steps, run_alone
 
 ENCODER_MODES = ("auto", "incremental", "reencode")
 
@@ -76,6 +77,11 @@ class StreamingFrontEnd:
 
         Raises ``ValueError`` after the source was finished (call :meth:`reset`).
         """
+        run_alone(self.accept_audio_steps(samples, finished))
+
+    def accept_audio_steps(self, samples: np.ndarray, finished: bool = False) -> Steps:
+        """:meth:`accept_audio` as a generator (:mod:`mmst.models.stacked`): the incremental encoder's
+        block is a yielded request."""
         if self.finished:
             raise ValueError("source already finished; call reset() for a new utterance")
         x = np.asarray(samples, dtype=np.float32).reshape(-1)
@@ -89,7 +95,7 @@ class StreamingFrontEnd:
         self.finished = finished
         self._num_frames += len(feats)
         if self._stream is not None:
-            self._stream.accept_frames(feats, finished=finished)
+            yield from self._stream.accept_frames_steps(feats, finished=finished)
         elif len(feats):
             self._frames.append(feats)
 

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from mmst.models.encoder import EncoderOut
+from mmst.models.stacked import Steps, run_alone
 
 from .continuation import decode_continuations_beam, decode_continuations_greedy, forced_cross_attention
 from .detok import CHAR_LANGS, Detokenizer, Word
@@ -205,9 +206,16 @@ class StreamingTranslator:
         Raises:
             ValueError: audio after the source finished (call :meth:`reset`).
         """
+        return run_alone(self.accept_audio_steps(samples, finished))
+
+    def accept_audio_steps(self, samples: np.ndarray, finished: bool = False) -> Steps:
+        """:meth:`accept_audio` as a generator (:mod:`mmst.models.stacked`): the incremental encoder's
+        block and the token policies' decoder steps are yielded requests, so a server can stack them
+        with other streams' (same arguments and value as :meth:`accept_audio`). Other decoding
+        (hypothesis policies, beam search, async and offline models, re-encoding) runs inside."""
         t0 = time.perf_counter()
-        self.frontend.accept_audio(samples, finished)
-        new_tokens = self._write(t0)
+        yield from self.frontend.accept_audio_steps(samples, finished)
+        new_tokens = yield from self._write(t0)
         words: dict[str, list[Word]] = {lang: [] for lang in self.tgt_langs}
         if self.detok is not None:
             for lang, toks in new_tokens.items():
@@ -237,8 +245,7 @@ class StreamingTranslator:
     def _max_len(self, n_states: int) -> int:
         return max(0, int(np.floor(self.max_len_a * n_states + self.max_len_b)))
 
-    @torch.no_grad()
-    def _write(self, t0: float) -> dict[str, list[tuple[int, float, float]]]:
+    def _write(self, t0: float) -> Steps:
         fe = self.frontend
         out: dict[str, list[tuple[int, float, float]]] = {lang: [] for lang in self.tgt_langs}
         if self._closed:
@@ -248,18 +255,22 @@ class StreamingTranslator:
             return out
         if self.offline:
             if fe.finished:
-                self._write_offline(t0, out)
+                with torch.no_grad():
+                    self._write_offline(t0, out)
             return out
         if getattr(self.model, "is_async", False):
-            self._write_async(t0, out)
+            with torch.no_grad():
+                self._write_async(t0, out)
             if fe.finished:
                 self._closed = True
             return out
         if any(p.needs_ctc for p in self.policies.values()) and fe.num_states:
             enc = fe.states()
-            self._src_tokens = ctc_greedy_count(self.model.ctc_proj(enc[0]), blank=int(self.model.cfg.bos_id))
-        self._write_tokens(t0, out, [lang for lang in self.tgt_langs if self._kind(lang) == "token"])
-        self._write_hypotheses(t0, out, [lang for lang in self.tgt_langs if self._kind(lang) == "hypothesis"])
+            with torch.no_grad():
+                self._src_tokens = ctc_greedy_count(self.model.ctc_proj(enc[0]), blank=int(self.model.cfg.bos_id))
+        yield from self._write_tokens(t0, out, [lang for lang in self.tgt_langs if self._kind(lang) == "token"])
+        with torch.no_grad():
+            self._write_hypotheses(t0, out, [lang for lang in self.tgt_langs if self._kind(lang) == "hypothesis"])
         if fe.finished:
             self._closed = True
         return out
@@ -282,8 +293,9 @@ class StreamingTranslator:
         self.token_delays[lang].append(delay)
         out[lang].append((tok, delay, comp))
 
-    def _write_tokens(self, t0: float, out, langs: list[str]) -> None:
-        """Token policies: step the languages that may write together; write or roll back each candidate."""
+    def _write_tokens(self, t0: float, out, langs: list[str]) -> Steps:
+        """Token policies: step the languages that may write together; write or roll back each candidate
+        (a generator: the decoder steps are yielded requests)."""
         fe = self.frontend
         eos = int(self.model.cfg.eos_id)
         dev = next(self.model.parameters()).device
@@ -309,7 +321,7 @@ class StreamingTranslator:
             s = states.size(1)
             n_vis = {lang: self.policies[lang].visible_states(len(self.tokens[lang]) + 1, s) for lang in want}
             layers = tuple(sorted({self._layer(lang, n_layers) for lang in want if self.policies[lang].needs_attn}))
-            logits, attn = self._stepper.step(want, self._last, states, n_vis, layers)
+            logits, attn = yield from self._stepper.step_steps(want, self._last, states, n_vis, layers)
             for lang in want:
                 pol = self.policies[lang]
                 i = len(self.tokens[lang]) + 1

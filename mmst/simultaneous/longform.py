@@ -13,6 +13,12 @@ languages), as if the segment were one utterance:
 - at the segment's *end* it gets the audio up to the end sample with ``finished=True`` and writes
   what its policies still hold (until EOS or the length cap), then a :class:`SegmentEnd` follows.
 
+A segmenter with ``eager = True`` (Silero VAD: fixed windows from the stream start) reads the audio as it
+is pushed, and each chunk takes the boundaries decided inside it (``detected_sample`` up to the chunk's
+end): the same boundaries as feeding it chunk by chunk, and a server can stack its windows with other
+streams' (:mod:`mmst.models.stacked`). :meth:`LongFormTranslator.push_steps` /
+:meth:`~LongFormTranslator.finish_steps` are ``push`` / ``finish`` as generators of compute requests.
+
 Encoder and decoder state is NOT carried across segments: the models are trained on sentences,
 and mmst's streaming encoder keeps every state of its input (unbounded left context by default),
 so carrying it would grow memory with the talk. Per-segment state is bounded by ``max_segment_s``
@@ -52,6 +58,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from mmst.models.stacked import Steps, run_alone, steps_of
 
 from .vad import SAMPLE_RATE, StreamingVad, VadEvent
 
@@ -250,6 +258,7 @@ class LongFormTranslator:
         self.vad.reset()
         self.translator.reset()
         self._pending = np.zeros(0, dtype=np.float32)
+        self._vad_ahead: deque[VadEvent] = deque()  # eager segmenter: events not yet consumed by a chunk
         self._recent = _RecentAudio(self.lookback_samples)
         self.num_samples = 0  # samples pushed
         self._processed = 0  # samples segmented and translated
@@ -274,6 +283,11 @@ class LongFormTranslator:
         Raises:
             ValueError: audio after :meth:`finish` (call :meth:`reset`), non-1-D or non-float audio.
         """
+        return run_alone(self.push_steps(samples))
+
+    def push_steps(self, samples: np.ndarray) -> Steps:
+        """:meth:`push` as a generator of compute requests (:mod:`mmst.models.stacked`: VAD windows,
+        encoder blocks, decoder steps), so a server can stack them with other streams'; same value."""
         if self._finished:
             raise ValueError("stream already finished; call reset() for a new stream")
         x = np.asarray(samples)
@@ -283,12 +297,16 @@ class LongFormTranslator:
             raise ValueError(f"audio must be 1-D float32 mono 16 kHz (n,), got shape {x.shape}")
         x = x.astype(np.float32, copy=False)
         self.num_samples += x.size
+        if getattr(self.vad, "eager", False) and x.size:
+            # the segmenter reads the audio as it comes (its windows do not depend on the chunking); a
+            # chunk then takes the events decided inside it, as if it had fed the segmenter itself
+            self._vad_ahead.extend((yield from steps_of(self.vad, "accept", x)))
         buf = np.concatenate([self._pending, x]) if self._pending.size else x
         out: list[LongFormWord | SegmentEnd] = []
         n = self.chunk_samples
         k = buf.size // n
         for i in range(k):
-            out += self._process(buf[i * n:(i + 1) * n].copy(), last=False)
+            out += yield from self._process(buf[i * n:(i + 1) * n].copy(), last=False)
         self._pending = buf[k * n:].copy()
         return out
 
@@ -298,22 +316,31 @@ class LongFormTranslator:
         Returns:
             The remaining words and segment ends (nothing for a stream without speech).
         """
+        return run_alone(self.finish_steps())
+
+    def finish_steps(self) -> Steps:
+        """:meth:`finish` as a generator of compute requests (see :meth:`push_steps`)."""
         if self._finished:
             return []
-        out = self._process(self._pending, last=True)
+        out = yield from self._process(self._pending, last=True)
         self._pending = np.zeros(0, dtype=np.float32)
         self._finished = True
         return out
 
     # ------------------------------------------------------------------ internals
-    def _process(self, chunk: np.ndarray, last: bool) -> list[LongFormWord | SegmentEnd]:
+    def _process(self, chunk: np.ndarray, last: bool) -> Steps:
         t_start = time.perf_counter()
         arrival_ms = (self._processed + chunk.size) * 1000.0 / SAMPLE_RATE
         begin_ms = max(arrival_ms, self._free_at_ms)  # real-time simulation: when processing may start
         self._recent.append(chunk)
         self._processed += chunk.size
         now = self._processed
-        events = self.vad.accept(chunk) if chunk.size else []
+        if getattr(self.vad, "eager", False):
+            events = []
+            while self._vad_ahead and self._vad_ahead[0].detected_sample <= now:
+                events.append(self._vad_ahead.popleft())
+        else:
+            events = (yield from steps_of(self.vad, "accept", chunk)) if chunk.size else []
         if last:
             events += self.vad.finish()
         out: list[LongFormWord | SegmentEnd] = []
@@ -324,34 +351,34 @@ class LongFormTranslator:
         for ev in events:
             if ev.kind == "start":
                 if self._seg_start is not None:  # defensive: a start while open closes the open segment
-                    self._close(ev.sample, now, False, out, clock_ca)
+                    yield from self._close(ev.sample, now, False, out, clock_ca)
                 self.translator.reset()
                 self._seg_start = ev.sample
                 self._fed = max(ev.sample, self._recent.first)
                 self.num_segments += 1
             elif ev.kind == "end" and self._seg_start is not None:
-                self._close(max(ev.sample, self._seg_start), now, ev.forced, out, clock_ca)
+                yield from self._close(max(ev.sample, self._seg_start), now, ev.forced, out, clock_ca)
         if self._seg_start is not None and self._fed < now:
-            self._feed(self._recent.slice(self._fed, now), False, now, out, clock_ca)
+            yield from self._feed(self._recent.slice(self._fed, now), False, now, out, clock_ca)
             self._fed = now
         dt = time.perf_counter() - t_start
         self.compute_s += dt
         self._free_at_ms = begin_ms + dt * 1000.0
         return out
 
-    def _close(self, end: int, now: int, forced: bool, out: list, clock_ca) -> None:
+    def _close(self, end: int, now: int, forced: bool, out: list, clock_ca) -> Steps:
         # the translator may already hold audio past the boundary: the chunks read while the VAD was
         # still waiting for min_silence_ms of silence
         fed_to = max(end, self._fed)
-        self._feed(self._recent.slice(self._fed, fed_to), True, now, out, clock_ca)
+        yield from self._feed(self._recent.slice(self._fed, fed_to), True, now, out, clock_ca)
         seg = self.num_segments - 1
         out.append(SegmentEnd(seg, self._seg_start * 1000.0 / SAMPLE_RATE, end * 1000.0 / SAMPLE_RATE, forced,
                               state_numel(self.translator)))
         self._seg_start = None
         self._fed = fed_to
 
-    def _feed(self, x: np.ndarray, finished: bool, now: int, out: list, clock_ca) -> None:
-        words = self.translator.accept_audio(x, finished=finished)
+    def _feed(self, x: np.ndarray, finished: bool, now: int, out: list, clock_ca) -> Steps:
+        words = yield from steps_of(self.translator, "accept_audio", x, finished=finished)
         t_ca = clock_ca()
         t_ms = now * 1000.0 / SAMPLE_RATE
         seg = self.num_segments - 1

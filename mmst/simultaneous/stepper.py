@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import torch
 
+from mmst.models.decoder import DecoderStep
+from mmst.models.stacked import Steps, run_alone
+
 
 class LanguageStepper:
     """Per-language incremental decoding with rollback (see the module docstring).
@@ -43,16 +46,21 @@ class LanguageStepper:
         for _, st, _ in self.groups:
             st.invalidate_cross()
 
-    @torch.no_grad()
-    def step(
+    def step(self, *args, **kwargs) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, torch.Tensor]]]:
+        """:meth:`step_steps` (same arguments and value) with every decoder call computed on its own."""
+        return run_alone(self.step_steps(*args, **kwargs))
+
+    def step_steps(
         self,
         want: list[str],
         inputs: dict[str, int],
         states: torch.Tensor,
         n_visible: dict[str, int],
         attn_layers: tuple[int, ...] = (),
-    ) -> tuple[dict[str, torch.Tensor], dict[str, dict[int, torch.Tensor]]]:
-        """Feed ``inputs[lang]`` for every ``lang`` in ``want``.
+    ) -> Steps:
+        """Feed ``inputs[lang]`` for every ``lang`` in ``want`` (a generator, :mod:`mmst.models.stacked`:
+        each decoder call is a yielded :class:`~mmst.models.decoder.DecoderStep`, so the calls of several
+        streams can be stacked).
 
         Args:
             want: languages to step.
@@ -61,7 +69,7 @@ class LanguageStepper:
             n_visible: ``{lang: states the new token may attend}`` (a prefix of ``states``).
             attn_layers: decoder layers whose cross-attention to return.
 
-        Returns:
+        Returns (the generator's value):
             ``({lang: logits (V,)}, {lang: {layer: attention (H, S_vis)}})`` (per head); attention rows
             cover the first ``n_visible[lang]`` states.
         """
@@ -96,7 +104,7 @@ class LanguageStepper:
             extra = None
             if hasattr(self.model, "decoder_extra_embed") and len(rows) == 1:
                 extra = self.model.decoder_extra_embed(rows[0])
-            out = dec.step(toks, st, enc, None, cross_mask, self_mask, positions, extra, attn_layers=attn_layers)
+            out = yield DecoderStep(dec, st, toks, enc, cross_mask, self_mask, positions, extra, attn_layers)
             self.valid[g].append(asked_mask)
             for r, lang in enumerate(rows):
                 if lang not in asked:

@@ -61,6 +61,20 @@ _stage() {
   echo "-- stage $n finished in $((SECONDS - t0)) s"
 }
 
+# require_synthetic_data DATA: exit 2 unless DATA is a prepared corpus (DATA/config.yaml); the message
+#   says how recipes/synthetic/run.sh prepares one.
+require_synthetic_data() {
+  if [ ! -f "$1/config.yaml" ]; then
+    echo "$0: $1/config.yaml not found: prepare the corpus first (bash recipes/synthetic/run.sh --stop-stage 1)" >&2
+    exit 2
+  fi
+}
+
+# data_tgt_langs DATA: print the target languages of DATA/config.yaml, comma-separated.
+data_tgt_langs() {
+  python -c "import sys, yaml; print(','.join(yaml.safe_load(open(sys.argv[1]))['tgt_langs']))" "$1/config.yaml"
+}
+
 # launch: python CLI, through torchrun when nproc > 1.
 launch_train() {
   if [ "${nproc:-1}" -gt 1 ]; then

@@ -47,10 +47,7 @@ RECIPE_OPTIONS=(stage stop_stage force data exp_dir systems seeds config asr_con
 recipe_args="$*"
 parse_options "$@"
 
-if [ ! -f "$data/config.yaml" ]; then
-  echo "$0: $data/config.yaml not found: prepare the corpus first (bash recipes/synthetic/run.sh --stop-stage 1)" >&2
-  exit 2
-fi
+require_synthetic_data "$data"
 if [ ! -f "$data/tst-unseen.tsv" ]; then
   echo "$0: $data has no tst-unseen split (recipes/synthetic/run.sh --num-test-unseen 200)" >&2; exit 2
 fi
@@ -58,8 +55,7 @@ for sys in ${systems//,/ }; do
   case "$sys" in none|specaugment|speed|both|both_asr) ;; *)
     echo "$0: unknown system '$sys' (none, specaugment, speed, both, both_asr)" >&2; exit 2 ;; esac
 done
-tgt_langs=$(python -c "import sys, yaml; print(','.join(yaml.safe_load(open(sys.argv[1]))['tgt_langs']))" \
-  "$data/config.yaml")
+tgt_langs=$(data_tgt_langs "$data")
 work_data=$exp_dir/data
 models_dir=$exp_dir/models
 evals_dir=$exp_dir/eval

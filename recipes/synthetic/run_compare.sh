@@ -56,14 +56,8 @@ RECIPE_OPTIONS=(stage stop_stage force data exp_dir tgt_langs systems async_delt
   eval_threads eval_extra source_segment_size)
 parse_options "$@"
 
-if [ ! -f "$data/config.yaml" ]; then
-  echo "$0: $data/config.yaml not found: prepare the corpus first (bash recipes/synthetic/run.sh --stop-stage 1)" >&2
-  exit 2
-fi
-if [ -z "$tgt_langs" ]; then
-  tgt_langs=$(python -c "import sys, yaml; print(','.join(yaml.safe_load(open(sys.argv[1]))['tgt_langs']))" \
-    "$data/config.yaml")
-fi
+require_synthetic_data "$data"
+[ -n "$tgt_langs" ] || tgt_langs=$(data_tgt_langs "$data")
 if [ -z "$systems" ]; then
   rev=$(echo "${tgt_langs//,/ }" | tr ' ' '\n' | tac | paste -sd- -)
   systems="bilingual,separate,unified_sync,async_d1,async_d2,async_d1_${rev},async_d2_${rev}"

@@ -1,0 +1,229 @@
+"""Cross-stream batching (mmst.models.stacked, mmst.serve.batching): stacked model calls equal the calls
+made alone, and streams stepped together write exactly the words each writes alone, the server's and
+the offline long-form CLI's.
+
+Model level: the encoder blocks and decoder steps of streams whose caches have different lengths (and
+decoder rows with rolled-back columns, different visible states) give, stacked with padding + masks,
+the same states / logits / attention as alone. Stream level: three streams of DIFFERENT audio (so
+mixed-up slices would show), different lengths and start times, stepped by ``run_stacked``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import torch
+from serve_fixtures import driver_factory, longform_cli_words, offline_words, speech
+
+from mmst.models.decoder import DecoderStep
+from mmst.models.stacked import StackStats, run_alone, run_stacked
+
+TINY_MODEL = {"arch": "unified", "encoder_attention": "chunk-causal", "pre_decision_ratio": 2}
+
+
+def _feats(seed: int, n: int) -> torch.Tensor:
+    return torch.randn(n, 80, generator=torch.Generator().manual_seed(seed))
+
+
+def test_stacked_encoder_blocks_equal_alone(tiny_model):
+    """Three streams with caches of 0, 6 and 14 states; blocks of 1, 2 and 3 chunks stacked."""
+    m = tiny_model()
+    pre = [0, 40, 72]  # frames already encoded per stream
+    new = [40, 16, 30]
+    alone, stacked = [], []
+    for i in range(3):
+        a, b = m.encoder.stream(), m.encoder.stream()
+        if pre[i]:
+            a.accept_frames(_feats(i, pre[i]))
+            b.accept_frames(_feats(i, pre[i]))
+        alone.append(a)
+        stacked.append(b)
+    want = [s.accept_frames(_feats(10 + i, new[i])) for i, s in enumerate(alone)]
+    gens = [s.accept_frames_steps(_feats(10 + i, new[i])) for i, s in enumerate(stacked)]
+    stats = StackStats()
+    got = run_stacked(gens, stats)
+    assert stats.by_kind == {"EncoderBlock": [1, 3]}  # one call served all three
+    for w, (g, err), a, b in zip(want, got, alone, stacked):
+        assert err is None and g.shape == w.shape and w.size(1) > 0
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+        assert a.num_states == b.num_states
+        torch.testing.assert_close(b.states, a.states, atol=1e-5, rtol=1e-5)
+
+
+def _decoder_case(m, seed: int, n_tok: int, n_states: int, rows: int):
+    """A stepped decoder state with ``n_tok`` columns (column 1 invalid for row 0) and a request."""
+    dec = m.decoder
+    g = torch.Generator().manual_seed(seed)
+    enc = torch.randn(1, n_states, m.cfg.d_model, generator=g)
+    st = dec.init_state()
+    for _ in range(n_tok):
+        dec.step(torch.randint(3, 40, (rows, 1), generator=g), st, enc[:, : max(1, n_states - 2)])
+    valid = torch.ones(rows, 1, n_tok + 1, dtype=torch.bool)
+    if n_tok > 1:
+        valid[0, 0, 1] = False
+    vis = torch.arange(n_states)[None, None, :] < torch.tensor([n_states - 1] + [n_states] * (rows - 1))[:, None, None]
+    toks = torch.randint(3, 40, (rows, 1), generator=g)
+    return st, dict(tokens=toks, enc_states=enc, cross_attn_mask=vis, self_attn_mask=valid,
+                    positions=torch.full((rows, 1), n_tok, dtype=torch.long), attn_layers=(1,))
+
+
+def test_stacked_decoder_steps_equal_alone(tiny_model):
+    """Streams with 0, 3 and 6 cached tokens, 5, 9 and 12 encoder states, 3, 2 and 3 rows."""
+    m = tiny_model()
+    cases = [(0, 0, 5, 3), (1, 3, 9, 2), (2, 6, 12, 3)]
+    alone, stacked = [], []
+    for seed, n_tok, n_states, rows in cases:
+        st_a, kw = _decoder_case(m, seed, n_tok, n_states, rows)
+        st_b, _ = _decoder_case(m, seed, n_tok, n_states, rows)
+        alone.append(DecoderStep(m.decoder, st_a, **kw))
+        stacked.append(DecoderStep(m.decoder, st_b, **kw))
+    want = [r.run() for r in alone]
+    got = DecoderStep.run_stacked(stacked)
+    for w, g, a, b in zip(want, got, alone, stacked):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+        assert b.state.num_tokens == a.state.num_tokens and b.state.cross_len == a.state.cross_len
+        torch.testing.assert_close(b.state.cross_attn[1], a.state.cross_attn[1], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(b.state.self_cache[0].get()[0], a.state.self_cache[0].get()[0])
+    # a wrong row routing would be caught: the streams' logits differ
+    assert not torch.allclose(want[0][0], want[2][0], atol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def factory(tiny_system):
+    return driver_factory(tiny_system)
+
+
+@pytest.fixture(scope="module")
+def audios():
+    """Three different streams: the speech, its second half louder, a shorter one with longer pauses."""
+    x = speech()
+    y = speech(pause_s=0.9)
+    return [x, np.clip(1.6 * x[len(x) // 3:], -1, 1), y[: int(len(y) * 0.7)]]
+
+
+def test_streams_stepped_together_write_what_each_writes_alone(factory, audios):
+    make_driver, langs = factory
+    want = [offline_words(make_driver, langs, a) for a in audios]
+    assert all(want) and want[0] != want[1] != want[2]
+    starts = [0, 3, 7]  # ticks at which each stream starts
+    sizes = [1600, 2400, 5120, 800, 3200]  # samples per stream and tick, varying
+    drivers = [make_driver(langs) for _ in audios]
+    pos = [0] * len(audios)
+    got: list[list] = [[] for _ in audios]
+    stats = StackStats()
+    tick = 0
+    while any(p <= len(a) for p, a in zip(pos, audios)):
+        gens, idx = [], []
+        for i, (d, a) in enumerate(zip(drivers, audios)):
+            if tick < starts[i] or pos[i] > len(a):
+                continue
+            if pos[i] == len(a):
+                gens.append(d.finish_steps())
+                pos[i] += 1
+            else:
+                n = sizes[(tick + i) % len(sizes)]
+                gens.append(d.push_steps(a[pos[i]:pos[i] + n]))
+                pos[i] = min(pos[i] + n, len(a))
+            idx.append(i)
+        for i, (evs, err) in zip(idx, run_stacked(gens, stats)):
+            assert err is None
+            got[i] += [(e.lang, e.text, e.segment, e.time_ms) for e in evs if hasattr(e, "text")]
+        tick += 1
+    for i in range(len(audios)):
+        assert got[i] == want[i], f"stream {i}"
+    for kind in ("VadWindows", "EncoderBlock", "DecoderStep"):
+        calls, requests = stats.by_kind[kind]
+        assert requests > calls, f"{kind} requests were never stacked"
+    for d in drivers:
+        make_driver.release(d)
+
+
+def test_server_tick_and_off_equal_the_offline_cli(factory, audios, tiny_system, tmp_path):
+    """Three concurrent clients of different audio against the server, stacked (tick) and alone (off);
+    the first stream also against ``eval/longform_eval.py`` on the same wav."""
+    import soundfile as sf
+    from test_serve_server import as_tuples, run_server
+
+    from mmst.serve.client import stream_audio
+
+    make_driver, langs = factory
+    want = [[(lang, t, s, round(ms, 1)) for lang, t, s, ms in offline_words(make_driver, langs, a)] for a in audios]
+    wav = tmp_path / "a.wav"
+    sf.write(wav, audios[0], 16000, subtype="FLOAT")
+    by_lang = sorted(want[0], key=lambda w: langs.index(w[0]))  # the CLI writes one file per language
+    assert longform_cli_words(tiny_system, wav, langs, tmp_path / "cli") == by_lang
+
+    async def fn(url, server):
+        async def late(i, delay_s, frame_ms):
+            await asyncio.sleep(delay_s)
+            return await stream_audio(url, audios[i], frame_ms=frame_ms, realtime=False, sample_format="float32")
+
+        res = await asyncio.gather(late(0, 0.0, 100), late(1, 0.05, 60), late(2, 0.15, 140))
+        return res, server.stats()
+
+    for mode in ("tick", "off"):
+        res, stats = run_server(factory, fn, batching=mode)
+        for i, r in enumerate(res):
+            assert r.close_code == 1000 and as_tuples(r) == want[i], f"{mode}: stream {i}"
+        if mode == "tick":
+            assert sum(r for c, r in (v.values() for v in stats["stacked"].values())) > \
+                sum(c for c, r in (v.values() for v in stats["stacked"].values()))
+        else:
+            assert stats["stacked"] == {}
+
+
+def test_run_stacked_reports_one_failing_stream():
+    """A generator that raises is reported; the others get their results; each is reported done as soon
+    as it finished."""
+    class Twice:
+        stage = 0
+
+        def __init__(self, x):
+            self.x = x
+
+        def run(self):
+            return 2 * self.x
+
+        def stack_key(self):
+            return "twice"
+
+        @classmethod
+        def run_stacked(cls, reqs):
+            return [2 * r.x for r in reqs]
+
+    def ok(x):
+        y = yield Twice(x)
+        return (yield Twice(y))
+
+    def bad():
+        yield Twice(1)
+        raise RuntimeError("broken stream")
+
+    stats = StackStats()
+    done = []
+    out = run_stacked([ok(1), bad(), ok(5)], stats, on_done=lambda i, v, e: done.append((i, v, e)))
+    assert out[0] == (4, None) and out[2] == (20, None)
+    assert [d[0] for d in done] == [1, 0, 2] and done[1][1:] == (4, None)  # each as soon as it finished
+    assert out[1][0] is None and "broken stream" in str(out[1][1])
+    assert stats.by_kind == {"Twice": [2, 5]} and run_alone(ok(3)) == 12
+
+
+def test_a_failing_decoder_step_fails_its_stream_only(tiny_model):
+    """A step asking for a decoder layer that does not exist gets its error; the others their logits."""
+    m = tiny_model()
+    steps, want = [], []
+    for seed in range(3):
+        st_a, kw = _decoder_case(m, seed, 2, 6, 2)
+        st_b, _ = _decoder_case(m, seed, 2, 6, 2)
+        if seed == 1:
+            kw["attn_layers"] = (99,)
+        else:
+            want.append(DecoderStep(m.decoder, st_a, **kw).run())
+        steps.append(DecoderStep(m.decoder, st_b, **kw))
+    got = DecoderStep.run_stacked(steps)
+    assert isinstance(got[1], ValueError) and "99" in str(got[1])
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[2], want[1], atol=1e-5, rtol=1e-5)
+    assert steps[1].state.num_tokens == 2  # untouched
