@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import warnings
 from pathlib import Path
@@ -239,6 +240,10 @@ def test_speed_perturbed_copies_frame_counts_match_the_manifest(audio_data):
     orig = {r["id"]: r for r in read_manifest(audio_data / "train.tsv")}
     rows = read_manifest(audio_data / "train_sp.tsv")
     assert len(rows) == 3 * len(orig) and rep["per_factor"]["1"]["utterances"] == len(orig)
+    # the report (copied into docs/results by the augmentation recipe) says where it came from
+    on_disk = json.loads((audio_data / "speed_perturb_train.json").read_text())
+    assert on_disk["provenance"]["command"] and on_disk["provenance"]["machine"]["cores"] >= 1
+    assert on_disk["extracted"] == 2 * len(orig)
     for r in rows:
         feats = read_feature(audio_data, r["audio"])
         assert feats.shape == (int(r["n_frames"]), 80), r["id"]

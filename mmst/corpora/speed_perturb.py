@@ -54,6 +54,7 @@ from mmst.features import (
     fbank,
     fbank_kwargs_from_config,
 )
+from mmst.provenance import run_record
 
 DEFAULT_FACTORS = (0.9, 1.0, 1.1)
 SAMPLE_RATE = 16000
@@ -134,7 +135,8 @@ def build_speed_perturbed(data_dir: str | os.PathLike[str], split: str = "train"
 
     Returns:
         the report (also ``DATA/speed_perturb_<split>.json``): factors, manifest, features, utterances and
-        frames per factor, seconds.
+        frames per factor, seconds, and ``provenance`` (:func:`mmst.provenance.run_record`: this process's
+        command line, date, git commit, machine).
 
     Raises:
         SpeedPerturbBuildError: no manifest, a row without ``wav``, or audio errors (listed).
@@ -225,6 +227,7 @@ def build_speed_perturbed(data_dir: str | os.PathLike[str], split: str = "train"
               "factors": factors, "per_factor": per_factor,
               "extracted": sum(1 for r in results.values() if not r.get("cached")),
               "from_cache": sum(1 for r in results.values() if r.get("cached")), "feature_seconds": round(t_feat, 2), "jobs": jobs,
-              "resampler": f"soxr {soxr.__version__} HQ", "seconds": round(time.time() - t0, 2)}
+              "resampler": f"soxr {soxr.__version__} HQ", "seconds": round(time.time() - t0, 2),
+              "provenance": run_record()}
     atomic_write_json(out / f"speed_perturb_{split}.json", report)
     return report

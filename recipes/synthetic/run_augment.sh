@@ -44,7 +44,10 @@ results=""                       # also write the report here as <results>.{md,j
                                  # re-render the docs' results tables (tools/render_docs.py)
 RECIPE_OPTIONS=(stage stop_stage force data exp_dir systems seeds config asr_config specaugment speed_factors
   train_overrides jobs nproc eval_k eval_threads source_segment_size results)
-recipe_args="$*"
+recipe_args=""                   # the command line as typed (quoted where needed), recorded in the report
+for a in "$@"; do
+  if [[ "$a" =~ ^[A-Za-z0-9_./,:=+-]*$ ]]; then recipe_args+=" $a"; else recipe_args+=" ${a@Q}"; fi
+done
 parse_options "$@"
 
 require_synthetic_data "$data"
@@ -123,7 +126,7 @@ stage4() {
 }
 stage5() {
   python eval/unseen_gap.py --evals-dir "$evals_dir" --systems "$systems" --seeds "$seeds" --baseline none \
-    --k "$eval_k" --models-dir "$models_dir" --command "bash recipes/synthetic/run_augment.sh $recipe_args" \
+    --k "$eval_k" --models-dir "$models_dir" --command "bash recipes/synthetic/run_augment.sh${recipe_args}" \
     --describe "none=no augmentation" --describe "specaugment=SpecAugment $specaugment" \
     --describe "speed=speed perturbation $speed_factors (prep-time copies, soxr)" \
     --describe "both=SpecAugment $specaugment + speed perturbation $speed_factors" \
