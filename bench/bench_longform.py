@@ -36,14 +36,14 @@ import numpy as np
 import torch
 from provenance import RESULTS_DIR, run_record, write_results
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import ArgumentParser
 
 SR = 16000
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p = ArgumentParser(description=__doc__)
     p.add_argument("--checkpoint", default="exp/synthetic/model/checkpoint_best.pt", help="trained mmst checkpoint")
     p.add_argument("--data", default=None, help="its DATA directory (default: the checkpoint's)")
     p.add_argument("--split", default="tst-COMMON", help="DATA split whose utterances make the talk")
@@ -54,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pause-ms", default="300,800", help="shortest,longest pause between utterances (ms)")
     p.add_argument("--vad-min-silence-ms", type=float, default=150.0,
                    help="VAD silence that ends a segment (150 ms: below the talk's shortest pause)")
-    p.add_argument("--chunk-ms", type=float, default=320.0, help="processing chunk and push size in ms")
+    p.add_argument("--source-segment-size", dest="chunk_ms", type=float, default=320.0,
+                   help="processing chunk and push size in ms")
+    p.add_deprecated_alias("--chunk-ms", "--source-segment-size")
     p.add_argument("--crosscheck-utts", type=int, default=100, help="utterances of the cross-check (0 = skip)")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--seed", type=int, default=0, help="pause lengths")

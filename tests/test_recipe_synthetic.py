@@ -30,7 +30,7 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     exp = tmp_path / "exp"
     args = ["--exp-dir", str(exp), "--tgt-langs", "de,ja", "--num-train", "24", "--num-dev", "6",
-            "--num-test", "6", "--num-test-unseen", "4", "--eval-k", "1,3", "--jobs", "1", "--longform-minutes", "0.3",
+            "--num-test", "6", "--num-test-unseen", "4", "--eval-waitk-lagging", "1,3", "--jobs", "1", "--longform-minutes", "0.3",
             # the augmentation switches: speed-perturbed copies, SpecAugment, ASR pretraining (same overrides)
             "--speed-perturb", "true", "--specaugment", "LB", "--asr-pretrain", "true",
             "--train-overrides", "optim.max_update=6 optim.warmup_updates=2 valid.interval_updates=3 "
@@ -80,7 +80,7 @@ def test_recipe_help_lists_every_option():
     p = subprocess.run(["bash", "recipes/synthetic/run.sh", "--help"], cwd=ROOT, text=True,
                        capture_output=True, timeout=60)
     assert p.returncode == 0
-    for opt in ("--stage", "--stop-stage", "--force", "--nproc", "--tgt-langs", "--eval-k", "--specaugment",
+    for opt in ("--stage", "--stop-stage", "--force", "--nproc", "--tgt-langs", "--eval-waitk-lagging", "--specaugment",
                 "--speed-perturb", "--asr-pretrain"):
         assert opt in p.stdout
 

@@ -623,13 +623,18 @@ def run(check: bool, files: Sequence[Path] | None = None) -> list[Path]:
     return changed
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: render, ``--check`` or ``--list``."""
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
     ap.add_argument("--check", action="store_true", help="do not write; exit 1 when a block differs from its source")
     ap.add_argument("--list", action="store_true", help="print every table name and its JSON file")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: render, ``--check`` or ``--list``."""
+    a = build_parser().parse_args(argv)
     if a.list:
         for name, t in TABLES.items():
             print(f"{name:24s} docs/results/{t.json}" + (f" [{t.subkey}]" if t.subkey else ""))

@@ -36,7 +36,7 @@ SUPPORTED_SAMPLE_RATES = (8000, 11025, 16000, 22050, 24000, 32000, 44100, 48000)
 SAMPLE_FORMATS = {"int16": (np.dtype("<i2"), 2), "float32": (np.dtype("<f4"), 4)}
 #: the rate the model reads
 MODEL_SAMPLE_RATE = 16000
-#: default largest message (bytes): 1 MiB = 32 s of 16 kHz float32
+#: default largest message (bytes): 1 MiB = 16 s of 16 kHz float32 audio (4 bytes a sample), 32 s of int16
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 
 CLOSE_NORMAL = 1000
