@@ -7,10 +7,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from mmst.cli_help import ArgumentParser
 

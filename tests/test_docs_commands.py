@@ -18,11 +18,11 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -181,6 +181,8 @@ def check(argv: list[str]) -> str | None:
     prog, args = argv[0], _strip_optional(argv[1:])
     if prog == "make":
         return _check_make(args)
+    if prog in ("source", "."):  # the environment make setup creates
+        return None if args == [".venv/bin/activate"] else f"{prog} {shlex.join(args)}: only .venv/bin/activate"
     if prog in ("python", "python3"):
         if args[:1] == ["-m"]:
             return _check_module(importlib.import_module(args[1]), args[2:], f"python -m {args[1]}")
@@ -218,6 +220,12 @@ def test_documented_command(cmd):
 def test_every_doc_has_its_commands_found():
     assert len(ALL) > 60
     assert {c.argv[0] for c in ALL} >= {"make", "mmst-train", "mmst-eval", "bash", "python", "simuleval"}
+
+
+def test_readme_activates_the_environment_before_the_first_console_script():
+    readme = [c.argv[0] for c in doc_commands((REPO / "README.md").read_text(encoding="utf-8"), "README.md")]
+    first = min(i for i, prog in enumerate(readme) if prog in SCRIPTS)
+    assert readme.count("source") == 1 and readme.index("source") < first
 
 
 @pytest.mark.parametrize("snippet,problem", [

@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
 
     common = dict(seed=a.seed, heldout_voices=a.heldout_voices, jobs=a.jobs,
                   segments_per_talk=a.segments_per_talk, pause_s=a.pause_s)
+    if a.dither is not None and 0 < a.dither < 0.01:
+        print(f"{p.prog}: warning: --dither {a.dither:g} is in 16-bit units (1.0 = one LSB); it used to be a "
+              f"fraction of full scale, which is now --dither {a.dither * KALDI_INT16_SCALE:g}", file=sys.stderr)
     if a.dither is not None:  # the library takes the std in full-scale units
         common["dither"] = a.dither / KALDI_INT16_SCALE
     t0 = time.time()
