@@ -190,7 +190,7 @@ def dependency_record(paths: Sequence[str], read: FileReader | None = None, *, s
     for path in paths:
         files = read(path)
         if strict and not files:
-            raise ValueError(f"depends_on: {path!r} holds no file under {REPO}")
+            raise ValueError(f"depends_on: {path!r} holds no file")
         per_path[path] = files_digest(files)
         every += files
     return {"digest": files_digest(every), "paths": per_path}

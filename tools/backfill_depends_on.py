@@ -78,21 +78,22 @@ def writer_depends_on(writer: str) -> list[str]:
     raise SystemExit(f"error: {writer}: no top-level DEPENDS_ON")
 
 
-def _git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout
+def _git(*args: str, repo: Path = REPO) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
 
 
 class GitTree:
-    """A :data:`~mmst.provenance.FileReader` over the files of one commit (one ``git cat-file --batch``)."""
+    """A :data:`~mmst.provenance.FileReader` over the files of one commit of ``repo`` (``git ls-tree``, then
+    one ``git cat-file --batch`` for the contents)."""
 
-    def __init__(self, commit: str):
-        self.commit = commit
-        self._cat = subprocess.Popen(["git", "cat-file", "--batch"], cwd=REPO, stdin=subprocess.PIPE,
+    def __init__(self, commit: str, repo: Path = REPO):
+        self.commit, self.repo = commit, repo
+        self._cat = subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE)
 
     def __call__(self, path: str) -> list[tuple[str, bytes]]:
         out = []
-        for entry in _git("ls-tree", "-r", "-z", self.commit, "--", path.rstrip("/")).split("\0"):
+        for entry in _git("ls-tree", "-r", "-z", self.commit, "--", path.rstrip("/"), repo=self.repo).split("\0"):
             if not entry:
                 continue
             meta, rel = entry.split("\t", 1)

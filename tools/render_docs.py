@@ -25,6 +25,7 @@ Usage::
     python tools/render_docs.py            # rewrite every marked block in README.md and docs/**/*.md
     python tools/render_docs.py --check    # exit 1 (and list them) when a block differs from its source
     python tools/render_docs.py --stale    # list the results JSON whose code has changed since (exit 0)
+    python tools/render_docs.py --stale --root DIR   # the same for another checkout or an unpacked tarball
     python tools/render_docs.py --list     # the table names and their JSON files
 
 Errors (exit 2): an unknown NAME, a marker without its closing marker, a missing or unreadable JSON.
@@ -754,10 +755,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--stale", action="store_true",
                     help="list the results JSON whose measured code has changed since, with the changed paths (exit 0)")
     ap.add_argument("--list", action="store_true", help="print every table name and its JSON file")
+    ap.add_argument("--root", type=Path, default=REPO,
+                    help="the checkout to render or check (default: the one this script is in)")
     a = ap.parse_args(argv)
+    root = a.root.resolve()
     if a.stale:
         try:
-            every = stale_results()
+            every = stale_results(root)
         except RenderError as e:
             print(f"render_docs: error: {e}", file=sys.stderr)
             return 2
@@ -776,12 +780,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{'results-index':24s} (generated from docs/results and the source tree)")
         return 0
     try:
-        changed = run(a.check)
+        changed = run(a.check, root=root)
     except RenderError as e:
         print(f"render_docs: error: {e}", file=sys.stderr)
         return 2
     for p in changed:
-        rel = p.relative_to(REPO)
+        rel = p.relative_to(root)
         print(f"{rel}: out of date with its results JSON (run python tools/render_docs.py)" if a.check
               else f"rendered {rel}")
     return 1 if (a.check and changed) else 0
