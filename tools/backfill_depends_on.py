@@ -68,14 +68,14 @@ WRITERS: dict[str, str] = {
 
 def writer_depends_on(writer: str) -> list[str]:
     """The ``DEPENDS_ON`` tuple assigned at the top level of ``writer`` (read with :mod:`ast`, not imported),
-    or the recipe's list."""
+    or the recipe's list. Raises ``ValueError`` when the writer has none."""
     if writer in RECIPE_DEPENDS_ON:
         return list(RECIPE_DEPENDS_ON[writer])
     tree = ast.parse((REPO / writer).read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DEPENDS_ON" for t in node.targets):
             return list(ast.literal_eval(node.value))
-    raise SystemExit(f"error: {writer}: no top-level DEPENDS_ON")
+    raise ValueError(f"{writer}: no top-level DEPENDS_ON")
 
 
 def _git(*args: str, repo: Path = REPO) -> str:
@@ -226,7 +226,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if name not in WRITERS:
             raise SystemExit(f"error: {name}: no writer known; add it to WRITERS")
-        rec = record_for(name, prov.get("git_commit"), writer_depends_on(WRITERS[name]))
+        try:
+            rec = record_for(name, prov.get("git_commit"), writer_depends_on(WRITERS[name]))
+        except (ValueError, subprocess.CalledProcessError) as e:
+            raise SystemExit(f"error: {name}: {e}") from None
         print(f"{name}: {rec['note']}")
         if not a.dry_run:
             path.write_text(insert_record(text, rec))
