@@ -67,6 +67,15 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
     p2 = _run(args + ["--stop-stage", "2"], env)
     assert p2.returncode == 0, p2.stderr[-2000:]
     assert p2.stdout.count("already done") == 3
+    # docs/recipes.md's "re-evaluate only", as written there (other k): stage 3 alone runs again
+    documented = next(line.split("run.sh", 1)[1].split("#")[0].split() for line in
+                      (ROOT / "docs" / "recipes.md").read_text().splitlines() if line.endswith("# re-evaluate only"))
+    k = documented.index("--eval-waitk-lagging") + 1
+    documented[k] = "3"
+    p3 = _run(args + documented, env)
+    assert p3.returncode == 0, p3.stderr[-2000:]
+    assert "== Stage 3:" in p3.stdout and "== Stage 4:" not in p3.stdout and "already done" not in p3.stdout
+    assert json.loads((exp / "eval" / "scores.json").read_text())["config"]["waitk"] == 3
 
 
 def test_recipe_rejects_unknown_option():
