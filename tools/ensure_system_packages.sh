@@ -3,11 +3,17 @@
 # which package to install:
 #   espeak-ng                  synthetic English speech (the synthetic recipes, test corpora)
 #   chromium, chromium-driver  the headless browser test of the mmst-serve page (Selenium)
+#   fonts-noto-cjk             Japanese/Chinese captions in that browser (else they render as boxes)
 set -u
 missing=()
 command -v espeak-ng >/dev/null 2>&1 || missing+=(espeak-ng)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+if command -v fc-list >/dev/null 2>&1; then
+  fc-list 2>/dev/null | grep -qi "Noto Sans CJK" || missing+=(fonts-noto-cjk)
+elif [ ! -d /usr/share/fonts/opentype/noto ]; then
+  missing+=(fonts-noto-cjk)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

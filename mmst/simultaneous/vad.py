@@ -250,6 +250,15 @@ class VadWindows:
     def stack_key(self) -> tuple:
         return ("silero-vad", id(self.vad.model))
 
+    def save_state(self):
+        """A function that puts the segmenter's LSTM state and context back as they are now (both are
+        replaced, never changed in place): undoes this request after a failed stacked call."""
+        v, context, state = self.vad, self.vad._context, self.vad._state
+
+        def restore() -> None:
+            v._context, v._state = context, state
+        return restore
+
     def run(self) -> list[float]:
         """This stream's windows alone."""
         return self.run_stacked([self])[0]
