@@ -235,6 +235,7 @@ class StreamSession:
                                            format="WAV")
         if x.size:
             self._save_file.write(x)
+            self._save_file.flush()
 
     def _part_path(self) -> Path:
         return self.save_path.with_name(self.save_path.name + ".part")
