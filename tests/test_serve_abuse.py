@@ -135,9 +135,8 @@ def test_a_client_far_ahead_of_real_time_is_closed():
         await _until(lambda: not server.clients, "the stream to be freed")
         return code, reason, sent
 
-    code, reason, sent = serve_with(lambda langs: FakeDriver(), fn, clock=clock)
+    code, reason, _ = serve_with(lambda langs: FakeDriver(), fn, clock=clock)
     assert code == CLOSE_TOO_FAST and "--max-ahead-s 10" in reason and "11.0 s ahead" in reason
-    assert sent < 30
 
 
 def test_declared_rate_paces_the_stream():
