@@ -138,7 +138,7 @@ def test_capped_speech_is_cut_at_gaps_and_fed_exactly_once(espeak_utts):
     assert len(ends) == len(fed) >= 15
     bounds = [(round(e.start_ms * SR / 1000), round(e.end_ms * SR / 1000)) for e in ends]
     assert bounds[0][0] <= 0.1 * SR and bounds[-1][1] == audio.size  # the speech starts at sample 0
-    for (a, b), (c, _) in zip(bounds, bounds[1:]):
+    for (_, b), (c, _) in zip(bounds, bounds[1:]):
         assert b == c  # no natural pause: consecutive segments meet
     for (a, b), f in zip(bounds, fed):
         assert 0 < b - a <= 4 * SR
