@@ -455,7 +455,7 @@ def test_cli_outputs_and_bad_input(tiny_system, tmp_path):
     out = tmp_path / "out"
     base = ["--checkpoint", tiny_system["ckpt"], "--data", tiny_system["data"], "--max-len-b", "5", "--no-progress"]
     r = _main(base + ["--audio", stereo, "--refs", f"de={p['de']},es={p['es']}", "--segments", p["yaml"],
-                      "--out", out, "--oracle-segments"])
+                      "--out", out, "--oracle-segments", "--subtitles", "vtt", "--subtitle-timing", "source"])
     assert r.returncode == 0, r.stderr[-3000:]
     assert "resampled" in r.stderr and "44100" in r.stderr
     scores = json.loads((out / "scores.json").read_text())
@@ -467,6 +467,12 @@ def test_cli_outputs_and_bad_input(tiny_system, tmp_path):
         hyp = [json.loads(ln) for ln in (out / lang / "hypothesis.jsonl").read_text().splitlines()]
         assert hyp and {"talk", "text", "segment", "time_ms", "time_ca_ms"} == set(hyp[0])
     assert scores["n_vad_segments"] == 3 and scores["rtf"] > 0
+    import webvtt
+
+    for lang in ("de", "es"):  # one subtitle file per language, inside the 3 sentences' spans
+        cues = webvtt.read(str(out / lang / "stereo.vtt"))
+        first_s = cues[0].start_in_seconds + int(cues[0].start[-3:]) / 1000.0
+        assert len(cues) >= 3 and abs(first_s - talk.offsets_s[0]) < 1e-3  # the first sentence's start
     assert "StreamLAAL" in (out / "scores.md").read_text()
     # without --segments: BLEU only, and why
     r = _main(base + ["--audio", p["wav"], "--refs", f"de={p['de']}", "--out", tmp_path / "o2"])
