@@ -46,6 +46,17 @@ from provenance import RESULTS_DIR, run_record, write_results
 
 from mmst.cli_help import HelpFormatter
 
+#: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
+DEPENDS_ON = (
+    "bench/bench_longform.py",
+    "mmst/simultaneous/",
+    "mmst/models/",
+    "mmst/evaluation/",
+    "mmst/features.py",
+    "mmst/data/vocab.py",
+    "mmst/corpora/long_talk.py",
+)
+
 SR = 16000
 
 
@@ -291,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         system, _, audios = _load(args)
         print(rss_child(system, audios, args))
         return 0
-    prov = run_record(" ".join(["python", "bench/bench_longform.py", *argv]))
+    prov = run_record(" ".join(["python", "bench/bench_longform.py", *argv]), depends_on=DEPENDS_ON)
     if args.note:
         prov["note"] = args.note
     system, utts, audios = _load(args)
