@@ -19,8 +19,13 @@ command -v espeak-ng >/dev/null 2>&1 || missing+=(espeak-ng)
 if [ "$target" = "test" ]; then
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
-  if command -v dpkg-query >/dev/null 2>&1; then
+  # fonts-noto-cjk: Japanese/Chinese captions in that browser (else they render as boxes)
+  if command -v fc-list >/dev/null 2>&1; then
+    fc-list 2>/dev/null | grep -qi "Noto Sans CJK" || missing+=(fonts-noto-cjk)
+  elif command -v dpkg-query >/dev/null 2>&1; then
     installed fonts-noto-cjk || missing+=(fonts-noto-cjk)
+  elif [ ! -d /usr/share/fonts/opentype/noto ]; then
+    missing+=(fonts-noto-cjk)
   fi
 fi
 if [ ${#missing[@]} -eq 0 ]; then

@@ -21,7 +21,8 @@ Each talk streams in chunks of ``--source-segment-size`` ms through a Silero VAD
 ``mmst-eval``, one setting). Outputs in ``--out``: ``<lang>/hypothesis.jsonl`` (one word
 per line with its times), ``<lang>/instances.log`` (SimulEval-1.1 instances, one per reference sentence
 after resegmentation), ``scores.json`` and ``scores.md`` (BLEU, StreamLAAL, StreamLAAL_CA, StreamAL,
-StreamAL_CA per language, VAD segments, real-time factor). See docs/longform.md.
+StreamAL_CA per language, VAD segments, real-time factor), and with ``--subtitles srt|vtt`` one subtitle
+file per language per talk (``<lang>/<talk>.srt``). See docs/longform.md.
 
 Errors (unreadable audio, reference files of different lengths, a bad yaml line, a bad option) print
 one line naming the file and exit with status 1. Silence gives no output and no error; a talk without
@@ -75,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch's choice)")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--subtitles", choices=["srt", "vtt"], default=None,
+                   help="also write OUT/<lang>/<talk>.srt|vtt, one subtitle file per language per talk")
+    p.add_argument("--subtitle-timing", choices=["emission", "source"], default="emission",
+                   help="cue times: when the words were written (simultaneous captions) or the VAD segment's "
+                        "span in the source")
     p.add_argument("--no-progress", action="store_true", help="disable the progress bar")
     return p
 
@@ -144,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
               "segmentation": "oracle" if args.oracle_segments else "silero-vad",
               "vad": {"threshold": args.vad_threshold, "min_silence_ms": args.vad_min_silence_ms,
                       "speech_pad_ms": args.vad_speech_pad_ms},
-              "latency_units": units, "n_talks": len(talks)}
+              "latency_units": units, "n_talks": len(talks), "subtitles": args.subtitles,
+              "subtitle_timing": args.subtitle_timing}
     if args.oracle_segments:  # gold boundaries of the first language's sentences
         if len(talks) != 1 or not talks[0].timed:
             raise ValueError("--oracle-segments needs one talk with sentence positions (one --audio with --segments)")
@@ -155,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
         vad = StreamingVad(threshold=args.vad_threshold, min_silence_ms=args.vad_min_silence_ms,
                            speech_pad_ms=args.vad_speech_pad_ms, max_segment_s=args.max_segment_s)
         lf = LongFormTranslator(tr, vad=vad, max_segment_s=args.max_segment_s, chunk_ms=args.source_segment_size)
-    obj = evaluate_talks(lf, talks, langs, units, Path(args.out), config, progress=not args.no_progress)
+    obj = evaluate_talks(lf, talks, langs, units, Path(args.out), config, progress=not args.no_progress,
+                         subtitles=args.subtitles, subtitle_timing=args.subtitle_timing)
     for lang in langs:
         m = obj["per_lang"][lang]
         logger.info("%s: BLEU %s StreamLAAL %s StreamLAAL_CA %s", lang, _f(m.get("BLEU")), _f(m.get("StreamLAAL")),

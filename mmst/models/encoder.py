@@ -374,6 +374,16 @@ class EncoderBlock:
     def stack_key(self) -> tuple:
         return ("encoder", id(self.stream.encoder))
 
+    def save_state(self):
+        """A function that truncates the stream's key/value caches back to their present lengths (undoes
+        this block's appends after a failed stacked call, :mod:`mmst.models.stacked`)."""
+        lengths = [c.length for c in self.stream._cache]
+
+        def restore() -> None:
+            for c, n in zip(self.stream._cache, lengths):
+                c.truncate(n)
+        return restore
+
     @torch.no_grad()
     def run(self) -> torch.Tensor:
         """This block alone: each layer attends this stream's cache plus the block."""
