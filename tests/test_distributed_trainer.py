@@ -121,6 +121,9 @@ def test_param_server_trains_across_liveness_checks(tiny_feature_data, tmp_path)
     assert [r["update"] for r in train] == [10, 20, 30]
     for r in train:
         assert r["ps_live_workers"] == 3 and r["ps_pushes_per_s"] > 0
+        # the pushes' numbers reach the server's log (nll and frames were 0.0 before they were sent along)
+        assert r["loss"] > 0 and r["nll_loss"] > 0 and r["frames_per_s"] > 0
+        assert r["ps_lr_scale"] == pytest.approx(1 / 3)  # lr_per_push per_worker (default): lr / W
         assert 0 <= r["ps_staleness"] <= r["ps_staleness_max"] <= 3 * (3 - 1) + 3  # SSP s = W by default
 
 
