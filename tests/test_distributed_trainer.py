@@ -88,7 +88,13 @@ def test_dropcompute_logs_its_numbers_once(tiny_feature_data, tmp_path):
         assert 0.0 <= r["dc_drop_rate"] <= 1.0
         assert r["dc_compute_s_max"] >= r["dc_compute_s"] > r["dc_delay_s"] > 0  # delays are part of compute
         assert r["dc_step_s_max"] >= r["dc_step_s"] >= r["dc_compute_s"]
-        assert "dc_tau_s" in r and r["dc_overshoot_s"] >= 0
+        assert "dc_tau_s" in r and r["dc_overshoot_s"] >= 0 and r["dc_overshoot_s_slowest"] >= 0
+    # tau is chosen once, at the end of the 2 recorded updates: one tau_info event with the model's predictions
+    infos = [e for e in _records(save, "event") if "tau_info" in e]
+    assert len(infos) == 1 and infos[0]["update"] == 2, infos
+    info = infos[0]["tau_info"]
+    assert 0 <= info["drop_rate"] <= 1 and info["speedup"] > 0 and info["sync_step_s"] > 0 and info["tau_s"] > 0
+    assert out.count("DropCompute auto threshold after update 2") == 1
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(save / "tensorboard"))

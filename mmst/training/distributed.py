@@ -269,8 +269,9 @@ class TrainerDropCompute(TrainerDDP):
         return res
 
     def _log_tau_info(self) -> None:
-        """Once, when ``auto`` has chosen tau: a ``tau_info`` event (the update it applies from, and the
-        model's predictions, Eq. 4-7 of :mod:`mmst.distributed.straggler_model`) and a console line."""
+        """Once, when ``auto`` has chosen tau: a ``tau_info`` event at the update that chose it (tau applies
+        from the next one; the model's predictions, Eq. 4-7 of :mod:`mmst.distributed.straggler_model`) and a
+        console line."""
         self._tau_logged = True
         info = dict(self.core.tau_info)
         u = self._update_index() + 1
