@@ -121,7 +121,10 @@ def test_bench_stragglers_mmst_quick(tmp_path, tiny_feature_data):
     assert s["prediction_error_samples_per_s_max"] == pytest.approx(
         max(rows[m]["pred_error_samples_per_s"] for m in ("ddp", "dropcompute")))
     assert 0 <= rows["dropcompute"]["pred_drop_rate"] <= 1
-    # DDP's own loss at its own time to target is the target (interpolated crossing), when it was reached
+    # DDP's own loss at its own time to target is the target (an interpolated crossing), or below it when the
+    # first validation was already below
+    ddp_curve = next(r["curve"] for r in res["rows"] if r["mode"] == "ddp")
     if rows["ddp"]["time_to_target_s"] is not None:
-        assert rows["ddp"]["dev_loss_at_ddp_time_to_target"] == pytest.approx(res["targets"]["2"])
+        at, target = rows["ddp"]["dev_loss_at_ddp_time_to_target"], res["targets"]["2"]
+        assert at == pytest.approx(target) if ddp_curve[0][1] > target else at <= target
     assert "| W | scenario | mode |" in stdout and out.with_suffix(".md").is_file() and png.stat().st_size > 1000
