@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         talks.append(np.ascontiguousarray(x.mean(axis=1)[: int(args.seconds * 16000)], dtype=np.float32))
     ns = [int(n) for n in args.clients.split(",")]
     base = ["--checkpoint", args.checkpoint, "--data", args.data, "--max-clients", str(max(ns + [1])),
-            *args.server_args.split()]
+            *args.server_args.split(), "--quantize", args.quantize]
     rows: dict[str, dict] = {}
     log_dir = Path(tempfile.mkdtemp(prefix="bench_serve_"))
     print(f"server logs in {log_dir}", file=sys.stderr)
@@ -223,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
                     "batched_over_unbatched_cost_8_clients": ratio,
                     "max_realtime_clients": max(realtime) if realtime else 0},
         "rows": rows,
-        "config": {"checkpoint": args.checkpoint, "data": args.data, "seconds_per_client": args.seconds,
+        "config": {"checkpoint": args.checkpoint, "data": args.data, "quantize": args.quantize,
+                   "seconds_per_client": args.seconds,
                    "talks": [str(w) for w in wavs], "frame_ms": 100, "sample_format": "int16",
                    "server_args": base[4:], "realtime_p95_ms": RT_P95_MS, "cpus": os.cpu_count(),
                    "note": args.note},

@@ -51,6 +51,7 @@ from simuleval.data.dataloader import register_dataloader
 from simuleval.data.dataloader.s2t_dataloader import SpeechToTextDataloader, load_list_from_file
 
 from mmst.audio import TARGET_SAMPLE_RATE
+from mmst.cli_help import add_quantize_argument
 from mmst.evaluation.frontend import StreamInput, read_source_file
 from mmst.simultaneous.waitk import parse_waitk
 
@@ -149,6 +150,7 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
             default=0,
             help="suppress EOS before this many tokens (only for checks with untrained models)",
         )
+        add_quantize_argument(parser)
         parser.add_argument(
             "--input-scale",
             choices=["auto", "float", "int16"],
@@ -269,6 +271,7 @@ def build_translator_from_args(args: Namespace | None, tgt_langs: list[str]) -> 
             beam=getattr(args, "beam", 1) or 1,
             min_len=getattr(args, "min_len", 0),
             policy=policy,
+            quantize=getattr(args, "quantize", "none"),
         )
     except LoadError as e:
         raise AgentConfigError(str(e)) from None

@@ -68,10 +68,21 @@ class ArgumentParser(argparse.ArgumentParser):
         return super().parse_known_intermixed_args(self._rewrite_deprecated(args), namespace)
 
 
+def add_quantize_argument(p: argparse.ArgumentParser) -> None:
+    """Add ``--quantize none|int8``: run the model's linear layers in fp32 or dynamic int8
+    (``mmst.models.quantize.quantize_model``; CPU only). Pass ``args.quantize`` to ``load_system``."""
+    from mmst.models.quantize import QUANTIZE_CHOICES
+
+    p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none",
+                   help="linear layers in fp32 (none) or dynamic int8 (int8: int8 weights and activations, "
+                        "CPU only; see docs/performance.md)")
+
+
 def add_model_arguments(p: argparse.ArgumentParser, *, data_required: bool = False,
                         langs_default: str | None = "all of the model's") -> None:
-    """Add ``--checkpoint`` (required), ``--data`` and ``--tgt-langs``: the trained system a script loads
-    and the languages it decodes (``mmst.evaluation.loading.load_system``).
+    """Add ``--checkpoint`` (required), ``--data``, ``--tgt-langs`` and ``--quantize``: the trained system a
+    script loads, the languages it decodes and the arithmetic of its linear layers
+    (``mmst.evaluation.loading.load_system``).
 
     Args:
         p: the parser.
@@ -89,6 +100,7 @@ def add_model_arguments(p: argparse.ArgumentParser, *, data_required: bool = Fal
     if langs_default is not None:
         p.add_argument("--tgt-langs", default=None,
                        help=f"comma-separated target languages (default: {langs_default})")
+    add_quantize_argument(p)
 
 
 def add_streaming_policy_arguments(p: argparse.ArgumentParser) -> None:

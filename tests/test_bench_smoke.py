@@ -128,3 +128,25 @@ def test_bench_stragglers_mmst_quick(tmp_path, tiny_feature_data):
         at, target = rows["ddp"]["dev_loss_at_ddp_time_to_target"], res["targets"]["2"]
         assert at == pytest.approx(target) if ddp_curve[0][1] > target else at <= target
     assert "| W | scenario | mode |" in stdout and out.with_suffix(".md").is_file() and png.stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_bench_int8_quick(tmp_path, tiny_system):
+    out = tmp_path / "int8.json"
+    stdout = _run(["bench/bench_int8.py", "--quick", "--checkpoint", str(tiny_system["ckpt"]),
+                   "--data", str(tiny_system["data"]), "--tgt-langs", "de", "--out", str(out)])
+    res = json.loads(out.read_text())
+    rows = res["rows"]
+    assert set(res["summary"]) == {"int8_over_fp32_rtf", "int8_bleu_change_k3"}
+    assert res["summary"]["int8_over_fp32_rtf"] == pytest.approx(rows["int8"]["rtf"] / rows["fp32"]["rtf"])
+    assert res["summary"]["int8_bleu_change_k3"] == pytest.approx(rows["int8"]["bleu"]["de"] - rows["fp32"]["bleu"]["de"])
+    assert res["config"]["n_utterances"] == 2 and 0.0 <= res["agreement"]["de"] <= 1.0
+    assert "bench/bench_int8.py" in res["provenance"]["depends_on"]["paths"]
+    assert "int8_over_fp32_rtf=" in stdout
+
+
+def test_bench_int8_word_agreement_counts_positions():
+    import bench_int8
+
+    # utterance 1: 2 of 3 positions agree; utterance 2: int8 writes one word more (a position that differs)
+    assert bench_int8.word_agreement([["a", "b", "c"], ["x"]], [["a", "z", "c"], ["x", "y"]]) == pytest.approx(3 / 5)

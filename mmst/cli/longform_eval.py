@@ -134,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise ValueError(f"--tgt-langs {', '.join(missing)} without a --refs file")
     _, specs, per_lang = specs_from_args(args, [args.waitk_lagging])
-    system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, device=args.device)
+    system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, device=args.device,
+                         quantize=args.quantize)
     langs = list(system.tgt_langs)
     if args.mustc_root:
         talks = talks_from_mustc(args.mustc_root, args.split, langs)
@@ -151,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
               "vad": {"threshold": args.vad_threshold, "min_silence_ms": args.vad_min_silence_ms,
                       "speech_pad_ms": args.vad_speech_pad_ms},
               "latency_units": units, "n_talks": len(talks), "subtitles": args.subtitles,
-              "subtitle_timing": args.subtitle_timing}
+              "subtitle_timing": args.subtitle_timing, "quantize": args.quantize}
     if args.oracle_segments:  # gold boundaries of the first language's sentences
         if len(talks) != 1 or not talks[0].timed:
             raise ValueError("--oracle-segments needs one talk with sentence positions (one --audio with --segments)")

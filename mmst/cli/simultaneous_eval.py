@@ -132,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
     if beam < 1:
         raise ValueError(f"--beam must be >= 1, got {beam}")
     langs = [x.strip() for x in args.tgt_langs.split(",") if x.strip()] if args.tgt_langs else None
-    system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, device=args.device)
+    system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, device=args.device,
+                         quantize=args.quantize)
     langs = list(system.tgt_langs)
     unknown = [lang for lang in per_lang if lang not in langs]
     if unknown:
@@ -148,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         "max_len_b": args.max_len_b, "min_len": args.min_len, "latency_units": units,
         "offline": bool(args.offline), "joint_decoding": True, "fbank": system.fbank_kwargs,
         "peak_normalize": system.peak_normalize, "simuleval_compat": bool(args.simuleval_compat),
-        "n_utterances": len(utts),
+        "n_utterances": len(utts), "quantize": args.quantize,
     }
     run_sweep(system, utts, audios, settings, Path(args.out), units=units, segment_ms=args.source_segment_size,
               base_config=base_cfg, max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=args.min_len,

@@ -35,13 +35,19 @@ def _resolve(data_dir: Path, p: str) -> Path:
     return q if q.is_absolute() else data_dir / q
 
 
-def load_checkpoint_model(checkpoint: str | Path, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+def load_checkpoint_model(checkpoint: str | Path, device: str = "cpu",
+                          quantize: str = "none") -> tuple[Any, dict[str, Any]]:
     """``(model in eval mode, checkpoint dict)`` from one of our checkpoints.
 
+    ``quantize``: ``none`` (fp32) or ``int8`` (dynamic int8 linear layers,
+    :func:`mmst.models.quantize.quantize_model`; CPU only).
+
     Raises:
-        LoadError: missing/unreadable file, not an mmst checkpoint, incompatible weights.
+        LoadError: missing/unreadable file, not an mmst checkpoint, incompatible weights; ``quantize``
+            unknown or ``int8`` on a non-CPU device.
     """
     from mmst.models.checkpoint import CheckpointError, load_model_from_checkpoint
+    from mmst.models.quantize import quantize_model
 
     try:
         model, ckpt = load_model_from_checkpoint(checkpoint, map_location="cpu")
@@ -49,6 +55,10 @@ def load_checkpoint_model(checkpoint: str | Path, device: str = "cpu") -> tuple[
         raise LoadError(f"cannot load checkpoint {checkpoint}: {e}") from None
     model.to(device)
     model.eval()
+    try:
+        quantize_model(model, quantize)
+    except ValueError as e:
+        raise LoadError(str(e)) from None
     return model, ckpt
 
 
@@ -251,6 +261,7 @@ def load_system(
     data_dir: str | Path | None = None,
     tgt_langs: list[str] | None = None,
     device: str = "cpu",
+    quantize: str = "none",
 ) -> EvalSystem:
     """Load checkpoint, DATA vocab (checked against the checkpoint) and CMVN.
 
@@ -259,11 +270,12 @@ def load_system(
         data_dir: DATA directory; default the checkpoint's ``data_dir``.
         tgt_langs: languages to decode (default: all of the model's).
         device: torch device.
+        quantize: ``none`` or ``int8`` (``--quantize``; see :func:`mmst.models.quantize.quantize_model`).
 
     Raises:
-        LoadError: see the module docstring.
+        LoadError: see the module docstring; ``quantize`` unknown or ``int8`` off the CPU.
     """
-    model, ckpt = load_checkpoint_model(checkpoint, device)
+    model, ckpt = load_checkpoint_model(checkpoint, device, quantize)
     langs = select_langs(list(model.tgt_langs), tgt_langs)
     ddir = resolve_data_dir(checkpoint, data_dir, ckpt)
     vocabs = load_target_vocabs(ddir, ckpt, model, langs)
@@ -285,13 +297,14 @@ def load_streaming_translator(
     encoder_mode: str = "auto",
     min_len: int = 0,
     policy: Any = None,
+    quantize: str = "none",
 ) -> Any:
     """``load_system(...).translator(...)`` in one call (used by the SimulEval agent).
 
     Raises:
         LoadError: see the module docstring.
     """
-    system = load_system(checkpoint, data_dir, tgt_langs, device)
+    system = load_system(checkpoint, data_dir, tgt_langs, device, quantize)
     return system.translator(waitk, max_len_a=max_len_a, max_len_b=max_len_b, beam=beam,
                              encoder_mode=encoder_mode, min_len=min_len, policy=policy)
 

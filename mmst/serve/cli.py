@@ -118,7 +118,8 @@ def make_driver_factory(args: argparse.Namespace) -> tuple[Any, list[str]]:
     from .drivers import DriverPool
 
     langs = [x.strip() for x in args.tgt_langs.split(",") if x.strip()] if args.tgt_langs else None
-    system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, device=args.device)
+    system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, device=args.device,
+                         quantize=args.quantize)
     swept, specs, per_lang = specs_from_args(args, [args.waitk_lagging])
     if len(specs) != 1:
         raise ValueError(f"mmst-serve runs one policy setting; --policy-args sweeps {swept} over {len(specs)} values")

@@ -1,0 +1,146 @@
+#!/usr/bin/env python
+"""Dynamic int8 linear layers (``--quantize int8``) against fp32: streaming cost and BLEU, same run.
+
+Streams the utterances of a DATA split through a trained checkpoint (default: the quickstart's,
+``exp/synthetic``, from ``make demo``) under wait-k (``--waitk-lagging``, default 3), once with the
+fp32 model and once with :func:`mmst.models.quantize.quantize_model`, and writes ``docs/results/int8.json``:
+
+- ``rows``: per precision, the real-time factor (compute s / audio s, the fastest of ``--reps``
+  repetitions, fp32 and int8 alternating, the order swapped every repetition), ms per source segment,
+  and corpus BLEU per language (:func:`mmst.evaluation.quality.corpus_bleu`);
+- ``agreement``: the share of int8 output words equal to the fp32 word at the same position;
+- ``summary``: ``int8_over_fp32_rtf`` (int8 RTF / fp32 RTF) and ``int8_bleu_change_k{K}`` (int8 BLEU minus
+  fp32 BLEU, mean over the languages).
+
+Timing uses ``torch.set_num_threads(--threads)`` (default 1) and wall-clock ``perf_counter`` on an
+otherwise idle machine (a loaded machine makes the ratio meaningless). ``--quick``: two utterances, one
+repetition (a smoke run; give ``--out``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from provenance import RESULTS_DIR, run_record, write_results
+
+from mmst.cli_help import ArgumentParser
+
+#: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
+DEPENDS_ON = (
+    "bench/bench_int8.py",
+    "mmst/models/",
+    "mmst/simultaneous/",
+    "mmst/evaluation/",
+    "mmst/features.py",
+)
+
+MODES = ("none", "int8")
+
+
+def build_parser() -> ArgumentParser:
+    """Command-line options."""
+    p = ArgumentParser(prog="bench/bench_int8.py", description=__doc__)
+    p.add_argument("--checkpoint", default="exp/synthetic/model/checkpoint_best.pt", help="trained mmst checkpoint")
+    p.add_argument("--data", default=None, help="its DATA directory (default: the checkpoint's)")
+    p.add_argument("--split", default="tst-COMMON", help="DATA split streamed")
+    p.add_argument("--tgt-langs", default=None, help="languages decoded jointly (default: all of the model's)")
+    p.add_argument("--waitk-lagging", type=int, default=3, help="wait-k lagging k in pre-decision chunks")
+    p.add_argument("--source-segment-size", type=float, default=320.0, help="source segment size (ms)")
+    p.add_argument("--max-utterances", type=int, default=300, help="utterances of the split streamed")
+    p.add_argument("--reps", type=int, default=3, help="timed repetitions per precision (the fastest is kept)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--quick", action="store_true", help="2 utterances, 1 repetition (smoke run)")
+    p.add_argument("--out", default=str(RESULTS_DIR / "int8.json"), help="results JSON")
+    p.add_argument("--note", default="", help="free text recorded in the provenance (e.g. machine shared)")
+    return p
+
+
+def stream_split(translator: Any, utts: list[dict], audios: list, langs: list[str], units: dict[str, str],
+                 segment_ms: float) -> tuple[float, float, list[float], dict[str, list[list[str]]]]:
+    """``(compute_s, audio_s, ms per segment, {lang: [output units per utterance]})`` of one pass."""
+    from mmst.evaluation.streaming import stream_utterance
+
+    compute = audio_s = 0.0
+    seg_ms: list[float] = []
+    out: dict[str, list[list[str]]] = {lang: [] for lang in langs}
+    for u, audio in zip(utts, audios, strict=True):
+        res = stream_utterance(translator, audio, langs, units, segment_ms, utt_id=u["id"])
+        compute += res.compute_s
+        audio_s += audio.size / 16000.0
+        seg_ms += res.segment_compute_ms
+        for lang in langs:
+            out[lang].append(list(res.per_lang[lang].units))
+    return compute, audio_s, seg_ms, out
+
+
+def word_agreement(a: list[list[str]], b: list[list[str]]) -> float:
+    """Share of positions (over the longer of each pair of outputs) where ``b`` writes ``a``'s unit."""
+    same = sum(x == y for ua, ub in zip(a, b, strict=True) for x, y in zip(ua, ub, strict=False))
+    total = sum(max(len(ua), len(ub)) for ua, ub in zip(a, b, strict=True))
+    return same / total if total else 1.0
+
+
+def run(args) -> dict[str, Any]:
+    """Both precisions on the same utterances; the results object (see the module docstring)."""
+    from mmst.evaluation.frontend import read_utterance_audio
+    from mmst.evaluation.instances import join_units
+    from mmst.evaluation.loading import load_system
+    from mmst.evaluation.quality import corpus_bleu, latency_units
+    from mmst.evaluation.utterances import load_utterances
+
+    torch.set_num_threads(args.threads)
+    n_utts, reps = (2, 1) if args.quick else (args.max_utterances, args.reps)
+    langs = args.tgt_langs.split(",") if args.tgt_langs else None
+    systems = {m: load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, quantize=m) for m in MODES}
+    langs = list(systems["none"].tgt_langs)
+    units = latency_units(langs)
+    utts = load_utterances(systems["none"].data_dir, args.split, langs, n_utts)
+    audios = [read_utterance_audio(u) for u in utts]
+    tr = {m: s.translator(args.waitk_lagging) for m, s in systems.items()}
+    rtf: dict[str, list[float]] = {m: [] for m in MODES}
+    seg: dict[str, list[float]] = {m: [] for m in MODES}
+    outputs: dict[str, dict[str, list[list[str]]]] = {}
+    for r in range(reps):
+        for m in (MODES if r % 2 == 0 else MODES[::-1]):
+            compute, audio_s, seg_ms, out = stream_split(tr[m], utts, audios, langs, units, args.source_segment_size)
+            rtf[m].append(compute / audio_s)
+            seg[m].append(statistics.fmean(seg_ms) if seg_ms else 0.0)
+            outputs.setdefault(m, out)  # greedy decoding: every repetition writes the same words
+    rows: dict[str, Any] = {}
+    for m in MODES:
+        bleu = {lang: corpus_bleu([join_units(o, units[lang]) for o in outputs[m][lang]],
+                                  [u["refs"][lang] for u in utts], lang).score for lang in langs}
+        rows[m] = {"rtf": min(rtf[m]), "rtf_reps": rtf[m], "ms_per_segment": min(seg[m]), "bleu": bleu}
+    k = args.waitk_lagging
+    change = statistics.fmean(rows["int8"]["bleu"][lang] - rows["none"]["bleu"][lang] for lang in langs)
+    return {
+        "summary": {"int8_over_fp32_rtf": rows["int8"]["rtf"] / rows["none"]["rtf"], f"int8_bleu_change_k{k}": change},
+        "rows": {"fp32": rows["none"], "int8": rows["int8"]},
+        "agreement": {lang: word_agreement(outputs["none"][lang], outputs["int8"][lang]) for lang in langs},
+        "config": {"checkpoint": str(args.checkpoint), "data": str(systems["none"].data_dir), "split": args.split,
+                   "tgt_langs": langs, "waitk_lagging": k, "source_segment_size_ms": args.source_segment_size,
+                   "n_utterances": len(utts), "reps": reps, "threads": args.threads, "quick": bool(args.quick)},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run, print the summary, write the JSON."""
+    args = build_parser().parse_args(argv)
+    if not Path(args.checkpoint).is_file():
+        print(f"bench_int8: no checkpoint {args.checkpoint} (run `make demo`, or pass --checkpoint)", file=sys.stderr)
+        return 1
+    prov = run_record(depends_on=DEPENDS_ON)
+    if args.note:
+        prov["note"] = args.note
+    res = run(args)
+    print(" ".join(f"{k}={v:.3f}" for k, v in res["summary"].items()))
+    write_results(args.out, {"provenance": prov, **res})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
