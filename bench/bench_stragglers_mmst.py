@@ -110,7 +110,7 @@ def _train_args(a: argparse.Namespace, save: Path, seed: int) -> list[str]:
             f"logging.log_interval={a.log_every}", "valid.bleu_subset=0", "valid.best_metric=loss",
             "checkpoint.save_interval_updates=0",
             "checkpoint.resume=false"]
-    return args + (TINY if a.tiny else [])
+    return args + (TINY if a.tiny else []) + a.train_overrides.split()
 
 
 def _run(cmd: list[str], timeout: float) -> tuple[int, str]:
@@ -363,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=None, help="padded frames per micro-batch (default 4000; quick 1500)")
     p.add_argument("--auto-steps", type=int, default=None, help="DropCompute auto-tau recording steps (default 5; quick 2)")
     p.add_argument("--tiny", action="store_true", help="tiny model overrides (implied by --quick)")
+    p.add_argument("--train-overrides", default="",
+                   help="extra mmst-train key=value overrides of every run, space-separated (e.g. on one GPU: "
+                        "'device=cuda distributed.options.backend=gloo')")
     p.add_argument("--dist-timeout", type=float, default=120.0, help="--dist-timeout of every run (s)")
     p.add_argument("--run-timeout", type=float, default=900.0, help="wall-clock bound of one run (s)")
     p.add_argument("--resume", action="store_true",

@@ -46,6 +46,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -108,6 +109,24 @@ def peak_matmul_gflops(threads: int, device: str, n: int = 2048, min_s: float = 
         sync()
         best = max(best, 2 * n**3 * reps / (time.perf_counter() - t0))
     return best / 1e9
+
+
+def cuda_environment() -> dict[str, Any]:
+    """The GPU's name, compute capability, memory (GiB), CUDA and cuDNN versions and the driver's
+    (``nvidia-smi``, when on PATH); ``{}`` without CUDA."""
+    if not torch.cuda.is_available():
+        return {}
+    prop = torch.cuda.get_device_properties(0)
+    env: dict[str, Any] = {"gpu": prop.name, "gpu_capability": f"{prop.major}.{prop.minor}",
+                           "gpu_memory_gib": prop.total_memory / 2**30, "gpu_count": torch.cuda.device_count(),
+                           "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        env["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired):
+        env["driver"] = None
+    return env
 
 
 def synthetic_batch(frames: int, utt_frames: int, langs: list[str], vocab: int, src_vocab: int,
@@ -200,7 +219,8 @@ def augmentation_cost(batch, policy: str, seed: int = 1) -> dict[str, float]:
     return {"specaugment_s": t_spec, "speed_onthefly_s": time.perf_counter() - t0}
 
 
-def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = "auto") -> dict[str, Any]:
+def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = "auto",
+            compile_mode: str = "false") -> dict[str, Any]:
     """Measure one configuration in this process; returns a result dict."""
     from mmst.losses import MultilingualCriterion
     from mmst.training.optim import InverseSqrtSchedule, build_optimizer
@@ -215,10 +235,11 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
         batches, loader_s, langs = data_batches(args.data, None, args.frames, args.warmup + args.updates)
     else:
         batches = [synthetic_batch(args.frames, args.utt_frames, langs, args.vocab, args.src_vocab,
-                                   args.tokens_per_s, seed=i) for i in range(min(3, args.warmup + args.updates))]
-    model = build(size, args.arch, langs, args.vocab, args.src_vocab).to(device)
-    if args.compile:
-        model = torch.compile(model)
+                                   args.tokens_per_s, seed=i)
+                   for i in range(min(args.distinct_batches, args.warmup + args.updates))]
+    eager = model = build(size, args.arch, langs, args.vocab, args.src_vocab).to(device)
+    if compile_mode == "true":  # one graph per batch shape: give --warmup >= the number of distinct batches
+        model = torch.compile(model, dynamic=False)
     crit = MultilingualCriterion(ctc_weight=0.3)
     opt = build_optimizer(model.parameters(), 1e-4, [0.9, 0.98], implementation=args.optimizer)
     sched = InverseSqrtSchedule(opt, 1e-4, 1000)
@@ -231,7 +252,7 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
             torch.cuda.synchronize()
 
     gpu_peak_gflops = peak_matmul_gflops(threads, device, args.peak_n, dtype=mm_dtype)
-    flops = [count_update_flops(model, crit, b, args.waitk, precision) for b in batches[:1]]
+    flops = [count_update_flops(eager, crit, b, args.waitk, precision) for b in batches[:1]]
     for i in range(args.warmup):
         strat.run_update(model, crit, opt, sched, [batches[i % len(batches)]], [args.waitk], 10.0)
     sync()
@@ -264,7 +285,7 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
         Path(args.profile).write_text(table + "\n")
         print(table, file=sys.stderr)
     res = {
-        "size": size, "arch": args.arch, "threads": threads, "device": device, "compile": args.compile,
+        "size": size, "arch": args.arch, "threads": threads, "device": device, "compile": compile_mode,
         "precision": precision, "matmul_dtype": str(mm_dtype).replace("torch.", ""), "optimizer": args.optimizer,
         "params": sum(p.numel() for p in model.parameters()), "langs": len(langs),
         "batch_utts": batches[0].size, "batch_frames": batches[0].n_frames,
@@ -308,6 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_deprecated_alias("--waitk", "--waitk-lagging")
     p.add_argument("--updates", type=int, default=3, help="timed updates per configuration")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up updates")
+    p.add_argument("--distinct-batches", type=int, default=3,
+                   help="synthetic batches cycled through (each one shape: a compiled row compiles each once)")
     p.add_argument("--peak-n", type=int, default=2048, help="matrix size of the peak matmul measurement")
     p.add_argument("--precision", nargs="+", default=None, choices=["auto", "fp32", "bf16"],
                    help="forward precision(s) (mmst-train's --precision): fp32, bf16 autocast, or auto (bf16 on "
@@ -318,7 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--specaugment", default="LB", choices=["none", "LB", "LD", "SM", "SS"],
                    help="augmentation row: cost of SpecAugment with this policy on one batch, and of on-the-fly "
                         "speed perturbation (soxr + fbank), as %% of the update time ('none' = skip)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--compile", nargs="+", default=["false"], choices=["false", "true"],
+                   help="torch.compile the model (true: dynamic=False, one graph per batch shape); "
+                        "several values = one row each")
     p.add_argument("--data", default=None, help="DATA dir: use real batches of DATA/train.tsv")
     p.add_argument("--omp-wait-policy", default="PASSIVE",
                    help="OMP_WAIT_POLICY of the measuring processes ('' = inherit). PASSIVE avoids the 10-40x "
@@ -327,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="smoke test: xs, 1 thread, 2000 frames, 1 update")
     p.add_argument("--out", default=str(RESULTS_DIR / "train.json"),
                    help="JSON output (default docs/results/train.json)")
-    p.add_argument("--worker", nargs=3, metavar=("SIZE", "THREADS", "PRECISION"), help=argparse.SUPPRESS)
+    p.add_argument("--worker", nargs=4, metavar=("SIZE", "THREADS", "PRECISION", "COMPILE"), help=argparse.SUPPRESS)
     return p
 
 
@@ -345,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.precision is None:
         args.precision = ["auto"] if args.device == "cuda" else ["fp32", "bf16"]
     if args.worker:
-        print("RESULT " + json.dumps(run_one(args, args.worker[0], int(args.worker[1]), args.worker[2])))
+        print("RESULT " + json.dumps(run_one(args, args.worker[0], int(args.worker[1]), args.worker[2],
+                                             args.worker[3])))
         return 0
     base = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--quick"]
     if args.quick:
@@ -355,45 +381,44 @@ def main(argv: list[str] | None = None) -> int:
 
     results, skipped, bugs = [], [], []
     t_start = time.perf_counter()
-    for size in args.sizes:
-        for th in args.threads:
-            for prec in args.precision:
-                slow_bf16 = bf16_warning(args.device, prec)
-                if slow_bf16:  # the peak torch.mm and the model would not take the same (emulated) path
-                    print(f"  {size} {th}t {prec}: skipped: {slow_bf16}", flush=True)
-                    skipped.append({"size": size, "threads": th, "precision": prec, "reason": slow_bf16})
-                    continue
-                env = dict(os.environ, OMP_NUM_THREADS=str(th), MKL_NUM_THREADS=str(th))
-                if args.omp_wait_policy:
-                    env["OMP_WAIT_POLICY"] = args.omp_wait_policy
-                cmd = [sys.executable, __file__, *base, "--worker", size, str(th), prec]
-                r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
-                if r.returncode or not line:
-                    print(f"error: {size}/{th} threads/{prec} failed:\n{r.stderr[-2000:]}", file=sys.stderr)
-                    return 1
-                res = json.loads(line[-1][7:])
-                if res["mfu"] > 1.0:  # cannot happen when FLOPs and peak are measured right: report, not print
-                    msg = (f"BUG: MFU {100 * res['mfu']:.0f}% > 100% for {size}/{th} threads/{prec}: the model "
-                           f"FLOPs or the peak ({res['peak_gflops']:.1f} GFLOP/s, {res['matmul_dtype']}) are wrong")
-                    print(msg, file=sys.stderr, flush=True)
-                    bugs.append(msg)
-                    res["mfu_invalid"], res["mfu"] = res["mfu"], None
-                results.append(res)
-                mfu = "invalid (see BUG)" if res["mfu"] is None else f"{100 * res['mfu']:.1f}%"
-                print(f"  {size} {th}t {prec}: {res['s_per_update']:.2f} s/update, MFU {mfu}", flush=True)
-    meta = {"torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+    for size, th, prec, comp in itertools.product(args.sizes, args.threads, args.precision, args.compile):
+        slow_bf16 = bf16_warning(args.device, prec)
+        if slow_bf16:  # the peak torch.mm and the model would not take the same (emulated) path
+            print(f"  {size} {th}t {prec}: skipped: {slow_bf16}", flush=True)
+            skipped.append({"size": size, "threads": th, "precision": prec, "compile": comp, "reason": slow_bf16})
+            continue
+        env = dict(os.environ, OMP_NUM_THREADS=str(th), MKL_NUM_THREADS=str(th))
+        if args.omp_wait_policy:
+            env["OMP_WAIT_POLICY"] = args.omp_wait_policy
+        cmd = [sys.executable, __file__, *base, "--worker", size, str(th), prec, comp]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+        if r.returncode or not line:
+            print(f"error: {size}/{th} threads/{prec}/compile {comp} failed:\n{r.stderr[-2000:]}", file=sys.stderr)
+            return 1
+        res = json.loads(line[-1][7:])
+        if res["mfu"] > 1.0:  # cannot happen when FLOPs and peak are measured right: report, not print
+            msg = (f"BUG: MFU {100 * res['mfu']:.0f}% > 100% for {size}/{th} threads/{prec}: the model "
+                   f"FLOPs or the peak ({res['peak_gflops']:.1f} GFLOP/s, {res['matmul_dtype']}) are wrong")
+            print(msg, file=sys.stderr, flush=True)
+            bugs.append(msg)
+            res["mfu_invalid"], res["mfu"] = res["mfu"], None
+        results.append(res)
+        mfu = "invalid (see BUG)" if res["mfu"] is None else f"{100 * res['mfu']:.1f}%"
+        print(f"  {size} {th}t {prec} compile={comp}: {res['s_per_update']:.2f} s/update, MFU {mfu}", flush=True)
+    meta = {"torch": torch.__version__, "cpu": platform.processor() or platform.machine(), **cuda_environment(),
             "cpu_count": os.cpu_count(), "device": args.device, "loadavg_1min": os.getloadavg()[0],
             "frames_per_batch": args.frames, "utt_frames": args.utt_frames, "langs": args.langs,
             "vocab": args.vocab, "waitk": args.waitk, "omp_wait_policy": args.omp_wait_policy, "data": args.data, "runtime_s": time.perf_counter() - t_start,
             "skipped": skipped, "bugs": bugs}
     print(f"bench_train: {args.arch}, {args.langs} langs, vocab {args.vocab}, ~{args.frames} frames/batch, "
           f"device {args.device}, torch {torch.__version__}")
-    print("| size | params | threads | precision | s/update | frames/s | tokens/s | GFLOP/update | GFLOP/s | "
+    print("| size | params | threads | precision | compile | s/update | frames/s | tokens/s | GFLOP/update | GFLOP/s | "
           "peak GFLOP/s (same dtype) | MFU | peak RSS MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['size']} | {r['params'] / 1e6:.1f}M | {r['threads']} | {r['precision']} | {r['s_per_update']:.2f} | "
+        print(f"| {r['size']} | {r['params'] / 1e6:.1f}M | {r['threads']} | {r['precision']} | {r['compile']} | "
+              f"{r['s_per_update']:.2f} | "
               f"{r['frames_per_s']:.0f} | {r['tokens_per_s']:.0f} | {r['model_gflop_per_update']:.1f} | "
               f"{r['achieved_gflops']:.1f} | {r['peak_gflops']:.1f} | "
               f"{'BUG (>100%)' if r['mfu'] is None else format(100 * r['mfu'], '.1f') + '%'} | {r['peak_rss_mb']:.0f} |")

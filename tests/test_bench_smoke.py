@@ -150,3 +150,12 @@ def test_bench_int8_word_agreement_counts_positions():
 
     # utterance 1: 2 of 3 positions agree; utterance 2: int8 writes one word more (a position that differs)
     assert bench_int8.word_agreement([["a", "b", "c"], ["x"]], [["a", "z", "c"], ["x", "y"]]) == pytest.approx(3 / 5)
+
+
+def test_gpu_check_without_cuda_says_so_in_one_line_and_exits_0():
+    import os
+
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PY": sys.executable}
+    r = subprocess.run(["bash", "bench/gpu_check.sh"], cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["gpu_check: no GPU (torch.cuda.is_available() is False); nothing measured"]

@@ -180,3 +180,21 @@ def test_dead_param_server_gives_workers_a_clear_error(tiny_feature_data, tmp_pa
         err = res[w]["out"]
         assert "mmst-train: error: DistributedError" in err and f"param-server exchange (worker {w}, push" in err
         assert res[w]["exit_s"] - res[0]["exit_s"] < timeout_s + 5  # within --dist-timeout of the death
+
+
+def test_buffers_follow_the_model_device_under_gloo():
+    """Two gloo ranks sharing one GPU: the group's default device is the CPU, the model is on the GPU; the
+    strategy moves its buffers to the model's device (``meta`` stands in for the GPU here)."""
+    import torch
+
+    from mmst.distributed.env import DistEnv
+    from mmst.training.distributed import TrainerDDP
+
+    strat = TrainerDDP.__new__(TrainerDDP)
+    strat.env = DistEnv(backend="gloo", device=torch.device("cpu"))
+    trainer = type("T", (), {"model": torch.nn.Linear(2, 2, device="meta")})()
+    strat._follow_model_device(trainer)
+    assert strat.env.device == torch.device("meta")
+    trainer.model = torch.nn.Linear(2, 2)
+    strat._follow_model_device(trainer)
+    assert strat.env.device == torch.device("cpu")

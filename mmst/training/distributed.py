@@ -183,7 +183,18 @@ class _Base:
     def setup(self, trainer: Any) -> None:
         """Keep a handle on the trainer and shard its training data by rank."""
         self.trainer = trainer
+        self._follow_model_device(trainer)
         self._shard(trainer, self.env.rank, self.env.world_size)
+
+    def _follow_model_device(self, trainer: Any) -> None:
+        """Put the communication buffers where the model is: with gloo the group's default device is the
+        CPU, but a model on a GPU (several gloo ranks sharing one GPU; NCCL refuses two ranks on one
+        device) needs its gradients all-reduced from that GPU."""
+        p = next(iter(trainer.model.parameters()), None)
+        if p is not None and p.device != self.env.device:
+            log.info("rank %d: %s process group, model on %s: buffers on %s", self.env.rank, self.env.backend,
+                     p.device, p.device)
+            self.env.device = p.device
 
     def _loss_fn(self, criterion: Any, collected: list[dict[str, Any]]) -> Any:
         def fn(model: torch.nn.Module, item: tuple[Any, int | None]) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -326,6 +337,7 @@ class TrainerParamServer(_Base):
         """Keep the trainer; shard the data: worker r reads shard r-1 of W, the server keeps the position
         of shard 0 (advanced ``M`` batches per update) for resume."""
         self.trainer = trainer
+        self._follow_model_device(trainer)
         self._shard(trainer, max(0, self.env.rank - 1), self.n_workers)
         if self.env.rank != 0:
             self.worker = ParamWorker(self.env, trainer.model, self.injector, self._heartbeat_s())
