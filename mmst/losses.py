@@ -45,6 +45,27 @@ def label_smoothed_nll_loss(
     return loss.sum(), nll.sum(), mask.sum()
 
 
+def label_smoothed_nll_loss_dense(
+    logits: torch.Tensor, target: torch.Tensor, epsilon: float, ignore_index: int = 1
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`label_smoothed_nll_loss` over every position, pads multiplied by 0 instead of gathered out.
+
+    The same sums (up to float summation order), with shapes that do not depend on the data, so
+    ``torch.compile`` can fuse log-softmax, gather and the smoothing into one kernel (training config
+    ``compile``); it also computes the padded positions. Args and returns as :func:`label_smoothed_nll_loss`.
+    """
+    mask = target != ignore_index
+    lprobs = F.log_softmax(logits.float(), dim=-1)  # (..., V)
+    tgt = target.masked_fill(~mask, 0)
+    nll = -lprobs.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+    smooth = -lprobs.sum(-1)
+    v = logits.size(-1)
+    eps_i = epsilon / (v - 1) if v > 1 else 0.0
+    keep = mask.to(lprobs.dtype)
+    loss = ((1.0 - epsilon - eps_i) * nll + eps_i * smooth) * keep
+    return loss.sum(), (nll * keep).sum(), mask.sum()
+
+
 def ctc_loss_sum(
     ctc_logits: torch.Tensor,
     input_lengths: torch.Tensor,
@@ -118,6 +139,8 @@ class MultilingualCriterion:
         self.lang_weights = dict(lang_weights or {})
         self.ctc_weight = float(ctc_weight)
         self.pad_id = int(pad_id)
+        #: the per-language token loss (``mmst.training.compile`` swaps in a compiled dense one)
+        self.token_loss = label_smoothed_nll_loss
 
     def __call__(self, model_output, batch) -> tuple[torch.Tensor, dict[str, float]]:
         """Compute the loss of one batch (see class docstring)."""
@@ -135,7 +158,7 @@ class MultilingualCriterion:
         nll_total = 0.0
         ntok_total = 0
         for j, lang in enumerate(langs):
-            lo, nl, nt = label_smoothed_nll_loss(logits[lang], target[lang], self.eps, self.pad_id)
+            lo, nl, nt = self.token_loss(logits[lang], target[lang], self.eps, self.pad_id)
             total = lo * float(w[j]) if total is None else total + lo * float(w[j])
             nll_total = nll_total + nl
             ntok_total = ntok_total + nt

@@ -21,7 +21,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .encoder import EncoderOut
-from .layers import KVCache, MultiheadAttention, init_linear, sinusoidal_positions
+from .layers import EAGER_BLOCKS, KVCache, MultiheadAttention, init_linear, sinusoidal_positions
 from .masks import causal_mask
 
 KV = tuple[torch.Tensor, torch.Tensor]
@@ -88,6 +88,7 @@ class TransformerDecoderLayer(nn.Module):
         self.final_layer_norm = nn.LayerNorm(d)
         self.dropout = cfg.dropout
         self.activation_dropout = cfg.activation_dropout
+        self.blocks = EAGER_BLOCKS  # the elementwise work (layers.ElementwiseBlocks)
 
     def forward(
         self,
@@ -110,19 +111,16 @@ class TransformerDecoderLayer(nn.Module):
         elif self_cache is not None:
             k = torch.cat([self_cache[0], k], dim=2)
             v = torch.cat([self_cache[1], v], dim=2)
+        b = self.blocks
         a = self.self_attn.attend(self.self_attn.project_q(h), k, v, self_mask)
-        x = x + F.dropout(a, self.dropout, self.training)
-        h = self.encoder_attn_layer_norm(x)
+        x, h = b.norm(x, a, self.dropout, self.training, self.encoder_attn_layer_norm)
         q = self.encoder_attn.project_q(h)
         a = self.encoder_attn.attend(q, cross_kv[0], cross_kv[1], cross_mask)
         if cross_attn_out is not None:
             cross_attn_out.append(self.encoder_attn.weights(q, cross_kv[0], cross_mask))
-        x = x + F.dropout(a, self.dropout, self.training)
-        r = x
-        h = F.relu(self.fc1(self.final_layer_norm(x)))
-        h = F.dropout(h, self.activation_dropout, self.training)
-        x = r + F.dropout(self.fc2(h), self.dropout, self.training)
-        return x, (k, v)
+        x, h = b.norm(x, a, self.dropout, self.training, self.final_layer_norm)
+        h = b.relu_dropout(self.fc1(h), self.activation_dropout, self.training)
+        return b.residual_dropout(x, self.fc2(h), self.dropout, self.training), (k, v)
 
 
 class TransformerDecoder(nn.Module):

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from .layers import KVCache, MultiheadAttention, SeqBuffer, init_linear, sinusoidal_positions
+from .layers import EAGER_BLOCKS, KVCache, MultiheadAttention, SeqBuffer, init_linear, sinusoidal_positions
 from .masks import chunk_causal_mask, lengths_to_padding_mask
 from .stacked import Steps, run_alone
 
@@ -153,19 +153,19 @@ class TransformerEncoderLayer(nn.Module):
         self.final_layer_norm = nn.LayerNorm(d)
         self.dropout = cfg.dropout
         self.activation_dropout = cfg.activation_dropout
+        self.blocks = EAGER_BLOCKS  # the elementwise work (layers.ElementwiseBlocks)
 
-    def _ffn(self, x: torch.Tensor) -> torch.Tensor:
-        r = x
-        x = F.relu(self.fc1(self.final_layer_norm(x)))
-        x = F.dropout(x, self.activation_dropout, self.training)
-        x = F.dropout(self.fc2(x), self.dropout, self.training)
-        return r + x
+    def _attn_ffn(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """Residual of the attention output ``a``, then the FFN sub-layer with its residual."""
+        b = self.blocks
+        x, h = b.norm(x, a, self.dropout, self.training, self.final_layer_norm)
+        h = b.relu_dropout(self.fc1(h), self.activation_dropout, self.training)
+        return b.residual_dropout(x, self.fc2(h), self.dropout, self.training)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
         """``x (B, S, D)``, ``attn_mask`` bool broadcastable to ``(B, H, S, S)`` (True = attend)."""
         h = self.self_attn_layer_norm(x)
-        x = x + F.dropout(self.self_attn(h, attn_mask=attn_mask), self.dropout, self.training)
-        return self._ffn(x)
+        return self._attn_ffn(x, self.self_attn(h, attn_mask=attn_mask))
 
     def forward_incremental(
         self,
@@ -190,8 +190,7 @@ class TransformerEncoderLayer(nn.Module):
             v = torch.cat([cache[1], v], dim=2)
         ka, va = (k, v) if key_start == 0 else (k[:, :, key_start:], v[:, :, key_start:])
         a = self.self_attn.attend(self.self_attn.project_q(h), ka, va, attn_mask)
-        x = x + F.dropout(a, self.dropout, self.training)
-        return self._ffn(x), (k, v)
+        return self._attn_ffn(x, a), (k, v)
 
 
 class SpeechEncoder(nn.Module):
@@ -430,7 +429,7 @@ class EncoderBlock:
                 k_all[i, :, : e - a] = k[0, :, a:e]
                 v_all[i, :, : e - a] = v[0, :, a:e]
             a_out = att.attend(att.project_q(h), k_all, v_all, mask)
-            x = layer._ffn(x + F.dropout(a_out, layer.dropout, layer.training))
+            x = layer._attn_ffn(x, a_out)
         x = enc.layer_norm(x)
         return [x[i : i + 1, :r] for i, r in enumerate(rows)]
 

@@ -136,6 +136,48 @@ class MultiheadAttention(nn.Module):
         return self.attend(self.project_q(query), kv[0], kv[1], attn_mask)
 
 
+def residual_dropout(x: torch.Tensor, a: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """``x + dropout(a)``: a sub-layer's residual connection; ``(B, n, D)`` -> same."""
+    return x + F.dropout(a, p, training)
+
+
+def residual_dropout_norm(x: torch.Tensor, a: torch.Tensor, p: float, training: bool, weight: torch.Tensor,
+                          bias: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``y = x + dropout(a)`` and the next sub-layer's pre-LN input ``layer_norm(y)``; ``(B, n, D)`` each."""
+    y = x + F.dropout(a, p, training)
+    return y, F.layer_norm(y, (y.size(-1),), weight, bias, eps)
+
+
+def relu_dropout(h: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """``dropout(relu(h))``: the FFN's activation; ``(B, n, F)`` -> same."""
+    return F.dropout(F.relu(h), p, training)
+
+
+class ElementwiseBlocks:
+    """The elementwise work between a Transformer layer's matrix products, as replaceable callables:
+    :func:`residual_dropout`, :func:`residual_dropout_norm` and :func:`relu_dropout`.
+
+    Every layer holds one (attribute ``blocks``); ``mmst.training.compile`` gives the layers of a model one
+    whose callables are compiled (training config ``compile: blocks``), so inductor fuses each block into
+    one kernel while the matrix products stay eager (oneDNN / cuBLAS).
+    """
+
+    def __init__(self, wrap=None) -> None:
+        w = wrap or (lambda f: f)
+        self.residual_dropout = w(residual_dropout)
+        self.residual_dropout_norm = w(residual_dropout_norm)
+        self.relu_dropout = w(relu_dropout)
+
+    def norm(self, x: torch.Tensor, a: torch.Tensor, p: float, training: bool,
+             ln: nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        """:func:`residual_dropout_norm` with the parameters of ``ln``."""
+        return self.residual_dropout_norm(x, a, p, training, ln.weight, ln.bias, ln.eps)
+
+
+#: The eager blocks every layer starts with.
+EAGER_BLOCKS = ElementwiseBlocks()
+
+
 def init_linear(lin: nn.Linear) -> nn.Linear:
     """fairseq FFN init: xavier_uniform weight, zero bias. Returns the layer."""
     nn.init.xavier_uniform_(lin.weight)

@@ -265,6 +265,10 @@ class TrainConfig:
                         "or 'bf16' (bf16 autocast with fp32 weights and loss on any device; pays on CPUs "
                         "with AMX/AVX512-BF16, see docs/performance.md)",
                         choices=["auto", "fp32", "bf16"])
+    compile: bool | str = _f(False, doc="torch.compile: false (eager), true (the whole model, one graph per "
+                             "batch shape; batches padded to length buckets) or blocks (only the elementwise "
+                             "blocks and the loss); falls back to eager with a warning where inductor cannot "
+                             "run; see docs/performance.md", choices=[False, True, "blocks"])
     waitk_lagging: list[int | str] | int | str | None = _f(
         None, doc="training wait-k: an int, 'offline'/null (full attention) or a list (multi-k: one "
         "k drawn per micro-batch, 'offline' allowed as an element)")

@@ -45,6 +45,7 @@ from mmst.training.checkpoint import (
     remove_stale_temp_files,
     set_rng_state,
 )
+from mmst.training.compile import TrainingCompiler
 from mmst.training.config import TrainConfig, config_to_dict, normalize_waitk_list
 from mmst.training.optim import InverseSqrtSchedule, build_optimizer, set_optimizer_implementation
 from mmst.training.step import bf16_warning
@@ -308,13 +309,16 @@ class Trainer:
         validator: optional :class:`Validator`.
         strategy: update strategy (default :class:`SingleProcessStrategy`).
         extra_state: primitives stored in checkpoints (``data_dir``, ``vocab``, ``tgt_langs``, ...).
+        compiler: :class:`mmst.training.compile.TrainingCompiler` already applied to model and criterion
+            (default: eager).
     """
 
     def __init__(self, cfg: TrainConfig, model: torch.nn.Module, criterion: Any, optimizer: torch.optim.Optimizer,
                  scheduler: InverseSqrtSchedule, train_iter: EpochBatchIterator, save_dir: str | Path,
                  device: torch.device | str = "cpu", validator: Validator | None = None, strategy: Any = None,
-                 extra_state: dict[str, Any] | None = None) -> None:
+                 extra_state: dict[str, Any] | None = None, compiler: TrainingCompiler | None = None) -> None:
         self.cfg = cfg
+        self.compiler = compiler
         self.model = model
         self.criterion = criterion
         self.optimizer = optimizer
@@ -443,7 +447,8 @@ class Trainer:
         u = self.state.num_updates
         t0 = time.perf_counter()
         n_micro = self.cfg.optim.update_freq if getattr(self.strategy, "needs_batches", True) else 0
-        micro = [self.train_iter.next_batch().to(self.device) for _ in range(n_micro)]
+        prep = self.compiler.prepare if self.compiler is not None else (lambda b: b)
+        micro = [prep(self.train_iter.next_batch()).to(self.device) for _ in range(n_micro)]
         self._loader_s += time.perf_counter() - t0
         self._padded_frames += sum(int(b.fbank.shape[0] * b.fbank.shape[1]) for b in micro)
         waitks = [self.waitk.sample(u, j) for j in range(len(micro))]
@@ -546,6 +551,8 @@ class Trainer:
                     out[k] = v / ntl
         if "ctc_loss" in acc:
             out["ctc_loss"] = acc["ctc_loss"] / max(acc.get("src_ntokens", 0.0), 1.0)
+        if self.compiler is not None:
+            out.update(self.compiler.window_stats())
         return out
 
 
@@ -683,8 +690,9 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
     extra = {"data_dir": str(data_dir.resolve()), "vocab": vocab_info, "tgt_langs": list(model.tgt_langs),
              "vocab_mode": vocab_mode}
     validator = Validator(valid_ds, criterion, cfg, device) if valid_ds is not None else None
+    compiler = TrainingCompiler(cfg.compile, model, criterion, device, model_cfg.pad_id)
     trainer = Trainer(cfg, model, criterion, optimizer, scheduler, train_iter, save_dir, device, validator,
-                      strategy, extra)
+                      strategy, extra, compiler=compiler)
     if resume_ckpt is not None:
         check_vocab_compat(resume_ckpt.get("vocab", {}), vocab_info, where=f"checkpoint {last}")
         trainer.load_state_dict(resume_ckpt)

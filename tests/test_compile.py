@@ -1,0 +1,112 @@
+"""The training config key ``compile`` (``mmst.training.compile``): length buckets, the dense loss, compiled
+elementwise blocks against eager, and the fallback to eager."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from mmst.losses import label_smoothed_nll_loss, label_smoothed_nll_loss_dense
+from mmst.training.compile import TrainingCompiler, bucket_length, pad_batch_to_buckets
+from mmst.training.config import ConfigError, load_config
+from mmst.training.step import compute_loss
+from mmst.training.trainer import build_trainer
+
+TINY = ["num_threads=1", "logging.progress_bar=false", "logging.tensorboard=false", "data.max_tokens=1500",
+        "optim.warmup_updates=5", "valid.interval_updates=0", "model.overrides.d_model=32",
+        "model.overrides.encoder_layers=1", "model.overrides.decoder_layers=1", "model.overrides.ffn_dim=48",
+        "model.overrides.conv_channels=32", "model.overrides.attention_heads=2", "model.overrides.dropout=0.0",
+        "model.overrides.attention_dropout=0.0", "model.overrides.activation_dropout=0.0"]
+
+
+def test_bucket_lengths():
+    # buckets ceil(2**(i/4)) rounded up to a multiple of 8: ..., 64, 80 (76.1), 96 (90.5), 112 (107.6), 128, ...
+    assert [bucket_length(n) for n in (0, 1, 8, 9, 64, 65, 100, 113, 500, 1000)] == [
+        0, 8, 8, 16, 64, 80, 112, 128, 512, 1024]
+    assert all(n <= bucket_length(n) <= 1.19 * n + 8 for n in range(1, 3000))
+
+
+def test_dense_loss_equals_the_gathered_one():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 7, 11, generator=g)
+    target = torch.randint(2, 11, (3, 7), generator=g)
+    target[0, 5:] = 1
+    target[2, 2:] = 1  # pads
+    a, b = label_smoothed_nll_loss(logits, target, 0.1, 1), label_smoothed_nll_loss_dense(logits, target, 0.1, 1)
+    for x, y in zip(a, b, strict=True):
+        assert torch.allclose(x.float(), y.float(), rtol=1e-6, atol=1e-5)
+    assert int(b[2]) == 21 - 2 - 5
+
+
+def test_bucket_padding_leaves_the_loss_unchanged(tiny_feature_data, tmp_path):
+    tr = build_trainer(load_config(None, [*TINY, "optim.max_update=1"]), tiny_feature_data, tmp_path)
+    batch = tr.train_iter.next_batch()
+    padded = pad_batch_to_buckets(batch, pad_id=1)
+    assert padded.fbank.shape[1] == bucket_length(batch.fbank.shape[1]) > batch.fbank.shape[1] or (
+        padded.fbank.shape[1] == batch.fbank.shape[1] == bucket_length(batch.fbank.shape[1]))
+    assert padded.ntokens == batch.ntokens and torch.equal(padded.fbank_lengths, batch.fbank_lengths)
+    tr.model.eval()
+    with torch.no_grad():
+        a, sa = compute_loss(tr.model, batch, tr.criterion, 3, precision="fp32")
+        b, sb = compute_loss(tr.model, padded, tr.criterion, 3, precision="fp32")
+    assert float(a) == pytest.approx(float(b), rel=1e-5) and sa["ntokens"] == sb["ntokens"]
+
+
+def test_compile_true_pads_batches_and_reports_the_padding(tiny_feature_data, tmp_path, monkeypatch):
+    import mmst.training.compile as c
+
+    monkeypatch.setattr(c, "inductor_problem", lambda device: None)
+    tr = build_trainer(load_config(None, [*TINY, "optim.max_update=1"]), tiny_feature_data, tmp_path)
+    comp = TrainingCompiler("true", tr.model, tr.criterion, "cpu", pad_id=1)  # compiles lazily: no graph yet
+    assert comp.mode is True and comp.graphs == 0
+    batches = [tr.train_iter.next_batch() for _ in range(3)]
+    out = [comp.prepare(b) for b in batches]
+    assert [o.fbank.shape[1] for o in out] == [bucket_length(b.fbank.shape[1]) for b in batches]
+    before = sum(b.fbank.shape[0] * b.fbank.shape[1] for b in batches)
+    after = sum(o.fbank.shape[0] * o.fbank.shape[1] for o in out)
+    assert comp.window_stats() == {"compile_graphs": 0.0, "bucket_pad_pct": pytest.approx(100 * (after - before) / after)}
+    assert comp.window_stats() == {"compile_graphs": 0.0}  # the window restarts
+
+
+def test_compile_key_is_checked():
+    assert load_config(None, ["compile=blocks"]).compile == "blocks"
+    assert load_config(None, ["compile=true"]).compile is True
+    assert load_config(None, []).compile is False
+    with pytest.raises(ConfigError, match="compile"):
+        load_config(None, ["compile=fast"])
+
+
+def test_falls_back_to_eager_with_a_warning(monkeypatch, caplog):
+    import mmst.training.compile as c
+
+    monkeypatch.setattr(c, "inductor_problem", lambda device: "CalledProcessError: no C++ compiler")
+    model = torch.nn.Linear(2, 2)
+    with caplog.at_level(logging.WARNING, logger="mmst.train"):
+        comp = TrainingCompiler("blocks", model, object(), "cpu")
+    assert comp.mode is False and comp.window_stats() == {}
+    assert "no C++ compiler" in caplog.text and "training runs eager" in caplog.text
+
+
+@pytest.mark.slow
+def test_compiled_blocks_match_eager_over_5_updates(tiny_feature_data, tmp_path):
+    """``compile: blocks`` (dropout 0) gives the eager losses within 1e-4 over 5 updates, and counts its graphs.
+
+    About 50 s of CPU, nearly all of it g++ building inductor's kernels (7 graphs, forward and backward);
+    ``compile: true`` on the whole model takes minutes to build on a CPU and is left to the benchmarks."""
+    losses = {}
+    for mode in ("false", "blocks"):
+        tr = build_trainer(load_config(None, [*TINY, "optim.max_update=5", f"compile={mode}"]), tiny_feature_data,
+                           tmp_path / mode)
+        if tr.compiler.mode is False and mode == "blocks":
+            pytest.skip("inductor cannot run on this machine")
+        out = []
+        for _ in range(5):
+            r = tr.train_step()
+            out.append(r.stats["loss"] / r.stats["ntokens"])
+        losses[mode] = out
+        if mode == "blocks":
+            assert tr.compiler.window_stats()["compile_graphs"] >= 4  # 3 block functions + the loss
+    assert losses["blocks"] == pytest.approx(losses["false"], abs=1e-4)
+    assert losses["false"][0] != pytest.approx(losses["false"][4], abs=1e-3)  # it trained
