@@ -223,6 +223,7 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
             compile_mode: str = "false") -> dict[str, Any]:
     """Measure one configuration in this process; returns a result dict."""
     from mmst.losses import MultilingualCriterion
+    from mmst.training.compile import TrainingCompiler
     from mmst.training.optim import InverseSqrtSchedule, build_optimizer
     from mmst.training.step import autocast_dtype
     from mmst.training.strategy import SingleProcessStrategy
@@ -237,9 +238,7 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
         batches = [synthetic_batch(args.frames, args.utt_frames, langs, args.vocab, args.src_vocab,
                                    args.tokens_per_s, seed=i)
                    for i in range(min(args.distinct_batches, args.warmup + args.updates))]
-    eager = model = build(size, args.arch, langs, args.vocab, args.src_vocab).to(device)
-    if compile_mode == "true":  # one graph per batch shape: give --warmup >= the number of distinct batches
-        model = torch.compile(model, dynamic=False)
+    model = build(size, args.arch, langs, args.vocab, args.src_vocab).to(device)
     crit = MultilingualCriterion(ctc_weight=0.3)
     opt = build_optimizer(model.parameters(), 1e-4, [0.9, 0.98], implementation=args.optimizer)
     sched = InverseSqrtSchedule(opt, 1e-4, 1000)
@@ -252,7 +251,11 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
             torch.cuda.synchronize()
 
     gpu_peak_gflops = peak_matmul_gflops(threads, device, args.peak_n, dtype=mm_dtype)
-    flops = [count_update_flops(eager, crit, b, args.waitk, precision) for b in batches[:1]]
+    flops = [count_update_flops(model, crit, b, args.waitk, precision) for b in batches[:1]]
+    # mmst-train's compile key; true: one graph per (length-bucketed) batch shape, give --warmup >= the
+    # number of distinct batches so that the compiling happens before the timed updates
+    compiler = TrainingCompiler(compile_mode, model, crit, device)
+    batches = [compiler.prepare(b) for b in batches]
     for i in range(args.warmup):
         strat.run_update(model, crit, opt, sched, [batches[i % len(batches)]], [args.waitk], 10.0)
     sync()
@@ -286,6 +289,7 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
         print(table, file=sys.stderr)
     res = {
         "size": size, "arch": args.arch, "threads": threads, "device": device, "compile": compile_mode,
+        "compile_in_effect": str(compiler.mode).lower(), "compile_graphs": compiler.graphs,
         "precision": precision, "matmul_dtype": str(mm_dtype).replace("torch.", ""), "optimizer": args.optimizer,
         "params": sum(p.numel() for p in model.parameters()), "langs": len(langs),
         "batch_utts": batches[0].size, "batch_frames": batches[0].n_frames,
@@ -341,9 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--specaugment", default="LB", choices=["none", "LB", "LD", "SM", "SS"],
                    help="augmentation row: cost of SpecAugment with this policy on one batch, and of on-the-fly "
                         "speed perturbation (soxr + fbank), as %% of the update time ('none' = skip)")
-    p.add_argument("--compile", nargs="+", default=["false"], choices=["false", "true"],
-                   help="torch.compile the model (true: dynamic=False, one graph per batch shape); "
-                        "several values = one row each")
+    p.add_argument("--compile", nargs="+", default=["false"], choices=["false", "true", "blocks"],
+                   help="mmst-train's compile key (true: the model, dynamic=False, one graph per length-bucketed "
+                        "batch shape; blocks: the elementwise blocks and the loss); several values = one row each")
     p.add_argument("--data", default=None, help="DATA dir: use real batches of DATA/train.tsv")
     p.add_argument("--omp-wait-policy", default="PASSIVE",
                    help="OMP_WAIT_POLICY of the measuring processes ('' = inherit). PASSIVE avoids the 10-40x "
