@@ -50,11 +50,11 @@ import itertools
 import json
 import os
 import platform
+import re
 import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -151,17 +151,84 @@ def synthetic_batch(frames: int, utt_frames: int, langs: list[str], vocab: int, 
 
 
 def data_batches(data_dir: str, langs: list[str] | None, max_tokens: int, n: int):
-    """Up to ``n`` real batches of ``DATA/train.tsv`` (length-bucketed by ``max_tokens`` frames) and the
-    loader seconds spent producing them."""
+    """Up to ``n`` real batches of ``DATA/train.tsv`` (length-bucketed by ``max_tokens`` frames), the
+    loader seconds spent producing them, the languages, and ``make(i)``: batch ``i`` read and collated
+    again (the loader's work, for the profile)."""
     from mmst.data.batching import make_batches
     from mmst.data.dataset import MultiwayDataset
 
     ds = MultiwayDataset(data_dir, "train", tgt_langs=langs)
     lengths = [int(x) for x in ds.n_frames]
     idx = make_batches(lengths, max_tokens, seed=1)[:n]
+
+    def make(i: int):
+        return ds.collater([ds[j] for j in idx[i % len(idx)]])
+
     t0 = time.perf_counter()
-    out = [ds.collater([ds[i] for i in bi]) for bi in idx]
-    return out, time.perf_counter() - t0, list(ds.tgt_langs)
+    out = [make(i) for i in range(len(idx))]
+    return out, time.perf_counter() - t0, list(ds.tgt_langs), make
+
+
+#: op-name patterns of the matrix products (forward and backward): dense, batched, convolutions, attention
+_MATMUL = re.compile(r"(^|::|_)(mm|addmm|bmm|baddbmm|matmul|linear|conv\w*|convolution\w*|_int_mm|"
+                     r"\w*scaled_dot_product\w*|\w*flash_attention\w*|\w*efficient_attention\w*|mkldnn_\w*)$")
+#: autograd nodes of the loss (label-smoothed CE and CTC): their kernels count as loss
+_LOSS_BACKWARD = ("LogSoftmaxBackward", "GatherBackward", "CtcLossBackward", "IndexBackward", "MaskedSelectBackward")
+
+
+def classify_op(name: str, ancestors: list[str]) -> str:
+    """The share an op's self time goes to: ``data`` (under ``record_function("data")``), ``optimizer``
+    (under ``Optimizer.step``), ``loss`` (under ``record_function("loss")`` or a loss autograd node),
+    ``matmul`` (:data:`_MATMUL`), else ``elementwise`` (norms, dropout, activations, residuals, masks,
+    copies, the rest of autograd)."""
+    for a in ancestors:
+        if a == "data":
+            return "data"
+        if a.startswith("Optimizer.step") or a.startswith("Optimizer.zero_grad"):
+            return "optimizer"
+        if a == "loss" or (a.startswith("autograd::engine::evaluate_function") and any(k in a for k in _LOSS_BACKWARD)):
+            return "loss"
+    if name.startswith("Optimizer.step"):
+        return "optimizer"
+    return "matmul" if _MATMUL.search(name) else "elementwise"
+
+
+def profile_shares(events, device_time: bool = False, top: int = 15) -> dict[str, Any]:
+    """``{"shares": {category: fraction of the self time}, "top_ops": [{name, self_ms, calls, category}],
+    "total_ms"}`` from ``torch.profiler`` events (``prof.events()``); ``device_time``: CUDA kernel time
+    instead of CPU self time."""
+    per_op: dict[tuple[str, str], list] = {}
+    shares: dict[str, float] = dict.fromkeys(("matmul", "elementwise", "loss", "optimizer", "data"), 0.0)
+    for ev in events:
+        t = float(getattr(ev, "self_device_time_total", 0.0) if device_time else ev.self_cpu_time_total)
+        if t <= 0:
+            continue
+        anc, p = [], ev.cpu_parent
+        while p is not None:
+            anc.append(p.name)
+            p = p.cpu_parent
+        cat = classify_op(ev.name, [ev.name, *anc] if ev.name in ("data", "loss") else anc)
+        shares[cat] += t
+        row = per_op.setdefault((ev.name, cat), [0.0, 0])  # an op (copy_, sum) may serve several shares
+        row[0] += t
+        row[1] += 1
+    total = sum(shares.values()) or 1.0
+    ops = sorted(per_op.items(), key=lambda kv: -kv[1][0])[:top]
+    return {"shares": {k: v / total for k, v in shares.items()}, "total_ms": total / 1000.0,
+            "top_ops": [{"name": n, "self_ms": v[0] / 1000.0, "calls": v[1], "category": c} for (n, c), v in ops]}
+
+
+class _LossScope:
+    """A criterion whose calls run under ``record_function("loss")`` (for the profile)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def __call__(self, out, batch):
+        from torch.profiler import record_function
+
+        with record_function("loss"):
+            return self.inner(out, batch)
 
 
 def build(size: str, arch: str, langs: list[str], vocab: int, src_vocab: int, attention: str = "chunk-causal"):
@@ -233,8 +300,12 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
     langs = LANGS8[: args.langs]
     loader_s = 0.0
     if args.data:
-        batches, loader_s, langs = data_batches(args.data, None, args.frames, args.warmup + args.updates)
+        batches, loader_s, langs, make_batch = data_batches(args.data, None, args.frames, args.warmup + args.updates)
     else:
+        def make_batch(i: int):
+            return synthetic_batch(args.frames, args.utt_frames, langs, args.vocab, args.src_vocab,
+                                   args.tokens_per_s, seed=i % args.distinct_batches)
+
         batches = [synthetic_batch(args.frames, args.utt_frames, langs, args.vocab, args.src_vocab,
                                    args.tokens_per_s, seed=i)
                    for i in range(min(args.distinct_batches, args.warmup + args.updates))]
@@ -277,16 +348,21 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
     # the peak is a best-of measurement: take it again after the timed updates, so a slice of CPU time
     # lost to another process during the first measurement cannot make the peak too low (and MFU > 100%)
     gpu_peak_gflops = max(gpu_peak_gflops, peak_matmul_gflops(threads, device, args.peak_n, dtype=mm_dtype))
-    if args.profile:
-        from torch.profiler import ProfilerActivity, profile
+    prof_res = None
+    if args.profile:  # a few more updates under torch.profiler, each drawing its batch inside "data"
+        from torch.profiler import ProfilerActivity, profile, record_function
 
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+        scoped = _LossScope(crit)
         with profile(activities=acts, record_shapes=False) as prof:
-            strat.run_update(model, crit, opt, sched, [batches[0]], [args.waitk], 10.0)
-            sync()
-        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
-        Path(args.profile).write_text(table + "\n")
-        print(table, file=sys.stderr)
+            for i in range(args.profile_updates):
+                with record_function("data"):
+                    b = compiler.prepare(make_batch(i)).to(device)
+                strat.run_update(model, scoped, opt, sched, [b], [args.waitk], 10.0)
+                sync()
+        prof_res = profile_shares(prof.events(), device_time=device == "cuda")
+        prof_res.update(updates=args.profile_updates, data_source="DATA loader" if args.data else "synthetic",
+                        time="CUDA kernel" if device == "cuda" else "CPU self")
     res = {
         "size": size, "arch": args.arch, "threads": threads, "device": device, "compile": compile_mode,
         "compile_in_effect": str(compiler.mode).lower(), "compile_graphs": compiler.graphs,
@@ -311,6 +387,8 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
         res["loader_wait_pct"] = 100 * loader_s / (loader_s + dt)
     if device == "cuda":
         res["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    if prof_res is not None:
+        res["profile"] = prof_res
     return res
 
 
@@ -352,10 +430,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--omp-wait-policy", default="PASSIVE",
                    help="OMP_WAIT_POLICY of the measuring processes ('' = inherit). PASSIVE avoids the 10-40x "
                         "slowdown of spinning OpenMP threads on a shared/oversubscribed machine (bench/NOTES.md)")
-    p.add_argument("--profile", default=None, help="write a torch.profiler table of one update to this file")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile --profile-updates updates of each row (torch.profiler): print the top ops by "
+                        "self time and the shares of matmul, elementwise, loss, optimizer and data; the JSON "
+                        "(default docs/results/train_profile.json) gets a 'profile' per row")
+    p.add_argument("--profile-updates", type=int, default=3, help="updates profiled per row")
     p.add_argument("--quick", action="store_true", help="smoke test: xs, 1 thread, 2000 frames, 1 update")
-    p.add_argument("--out", default=str(RESULTS_DIR / "train.json"),
-                   help="JSON output (default docs/results/train.json)")
+    p.add_argument("--out", default=None,
+                   help="JSON output (default docs/results/train.json; with --profile docs/results/train_profile.json)")
     p.add_argument("--worker", nargs=4, metavar=("SIZE", "THREADS", "PRECISION", "COMPILE"), help=argparse.SUPPRESS)
     return p
 
@@ -363,6 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point: run each (size, threads) in a subprocess, print a table, write JSON."""
     args = build_parser().parse_args(argv)
+    if args.out is None:
+        args.out = str(RESULTS_DIR / ("train_profile.json" if args.profile else "train.json"))
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.waitk == 0:
@@ -428,6 +512,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{'BUG (>100%)' if r['mfu'] is None else format(100 * r['mfu'], '.1f') + '%'} | {r['peak_rss_mb']:.0f} |")
     for sk in skipped:
         print(f"skipped {sk['size']} {sk['threads']}t {sk['precision']}: {sk['reason']}")
+    for r in results:
+        if "profile" in r:
+            pr = r["profile"]
+            print(f"\nProfile of {r['size']} {r['threads']}t {r['precision']} compile={r['compile']} "
+                  f"({pr['updates']} updates, {pr['time']} time, {pr['total_ms']:.0f} ms; data: {pr['data_source']}):")
+            print("shares: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in pr["shares"].items()))
+            print("| op | self ms | calls | share |")
+            print("|---|---|---|---|")
+            for op in pr["top_ops"]:
+                print(f"| {op['name']} | {op['self_ms']:.1f} | {op['calls']} | {op['category']} |")
     if any("specaugment_pct" in r for r in results):
         print()
         print("Augmentation cost per batch (per utterance, on CPU, as in the data pipeline), % of the update time:")

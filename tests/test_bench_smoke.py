@@ -24,8 +24,14 @@ def _run(args: list[str]) -> str:
 @pytest.mark.slow
 def test_bench_train_quick(tmp_path):
     out = tmp_path / "train.json"
-    _run(["bench/bench_train.py", "--quick", "--out", str(out)])
+    stdout = _run(["bench/bench_train.py", "--quick", "--profile", "--out", str(out)])
     res = json.loads(out.read_text())["results"][0]
+    prof = res["profile"]  # --profile: 3 more updates under torch.profiler
+    assert set(prof["shares"]) == {"matmul", "elementwise", "loss", "optimizer", "data"}
+    assert sum(prof["shares"].values()) == pytest.approx(1.0)
+    assert all(prof["shares"][k] > 0 for k in prof["shares"])
+    by_op = {(op["name"], op["category"]) for op in prof["top_ops"]}
+    assert ("aten::mm", "matmul") in by_op and "shares: matmul" in stdout
     assert res["frames_per_s"] > 0 and 0 < res["mfu"] <= 1.0 and res["model_gflop_per_update"] > 0
     # augmentation row: SpecAugment LB and on-the-fly speed perturbation cost per batch
     assert res["specaugment"] == "LB" and res["specaugment_s_per_batch"] > 0 and res["speed_onthefly_s_per_batch"] > 0
@@ -143,6 +149,21 @@ def test_bench_int8_quick(tmp_path, tiny_system):
     assert res["config"]["n_utterances"] == 2 and 0.0 <= res["agreement"]["de"] <= 1.0
     assert "bench/bench_int8.py" in res["provenance"]["depends_on"]["paths"]
     assert "int8_over_fp32_rtf=" in stdout
+
+
+def test_profile_categories():
+    import bench_train
+
+    c = bench_train.classify_op
+    assert c("aten::addmm", ["aten::linear", "MMSTModel"]) == "matmul"
+    assert c("aten::_scaled_dot_product_flash_attention_for_cpu_backward", []) == "matmul"
+    assert c("aten::native_layer_norm", ["aten::layer_norm"]) == "elementwise"
+    assert c("aten::mm", ["aten::linear", "loss"]) == "loss"  # under the loss scope: loss, whatever the op
+    assert c("aten::_log_softmax_backward_data",
+             ["LogSoftmaxBackward0", "autograd::engine::evaluate_function: LogSoftmaxBackward0"]) == "loss"
+    assert c("aten::_fused_adamw_", ["Optimizer.step#AdamW.step"]) == "optimizer"
+    assert c("aten::copy_", ["aten::to", "data"]) == "data"
+    assert c("aten::bernoulli_", ["aten::dropout"]) == "elementwise"
 
 
 def test_bench_int8_word_agreement_counts_positions():
