@@ -16,8 +16,8 @@ and the attention products stay fp32.
 Why not a library call: ``torch.ao.quantization.quantize_dynamic`` and the ``qint8`` tensors under
 ``torch.ao.nn.quantized`` are deprecated in torch 2.13 (they warn, and are slated for removal);
 their successor, torchao's ``quantize_(model, Int8DynamicActivationInt8WeightConfig())``, runs the same
-``torch._int_mm`` but through a tensor subclass dispatched in Python at every call, an overhead that
-dominates the one-row matrix products of a streaming decoder step. This module is that computation
+``torch._int_mm`` but through a tensor subclass dispatched in Python at every call, a per-call cost that
+weighs most on the one-row matrix products of a streaming decoder step. This module is that computation
 without the dispatch.
 """
 
