@@ -170,7 +170,7 @@ def test_capture_on_and_off_same_tokens_in_stream(arch):
 
 
 # ---------------------------------------------------------------- streaming under every policy
-POLICY_CASES = ["waitk:k=2", "alignatt:frames=3", "edatt:alpha=0.4,frames=3", "la:n=2", "holdn:n=2", "ctc:k=2"]
+POLICY_CASES = ["waitk:k=2", "alignatt:frames=3", "edatt:alpha=0.4,frames=3", "la:n=2", "holdn:n=2", "ctcwaitk:k=2"]
 
 
 @pytest.mark.parametrize("arch", ["unified", "separate"])
