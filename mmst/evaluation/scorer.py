@@ -13,7 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmst.evaluation.latency import LATENCY_METRICS, LatencyError, corpus_latency, reference_length, split_units
+from mmst.evaluation.latency import (
+    LATENCY_METRICS,
+    LatencyError,
+    corpus_latency,
+    reference_length,
+    split_units,
+)
 from mmst.evaluation.quality import QualityError, corpus_bleu, latency_unit_for
 
 logger = logging.getLogger("mmst.evaluation.scorer")
