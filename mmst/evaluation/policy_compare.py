@@ -35,6 +35,12 @@ from mmst.provenance import run_record
 LENGTH_RATIO_RANGE = (0.7, 1.4)
 #: the confidence level of the paired bootstrap interval
 CI_LEVEL = 0.95
+#: The source paths the policy experiment exercises (``recipes/synthetic/run_policies_hard.sh``: the two
+#: models' training, the policy sweeps, this comparison); recorded with their digests in
+#: ``provenance.depends_on``.
+DEPENDS_ON = ("recipes/synthetic/run_policies_hard.sh", "recipes/synthetic/run_waitk_hard.sh", "recipes/synthetic/conf/",
+              "recipes/lib/", "eval/simultaneous_eval.py", "eval/policy_results.py", "mmst/features.py", "mmst/data/",
+              "mmst/models/", "mmst/losses.py", "mmst/training/", "mmst/simultaneous/", "mmst/evaluation/")
 
 
 class CompareError(ValueError):
@@ -246,8 +252,8 @@ def summary(eq_offline: Mapping[str, Mapping[str, Any]],
 
 def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The results JSON's provenance record (:func:`mmst.provenance.run_record`) for ``argv``
-    (default: this process's command line)."""
-    return run_record(shlex.join(["python", *argv]) if argv is not None else None)
+    (default: this process's command line), with the experiment's :data:`DEPENDS_ON`."""
+    return run_record(shlex.join(["python", *argv]) if argv is not None else None, depends_on=DEPENDS_ON)
 
 
 def plot_policies(
