@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("fairseq-style aliases (each is the same as the config key in brackets)")
     for flag, key, hlp in FLAG_ALIASES:
         g.add_argument(flag, dest=key.replace(".", "__"), default=None, metavar="V", help=f"[{key}] {hlp}")
+    for flag, key, value, hlp in FLAG_SWITCHES:
+        g.add_argument(flag, dest=key.replace(".", "__"), action="store_const", const=value, default=None,
+                       help=f"[{key}={value}] {hlp}")
     ap.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (dotted keys)")
     return ap
 
@@ -68,6 +71,8 @@ FLAG_ALIASES = [
     ("--precision", "precision", "auto (bf16 autocast on CUDA, fp32 on CPU), fp32 or bf16"),
     ("--compute-threshold", "distributed.options.compute_threshold",
      "DropCompute threshold tau: seconds, auto or inf"),
+    ("--max-drop-rate", "distributed.options.max_drop_rate",
+     "DropCompute auto threshold: cap on the predicted drop rate (0-1)"),
     ("--max-staleness", "distributed.options.max_staleness",
      "param-server SSP staleness bound s (default: W, the number of workers; inf = no bound)"),
     ("--straggler-delay", "distributed.options.straggler_delay",
@@ -77,10 +82,17 @@ FLAG_ALIASES = [
 ]
 
 
+#: ``(flag, config key, value, help)``: flags without a value, each setting one key to one value.
+FLAG_SWITCHES = [
+    ("--staleness-lr", "distributed.options.lr_per_push", "staleness",
+     "param-server: divide the learning rate of a push by its staleness"),
+]
+
+
 def alias_overrides(args: argparse.Namespace) -> list[str]:
-    """``key=value`` strings for the alias flags given on the command line."""
+    """``key=value`` strings for the alias flags (and switches) given on the command line."""
     out = []
-    for _, key, _ in FLAG_ALIASES:
+    for key in [k for _, k, _ in FLAG_ALIASES] + [k for _, k, _, _ in FLAG_SWITCHES]:
         v = getattr(args, key.replace(".", "__"))
         if v is not None:
             out.append(f"{key}={v}")
