@@ -12,7 +12,7 @@ import pytest
 import torch
 from hf_fixtures import HF_TYPES, LANGS, hf_config, hf_model, write_tiny_hf
 
-from mmst.models import ModelConfig, build_model
+from mmst.models import build_model
 from mmst.models.masks import waitk_cross_mask
 from mmst.simultaneous import StreamingTranslator, greedy_waitk_decode
 from mmst.training.optim import InverseSqrtSchedule, build_optimizer, layerwise_param_groups
@@ -216,3 +216,133 @@ def test_waitk_mask_counts_adapter_frames(folders):
         for i in range(4):
             assert int(mask[b, i].sum()) == min((2 + i) * 3, s)
     assert torch.equal(mask, waitk_cross_mask(4, enc.lengths, 25, 2, 3))
+
+
+# ------------------------------------------------------------------ streaming (re-encoding)
+@pytest.mark.parametrize("kind", ["wav2vec2", "whisper"])
+@pytest.mark.parametrize("policy", ["waitk:k=2", "alignatt:frames=2", "async"])
+def test_streaming_the_whole_source_equals_offline_decoding(folders, kind, policy):
+    """Source given at once: wait-k writes the masked wait-k decode over the offline encoding, AlignAtt the
+    full-attention greedy decode, an async model its masked async decode."""
+    kw = dict(strategy="async", async_delta=1) if policy == "async" else {}
+    m = hf_model(folders[kind], seed=1, **kw)
+    wav = speech(1.5, 4)
+    k = None if policy.startswith("alignatt") else 2
+    ref = greedy_waitk_decode(m, *wave_batch(wav), LANGS, k, 0.0, 12)
+    tr = StreamingTranslator(m, None, LANGS, policy=None if policy == "async" else policy, waitk=2, max_len_b=12)
+    tr.accept_audio(wav, finished=True)
+    for lang in LANGS:
+        assert tr.tokens[lang] == ref[lang][0], lang
+    assert any(ref[lang][0] for lang in LANGS)
+
+
+@pytest.mark.parametrize("policy", ["waitk:k=2", "alignatt:frames=2"])
+def test_streaming_reencodes_and_never_revises(folders, policy):
+    m = hf_model(folders["wav2vec2"], seed=2)
+    wav = speech(1.6, 5)
+    tr = StreamingTranslator(m, None, LANGS, policy=policy, max_len_a=0.5, max_len_b=2)  # cap grows with the source
+    assert tr.frontend.mode == "reencode" and tr.frontend.waveform
+    seen = {lang: [] for lang in LANGS}
+    versions = []
+    starts = list(range(0, wav.size, 4000))  # 250 ms
+    for j, s in enumerate(starts):
+        tr.accept_audio(wav[s : s + 4000], finished=j == len(starts) - 1)
+        for lang in LANGS:
+            assert tr.tokens[lang][: len(seen[lang])] == seen[lang]  # written tokens stay
+            seen[lang] = list(tr.tokens[lang])
+        if not all(tr.done.values()):
+            versions.append(tr.frontend.version)
+        if j == 1:  # 500 ms received: 24 frames -> 12 states, usable in whole chunks of R = 3
+            assert tr.frontend.num_states == 12
+    assert len(versions) >= 4 and versions == sorted(set(versions))  # re-encoded at every chunk while writing
+    with torch.no_grad():
+        offline = m.encode(*wave_batch(wav)).states
+    assert torch.allclose(tr.frontend.states(), offline, atol=1e-5)  # at source end: the offline states
+    assert any(seen[lang] for lang in LANGS)
+
+
+def test_longform_caps_segments_at_the_whisper_window(folders):
+    from mmst.simultaneous.longform import LongFormTranslator
+
+    tr = StreamingTranslator(hf_model(folders["whisper"]), None, LANGS, waitk=2, max_len_b=5)
+    with pytest.raises(ValueError, match="max-segment-s at most 2"):
+        LongFormTranslator(tr, max_segment_s=20.0)
+    assert LongFormTranslator(tr, max_segment_s=2.0).max_segment_s == 2.0
+
+
+# ------------------------------------------------------------------ checkpoint, trainer, agent, long form
+@pytest.fixture(scope="module")
+def hf_system(folders, tmp_path_factory):
+    """DATA of 16 kHz utterances with wav/offset/duration (train = the test set) and an untrained
+    checkpoint of a unified model over the tiny wav2vec 2.0 folder."""
+    import shutil
+
+    from eval_fixtures import make_tiny_system
+
+    root = tmp_path_factory.mktemp("hf_system")
+    sysd = make_tiny_system(root, durations_s=(1.7, 2.1, 0.9), size_overrides=dict(
+        encoder_type="hf", hf_encoder_path=str(folders["wav2vec2"]), encoder_attention="offline",
+        conv_kernel_sizes=[3], pre_decision_ratio=3))
+    shutil.copy(sysd["data"] / "tst-COMMON.tsv", sysd["data"] / "train.tsv")
+    return sysd
+
+
+def test_trainer_reads_waveforms_with_time_masks_and_layer_lr_decay(hf_system, folders, tmp_path):
+    from mmst.training.config import ConfigError, load_config
+    from mmst.training.trainer import build_trainer
+
+    base = ["num_threads=1", "logging.progress_bar=false", "logging.tensorboard=false", "data.max_tokens=1000",
+            "data.valid_subset=tst-COMMON", "valid.interval_updates=0", "valid.bleu_subset=2", "optim.warmup_updates=2",
+            "optim.max_update=3", "waitk_lagging=[1,3]", "model.overrides.encoder_type=hf",
+            f"model.overrides.hf_encoder_path={folders['wav2vec2']}", "model.overrides.encoder_attention=offline",
+            "model.overrides.conv_kernel_sizes=[3]", "model.overrides.d_model=32", "model.overrides.decoder_layers=1",
+            "model.overrides.attention_heads=2", "model.overrides.ffn_dim=64", "model.overrides.conv_channels=64"]
+    cfg = load_config(None, [*base, "optim.layer_lr_decay=0.5", "data.augment.specaugment={time_mask_N: 2, time_mask_T: 20}"])
+    tr = build_trainer(cfg, hf_system["data"], tmp_path / "run")
+    ds = tr.train_iter.dataset
+    assert ds.input_kind == "waveform" and ds.augment is None
+    item = ds[1]
+    assert item["fbank"].shape == (int(round(2.1 * 16000)), 1)  # the samples of wav/offset/duration
+    assert tr.model.encoder.time_mask == (2, 10, 1.0)
+    assert sorted({g["lr_scale"] for g in tr.optimizer.param_groups}) == [0.25, 0.5, 1.0]
+    tr.train()
+    assert (tmp_path / "run" / "checkpoint_last.pt").is_file()
+    with pytest.raises(ConfigError, match="time masks only"):
+        build_trainer(load_config(None, [*base, "data.augment.specaugment_policy=LB"]), hf_system["data"], tmp_path / "x")
+
+
+def test_agent_and_longform_stream_an_hf_checkpoint(hf_system):
+    from argparse import Namespace
+
+    import soundfile as sf
+    from simuleval.data.segments import SpeechSegment
+
+    from mmst.agents import MMSTSpeechToTextAgent
+    from mmst.evaluation.loading import load_system
+    from mmst.evaluation.longform import stream_talk
+    from mmst.simultaneous.longform import LongFormTranslator, OracleSegmenter
+
+    args = Namespace(checkpoint=str(hf_system["ckpt"]), mmst_data=None, tgt_lang="de", waitk_lagging=2, max_len_a=0.0,
+                     max_len_b=6, min_len=6, input_scale="auto")
+    agent = MMSTSpeechToTextAgent.from_args(args)
+    x = sf.read(hf_system["wavs"][1], dtype="float32")[0]
+    words, step = [], 0
+    while step < x.size:
+        chunk = x[step : step + 5120]
+        step += 5120
+        out = agent.pushpop(SpeechSegment(content=chunk.tolist(), sample_rate=16000, finished=step >= x.size,
+                                          tgt_lang="de"))
+        if not out.is_empty:
+            words += out.content.split()
+    assert len(words) >= 1
+    system = load_system(hf_system["ckpt"])
+    assert system.model.encoder.input_kind == "waveform"
+    d = x.size / 16000
+    lf = LongFormTranslator(system.translator(2, max_len_b=6, min_len=2), max_segment_s=3.0,
+                            vad=OracleSegmenter([(0.0, d), (d + 1.0, 2 * d + 1.0)]))
+    talk = np.concatenate([x, np.zeros(16000, np.float32), x])
+    run = stream_talk(lf, talk, ["de", "es"])
+    assert len(run.segments) == 2
+    for lang in ("de", "es"):  # each segment re-encoded from its own start: the same words twice
+        texts = [w.text for w in run.words[lang]]
+        assert texts and texts[: len(texts) // 2] == texts[len(texts) // 2 :]
