@@ -91,18 +91,40 @@ def test_vs_fairseq_our_side_and_precision_summary(tmp_path):
 
 @pytest.mark.slow
 def test_bench_stragglers_mmst_quick(tmp_path, tiny_feature_data):
+    # W = 2 with one 2x slow rank, 1 seed: every summary key, the predictions and the dense time to target
     out, png = tmp_path / "stragglers_mmst.json", tmp_path / "stragglers_mmst.png"
     stdout = _run(["bench/bench_stragglers_mmst.py", "--quick", "--data", str(tiny_feature_data), "--out", str(out),
                    "--plot", str(png)])
     res = json.loads(out.read_text())
     assert list(res)[0] == "summary" and set(res["summary"]) == {
         "dropcompute_over_ddp_samples_per_s", "dropcompute_drop_rate", "dropcompute_over_ddp_time_to_target",
-        "param_server_over_ddp_slow_rank"}
+        "param_server_over_ddp_slow_rank", "dropcompute_over_ddp_samples_per_s_slow_w2",
+        "dropcompute_over_ddp_time_to_target_slow_w2", "dropcompute_drop_rate_slow_w2",
+        "prediction_error_samples_per_s_max", "param_server_over_ddp_samples_per_s_slow_w2", "curve_seeds"}
     rows = {r["mode"]: r for r in res["aggregate"]}
     assert set(rows) == {"ddp", "dropcompute", "param-server"} and all(not r["errors"] for r in rows.values())
-    assert all(r["samples_per_s"] > 0 and r["seeds"] == 1 for r in rows.values())
+    assert all(r["samples_per_s"] > 0 and r["seeds"] == 1 and r["scenario"] == "slow" for r in rows.values())
     assert rows["ddp"]["x_ddp_samples_per_s"] == 1.0 and 0 <= rows["dropcompute"]["drop_rate"] <= 1
-    assert 0 < rows["ddp"]["delay_share"] < 1  # injected delay is part of a rank's step, not all of it
+    assert 0 < rows["dropcompute"]["delay_share"] < 1  # the slow rank's extra time is part of its step, not all
     assert rows["param-server"]["staleness_max"] >= 0 and res["targets"]["2"] > 0
-    assert res["summary"]["dropcompute_over_ddp_samples_per_s"] == pytest.approx(rows["dropcompute"]["x_ddp_samples_per_s"])
+    assert rows["param-server"]["oversubscribed"] == (3 > res["config"]["cores"])
+    s = res["summary"]
+    assert s["dropcompute_over_ddp_samples_per_s_slow_w2"] == pytest.approx(rows["dropcompute"]["x_ddp_samples_per_s"])
+    assert s["dropcompute_drop_rate_slow_w2"] == pytest.approx(rows["dropcompute"]["drop_rate"])
+    assert s["param_server_over_ddp_samples_per_s_slow_w2"] == pytest.approx(rows["param-server"]["x_ddp_samples_per_s"])
+    assert s["curve_seeds"] == 1 and res["goals"]["curve_seeds"] == "missed"
+    # predictions beside measurements: DropCompute's tau_info predicts its own and DDP's samples/s
+    for mode in ("ddp", "dropcompute"):
+        r = rows[mode]
+        assert r["pred_samples_per_s"] > 0
+        assert r["pred_error_samples_per_s"] == pytest.approx(abs(r["pred_samples_per_s"] / r["samples_per_s"] - 1))
+    assert s["prediction_error_samples_per_s_max"] == pytest.approx(
+        max(rows[m]["pred_error_samples_per_s"] for m in ("ddp", "dropcompute")))
+    assert 0 <= rows["dropcompute"]["pred_drop_rate"] <= 1
+    # DDP's own loss at its own time to target is the target (an interpolated crossing), or below it when the
+    # first validation was already below
+    ddp_curve = next(r["curve"] for r in res["rows"] if r["mode"] == "ddp")
+    if rows["ddp"]["time_to_target_s"] is not None:
+        at, target = rows["ddp"]["dev_loss_at_ddp_time_to_target"], res["targets"]["2"]
+        assert at == pytest.approx(target) if ddp_curve[0][1] > target else at <= target
     assert "| W | scenario | mode |" in stdout and out.with_suffix(".md").is_file() and png.stat().st_size > 1000

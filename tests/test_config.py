@@ -188,3 +188,26 @@ def test_waitk_list_parser_rejects(spec):
 
     with pytest.raises(ValueError, match="--waitk-lagging"):
         parse_waitk_list(spec, "--waitk-lagging")
+
+
+def test_cli_staleness_lr_and_max_drop_rate_flags_reach_the_options():
+    from mmst.training.cli import alias_overrides, build_parser
+
+    args = build_parser().parse_intermixed_args(["--data", "D", "--save-dir", "S", "--distributed", "param-server",
+                                                 "--staleness-lr", "--max-drop-rate", "0.2"])
+    cfg = load_config(None, [*alias_overrides(args), *args.overrides])
+    assert cfg.distributed.options == {"lr_per_push": "staleness", "max_drop_rate": 0.2}
+    none = build_parser().parse_args(["--data", "D", "--save-dir", "S"])
+    assert alias_overrides(none) == []  # not given: nothing set
+
+
+def test_lr_per_push_default_alias_and_conflicts():
+    from mmst.training.distributed import DEFAULT_LR_PER_PUSH, resolve_lr_per_push
+
+    assert DEFAULT_LR_PER_PUSH == "per_worker" == resolve_lr_per_push()
+    assert resolve_lr_per_push(staleness_lr=True) == "staleness" == resolve_lr_per_push("staleness", True)
+    assert resolve_lr_per_push("full", False) == "full"
+    with pytest.raises(ValueError, match="lr_per_push='per_worker' is also given"):
+        resolve_lr_per_push("per_worker", True)
+    with pytest.raises(ValueError, match="expected one of"):
+        resolve_lr_per_push("half")

@@ -147,3 +147,35 @@ def test_torchrun_max_restarts_resumes_from_checkpoint(tmp_path):
     m = json.loads(Path(metrics).read_text())
     assert m["resumed_from_step"] == 5 and m["steps"] == 12
     assert "injected failure at step 7" in p.stderr
+
+
+def _two_node_launch(tmp_path: Path, mode_args: list[str], tag: str) -> list[subprocess.Popen]:
+    """Start two ``torchrun --nnodes 2`` launchers on this machine with one rendezvous (the multi-node
+    command of docs/distributed.md, 1 process per node); each node dumps its final parameters."""
+    port = find_free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"mmst-test-{tag}",
+           "--max-restarts", "0", "-m", "mmst.simulation.run", *mode_args, "--steps", "4", "--update-freq", "2",
+           "--dump-params", str(tmp_path / f"{tag}_rank{{rank}}.pt"),
+           "--metrics-out", str(tmp_path / f"{tag}_metrics.json"), *COMMON]
+    return [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            for _ in range(2)]
+
+
+@pytest.mark.slow
+def test_two_torchrun_nodes_form_one_group_and_train_the_same_parameters(tmp_path):
+    # the two jobs (DDP, DropCompute) run at the same time: 4 launchers, 2 rendezvous
+    jobs = {"ddp": _two_node_launch(tmp_path, ["--distributed", "ddp"], "ddp"),
+            "dc": _two_node_launch(tmp_path, ["--distributed", "dropcompute", "--compute-threshold", "auto",
+                                              "--auto-steps", "2"], "dc")}
+    init = flat_params(ToyTask().build_model(0))
+    for tag, nodes in jobs.items():
+        for p in nodes:
+            out = p.communicate(timeout=240)[0]
+            assert p.returncode == 0, out[-3000:]
+        p0, p1 = (torch.load(tmp_path / f"{tag}_rank{r}.pt") for r in (0, 1))
+        torch.testing.assert_close(p0, p1, rtol=0, atol=1e-6)  # both nodes applied the same averaged gradients
+        assert (p0 - init).abs().max() > 1e-3  # and they trained
+        m = json.loads((tmp_path / f"{tag}_metrics.json").read_text())
+        assert m["world_size"] == 2 and m["steps"] == 4  # one group of two nodes, not two groups of one

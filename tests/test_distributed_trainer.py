@@ -88,7 +88,13 @@ def test_dropcompute_logs_its_numbers_once(tiny_feature_data, tmp_path):
         assert 0.0 <= r["dc_drop_rate"] <= 1.0
         assert r["dc_compute_s_max"] >= r["dc_compute_s"] > r["dc_delay_s"] > 0  # delays are part of compute
         assert r["dc_step_s_max"] >= r["dc_step_s"] >= r["dc_compute_s"]
-        assert "dc_tau_s" in r and r["dc_overshoot_s"] >= 0
+        assert "dc_tau_s" in r and r["dc_overshoot_s"] >= 0 and r["dc_overshoot_s_slowest"] >= 0
+    # tau is chosen once, at the end of the 2 recorded updates: one tau_info event with the model's predictions
+    infos = [e for e in _records(save, "event") if "tau_info" in e]
+    assert len(infos) == 1 and infos[0]["update"] == 2, infos
+    info = infos[0]["tau_info"]
+    assert 0 <= info["drop_rate"] <= 1 and info["speedup"] > 0 and info["sync_step_s"] > 0 and info["tau_s"] > 0
+    assert out.count("DropCompute auto threshold after update 2") == 1
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(save / "tensorboard"))
@@ -121,6 +127,9 @@ def test_param_server_trains_across_liveness_checks(tiny_feature_data, tmp_path)
     assert [r["update"] for r in train] == [10, 20, 30]
     for r in train:
         assert r["ps_live_workers"] == 3 and r["ps_pushes_per_s"] > 0
+        # the pushes' numbers reach the server's log (nll and frames were 0.0 before they were sent along)
+        assert r["loss"] > 0 and r["nll_loss"] > 0 and r["frames_per_s"] > 0
+        assert r["ps_lr_scale"] == pytest.approx(1 / 3)  # lr_per_push per_worker (default): lr / W
         assert 0 <= r["ps_staleness"] <= r["ps_staleness_max"] <= 3 * (3 - 1) + 3  # SSP s = W by default
 
 

@@ -145,3 +145,11 @@ def test_quickstart_collection_and_tables(tmp_path):
     (tmp_path / "eval" / "scores.json").write_text(json.dumps({"per_lang": {}}))
     with pytest.raises(SystemExit, match="not a k sweep"):
         collect_quickstart.collect(tmp_path, "make demo")
+
+
+def test_source_line_keeps_a_dirty_commit_visible():
+    rec = {"command": "python bench/x.py", "date": "2026-12-01T00:00:00+00:00", "machine": {}}
+    dirty = render_docs.source_line("x.json", {"provenance": {**rec, "git_commit": "0123456789abcdef" * 2 + "01234567-dirty"}})
+    clean = render_docs.source_line("x.json", {"provenance": {**rec, "git_commit": "0123456789abcdef" * 2 + "01234567"}})
+    assert "at commit `0123456789-dirty`" in dirty and "at commit `0123456789`;" not in dirty
+    assert "at commit `0123456789`" in clean and "dirty" not in clean

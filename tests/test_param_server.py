@@ -6,6 +6,7 @@ multi-process behaviour is tested in tests/test_distributed.py and tests/test_di
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from mmst.distributed.env import DistEnv
@@ -56,3 +57,53 @@ def test_a_worker_that_left_is_not_readmitted():
     srv._declare_dead(2, "send failed")  # not a late heartbeat: gone
     srv._handle(2, _push(srv, 0))
     assert srv.alive == {1} and srv.version == 0 and replies == []
+
+
+def _sgd_server(lr_per_push, workers=2, staleness_lr=False):
+    model = torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    srv = ParamServer(DistEnv(rank=0, world_size=workers + 1, timeout_s=30.0), model,
+                      torch.optim.SGD(model.parameters(), lr=0.6), total_updates=100, worker_timeout_s=2.0,
+                      lr_per_push=lr_per_push, staleness_lr=staleness_lr)
+    srv._heartbeat_age = lambda w: 0.1
+    srv._reply = lambda w, stop: None
+    return srv, model
+
+
+def _grad_push(srv, version, grad, nll=0.0, frames=0.0):
+    buf = _push(srv, version)
+    buf[6], buf[7], buf[HDR] = nll, frames, grad
+    return buf
+
+
+@pytest.mark.parametrize("mode, staleness_lr, steps", [
+    # lr 0.6, gradient 1 on every push; the third push was computed at version 0 and arrives at version 2
+    ("full", False, [0.6, 0.6, 0.6]),
+    ("per_worker", False, [0.3, 0.3, 0.3]),  # W = 2: lr / 2
+    ("staleness", False, [0.6, 0.6, 0.3]),  # staleness 0, 1 -> lr; staleness 2 -> lr / 2
+    (None, True, [0.6, 0.6, 0.3]),  # staleness_lr is the alias of staleness
+])
+def test_learning_rate_per_push(mode, staleness_lr, steps):
+    srv, model = _sgd_server(mode, staleness_lr=staleness_lr)
+    want = 1.0
+    for i, (w, version) in enumerate([(1, 0), (2, 0), (1, 0)]):
+        srv._handle(w, _grad_push(srv, version, 1.0))
+        want -= steps[i]
+        assert float(model.weight.detach()) == pytest.approx(want)
+        assert srv.optimizer.param_groups[0]["lr"] == 0.6  # restored after the push
+    assert srv.staleness == [0, 1, 2] and srv.lr_scales == pytest.approx([s / 0.6 for s in steps])
+
+
+def test_unknown_or_contradicting_lr_per_push_is_an_error():
+    with pytest.raises(ValueError, match="expected one of"):
+        _sgd_server("half")
+    with pytest.raises(ValueError, match="contradicts"):
+        _sgd_server("full", staleness_lr=True)
+
+
+def test_pushes_carry_nll_and_frames_to_the_server():
+    srv, _ = _sgd_server("full")
+    srv._handle(1, _grad_push(srv, 0, 0.0, nll=7.5, frames=300.0))
+    srv._handle(2, _grad_push(srv, 0, 0.0, nll=2.5, frames=100.0))
+    assert srv.nll_sum == 10.0 and srv.n_frames == 400.0

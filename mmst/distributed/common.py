@@ -1,15 +1,24 @@
-"""Types shared by the distributed modes: the step contract and the per-step statistics.
+"""Types shared by the distributed modes: the step contract, the gradient normalisation and the
+per-step statistics.
 
 The modes work on ANY step of the form::
 
     loss_fn(model, micro_batch) -> (loss: scalar Tensor, stats: dict)
 
-The mode back-propagates ``loss * scale`` with ``scale`` given by the caller per micro-batch (the toy
-task passes ``1/M`` with a mean loss; the MMST trainer passes ``1/(tokens of all M micro-batches of this
-rank)`` with a summed loss). DDP then averages over the N ranks, so the effective normalisation is the
-nominal ``1/(N*M)`` of DropCompute (Giladi et al., 2023, Sec. 3): dropped micro-batches contribute zero
-and the normaliser is NOT changed. ``stats`` may contain ``nsamples`` (or ``nsentences``) to count
-samples; otherwise 1 sample per micro-batch is assumed.
+Gradient normalisation (exact, the same as one process over the computed micro-batches). Every rank
+back-propagates each micro-batch's ``loss`` as returned (no per-rank scaling) and sums the weight of
+the micro-batches it computed: ``stats[weight_key]`` (e.g. ``ntokens`` for a loss summed over target
+tokens), or 1 per micro-batch when ``weight_key`` is None (a loss that is already a mean over
+equal-sized micro-batches). The weights ride in the gradient all-reduce (the same bucket); every rank
+then divides the summed gradient by the global weight::
+
+    g = sum_n sum_{m computed on n} grad loss_nm  /  sum_n sum_{m computed on n} w_nm
+
+So DDP over N ranks equals one process over all N*M micro-batches even when their token counts differ,
+and a DropCompute step equals one process over the micro-batches that were computed: a dropped
+micro-batch contributes neither gradient nor weight (Giladi et al., 2023, Sec. 3 divide by the nominal
+N*M instead; that biases the step length by the drop rate). ``stats`` may contain ``nsamples`` (or
+``nsentences``) to count samples; otherwise 1 sample per micro-batch is assumed.
 """
 
 from __future__ import annotations
@@ -37,12 +46,17 @@ class StepStats:
             contributed. global_computed / global_total: the same summed over ranks (DropCompute gets
             them for free inside the gradient all-reduce; DDP assumes nothing was dropped).
         tau_s: the DropCompute threshold used (inf for DDP / before ``auto`` has chosen).
+        weight / global_weight: the normalising weight of this rank's computed micro-batches, and of all
+            ranks' (the gradient's divisor, see the module docstring).
         loss_sum: sum of the micro-batch losses (as returned by ``loss_fn``) computed on this rank.
         n_samples: samples in this rank's computed micro-batches; global_samples: summed over ranks.
         micro_times_s: wall time of each micro-batch started on this rank (forward+delay+backward).
         delay_s: injected delay slept on this rank in this step (part of ``compute_s``).
         overshoot_s: DropCompute: how far this rank's compute ran past ``tau`` (0 when it finished
             before; a forward or backward in progress is never interrupted).
+        overshoot_s_max: DropCompute: how far the slowest rank ran past ``tau``
+            (``max(0, max_n compute_s_n - tau)``), the quantity Eq. 7 of
+            :mod:`mmst.distributed.straggler_model` predicts.
         compute_s_per_rank / delay_s_per_rank: ``compute_s`` / ``delay_s`` of every rank (DropCompute:
             from the gradient all-reduce; empty where not known).
     """
@@ -55,12 +69,15 @@ class StepStats:
     global_computed: float = 0.0
     global_total: float = 0.0
     tau_s: float = float("inf")
+    weight: float = 0.0
+    global_weight: float = 0.0
     loss_sum: float = 0.0
     n_samples: float = 0.0
     global_samples: float = 0.0
     micro_times_s: list[float] = field(default_factory=list)
     delay_s: float = 0.0
     overshoot_s: float = 0.0
+    overshoot_s_max: float = 0.0
     compute_s_per_rank: list[float] = field(default_factory=list)
     delay_s_per_rank: list[float] = field(default_factory=list)
 
@@ -83,6 +100,28 @@ def samples_of(stats: dict[str, Any]) -> float:
         if k in stats:
             return float(stats[k])
     return 1.0
+
+
+def weight_of(stats: dict[str, Any], weight_key: str | None) -> float:
+    """The normalising weight of one micro-batch: ``stats[weight_key]``, or 1 when ``weight_key`` is None.
+
+    Raises:
+        KeyError: ``weight_key`` is not in ``stats`` (names the key and the keys there are).
+    """
+    if weight_key is None:
+        return 1.0
+    if weight_key not in stats:
+        raise KeyError(f"normalising weight {weight_key!r} not in the micro-batch stats {sorted(stats)}")
+    return float(stats[weight_key])
+
+
+def normalise_(summed: torch.Tensor, global_weight: torch.Tensor) -> torch.Tensor:
+    """Divide an all-reduced gradient sum by the all-reduced weight, in place (a zero weight, i.e. nothing
+    computed anywhere, leaves the all-zero gradient as it is). ``global_weight`` is a 0-d or 1-element
+    tensor of ``summed``'s dtype. Returns ``summed``."""
+    if float(global_weight) > 0:
+        summed.div_(global_weight)
+    return summed
 
 
 def as_scales(scale: float | Sequence[float], n: int) -> list[float]:

@@ -2,9 +2,12 @@
 
 ``torch.nn.parallel.DistributedDataParallel`` with gradient accumulation over ``M = --update-freq``
 micro-batches: micro-batches 1..M-1 run under ``model.no_sync()`` (local accumulation only), the
-backward of micro-batch M triggers DDP's bucketed all-reduce, which divides by N and sums. With the
-caller's per-micro-batch ``scale`` (e.g. 1/M for mean losses) the gradient is the nominal
-``1/(N*M) sum_n sum_m grad_nm``.
+backward of micro-batch M triggers DDP's bucketed all-reduce. Gradients are normalised exactly (see
+:mod:`mmst.distributed.common`): a DDP communication hook appends this rank's weight (e.g. its target
+tokens) to every gradient bucket, SUM-all-reduces the bucket and divides its gradient part by the
+summed weight, so the result is ``sum_n sum_m grad loss_nm / sum_n sum_m w_nm``, the gradient of one
+process over all ``N x M`` micro-batches, whatever their lengths. (DDP's own hook divides by N after
+each rank divided by its own weight, which is exact only when every rank has the same weight.)
 
 The step time is therefore ``max_n sum_m t_nm + T_comm`` (every rank waits for the slowest one), which
 is what :mod:`mmst.distributed.straggler_model` predicts.
@@ -18,11 +21,40 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from mmst.distributed.common import LossFn, StepStats, as_scales, samples_of
+from mmst.distributed.common import LossFn, StepStats, normalise_, samples_of, weight_of
 from mmst.distributed.env import DistEnv, guard
 from mmst.distributed.stragglers import StragglerInjector
+
+
+class _WeightState:
+    """The hook's state: this rank's weight of the current step, and the global weight it received."""
+
+    def __init__(self) -> None:
+        self.weight = 0.0
+        self.global_weight = 0.0
+
+
+def _weighted_sum_hook(state: _WeightState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: all-reduce ``[bucket gradients, this rank's weight]`` (SUM) and return the
+    gradients divided by the global weight (:func:`~mmst.distributed.common.normalise_`)."""
+    buf = bucket.buffer()
+    flat = torch.cat([buf, torch.tensor([state.weight], dtype=buf.dtype, device=buf.device)])
+    fut = dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True).get_future()
+
+    def done(f: torch.futures.Future) -> torch.Tensor:
+        out = f.value()[0]
+        state.global_weight = float(out[-1])
+        return normalise_(out[:-1], out[-1])
+
+    return fut.then(done)
+
+
+# DDP checks the hook's annotations as objects; ``from __future__ import annotations`` made them strings
+_weighted_sum_hook.__annotations__ = {"state": _WeightState, "bucket": dist.GradBucket,
+                                      "return": torch.futures.Future[torch.Tensor]}
 
 
 class DDPStrategy:
@@ -33,56 +65,63 @@ class DDPStrategy:
         injector: optional :class:`StragglerInjector` (its delay sleeps between forward and backward).
         find_unused_parameters: passed to DDP (needed when some parameters get no gradient, e.g. a
             language-specific decoder absent from a micro-batch).
+        weight_key: the key of a micro-batch's ``stats`` holding its normalising weight (e.g. ``ntokens``);
+            None = 1 per micro-batch (see :mod:`mmst.distributed.common`).
     """
 
     name = "ddp"
 
     def __init__(self, env: DistEnv, injector: StragglerInjector | None = None,
-                 find_unused_parameters: bool = False) -> None:
+                 find_unused_parameters: bool = False, weight_key: str | None = None) -> None:
         self.env = env
         self.injector = injector or StragglerInjector()
         self.find_unused_parameters = find_unused_parameters
+        self.weight_key = weight_key
+        self._hook_state = _WeightState()
 
     def wrap(self, model: torch.nn.Module) -> DistributedDataParallel:
-        """Wrap ``model`` (already on ``env.device``) in DDP; DDP broadcasts rank 0's parameters."""
+        """Wrap ``model`` (already on ``env.device``) in DDP with the weighted-sum communication hook; DDP
+        broadcasts rank 0's parameters."""
         dev = self.env.device
         with guard("DDP construction (parameter broadcast)", self.env):
-            return DistributedDataParallel(
+            ddp = DistributedDataParallel(
                 model, device_ids=[dev] if dev.type == "cuda" else None,
                 find_unused_parameters=self.find_unused_parameters)
+        ddp.register_comm_hook(self._hook_state, _weighted_sum_hook)
+        return ddp
 
-    def step(self, model: DistributedDataParallel, micro_batches: Sequence[Any], loss_fn: LossFn,
-             scale: float | Sequence[float]) -> StepStats:
-        """Forward/backward all micro-batches; on return ``p.grad`` holds the all-reduced gradient.
+    def step(self, model: DistributedDataParallel, micro_batches: Sequence[Any], loss_fn: LossFn) -> StepStats:
+        """Forward/backward all micro-batches; on return ``p.grad`` holds the all-reduced gradient divided by
+        the global weight (module docstring).
 
         Args:
             model: the DDP-wrapped model from :meth:`wrap`.
             micro_batches: the M micro-batches of this rank for this step.
-            loss_fn: ``loss_fn(model, mb) -> (loss, stats)``.
-            scale: multiplier(s) of each micro-batch loss before backward.
+            loss_fn: ``loss_fn(model, mb) -> (loss, stats)``; ``loss`` is back-propagated as it is.
 
         Raises:
             DistributedError: the all-reduce failed (dead / hung peer) within ``--dist-timeout``.
         """
         clock = time.perf_counter
         n = len(micro_batches)
-        scales = as_scales(scale, n)
         st = StepStats(n_micro=n, global_total=float(n * self.env.world_size))
         t_start = clock()
-        for m, (mb, s) in enumerate(zip(micro_batches, scales)):
+        for m, mb in enumerate(micro_batches):
             last = m == n - 1
             t0 = clock()
             ctx = contextlib.nullcontext() if last else model.no_sync()
             with ctx:
                 loss, stats = loss_fn(model, mb)
+                st.weight += weight_of(stats, self.weight_key)
+                self._hook_state.weight = st.weight  # read by the hook during the last backward
                 fwd = clock() - t0
                 st.delay_s += self.injector.delay(compute_estimate_s=3.0 * fwd)
                 tb = clock()
                 if last:
                     with guard(f"DDP gradient all-reduce (micro-batch {m + 1}/{n})", self.env):
-                        (loss * s).backward()
+                        loss.backward()
                 else:
-                    (loss * s).backward()
+                    loss.backward()
                 bwd = clock() - tb
             self.injector.observe_compute(fwd + bwd)
             st.micro_times_s.append(clock() - t0)
@@ -93,4 +132,5 @@ class DDPStrategy:
         st.compute_s = st.step_time_s
         st.global_computed = st.global_total
         st.global_samples = st.n_samples * self.env.world_size
+        st.global_weight = self._hook_state.global_weight
         return st

@@ -8,20 +8,24 @@ remaining micro-batches (a micro-batch whose forward finished past ``tau`` is dr
 backward) and joins the gradient all-reduce. These are the only check points: a forward or backward
 in progress is never interrupted (nor is an injected delay, which is split between the two phases like
 the compute it simulates, see :mod:`mmst.distributed.stragglers`), so a
-rank can pass ``tau`` by up to one forward or backward; ``StepStats.overshoot_s`` measures it and
-:mod:`mmst.distributed.straggler_model` (Eq. 4-7) predicts it. The normalisation is unchanged: every micro-batch is
-scaled by the nominal factor (``1/(N*M)`` overall), so dropped micro-batches simply contribute zero
-(paper Sec. 3, Alg. 1).
+rank can pass ``tau`` by up to one forward or backward; ``StepStats.overshoot_s`` (this rank) and
+``StepStats.overshoot_s_max`` (the slowest rank) measure it and :mod:`mmst.distributed.straggler_model`
+(Eq. 7) predicts the latter. Normalisation: the summed gradient is divided by the global weight of the
+micro-batches actually computed (:mod:`mmst.distributed.common`), so a step equals one process over the
+computed micro-batches; a dropped one contributes neither gradient nor weight. (The paper, Sec. 3 and
+Alg. 1, keeps the nominal ``1/(N*M)``, which shortens a step by the drop rate.)
 
 All-reduce and DDP. With DDP's ``no_sync`` accumulation the all-reduce is launched by the backward of
 the LAST micro-batch; a rank that dropped it would never join, and the other ranks would hang. This
 module therefore does not use the DDP wrapper: the model is a plain module whose parameters are
 broadcast from rank 0 once, gradients accumulate locally, and after the micro-batch loop every rank -
 whatever it dropped - performs exactly one all-reduce of one flattened bucket
-``[grads / N, n_computed, n_samples, loss_sum, compute_s, compute_s of rank 0..N-1, delay_s of rank
-0..N-1]`` (each rank writes its own two slots, zeros elsewhere, so the SUM gives every rank's time). The gradient part is computed exactly like
-DDP's reducer (local accumulation, divide by N, SUM all-reduce), so with ``tau = inf`` the gradients are
-bit-identical to :class:`~mmst.distributed.ddp.DDPStrategy` (tested in ``tests/test_distributed.py``).
+``[grads, weight, n_computed, n_samples, loss_sum, compute_s, compute_s of rank 0..N-1, delay_s of rank
+0..N-1]`` (each rank writes its own two slots, zeros elsewhere, so the SUM gives every rank's time), and
+divides the gradient part by the summed weight. The gradient part is computed exactly like
+:class:`~mmst.distributed.ddp.DDPStrategy`'s hook (local accumulation, SUM all-reduce with the weight,
+divide by the global weight), so with ``tau = inf`` the gradients are bit-identical to DDP's (tested in
+``tests/test_distributed.py``).
 The extra numbers ride in the same message, so logging the global drop rate and every rank's compute
 time costs no extra message. The only other communication is the one-off all-gather of ``--compute-threshold auto``.
 
@@ -44,11 +48,11 @@ from typing import Any
 
 import torch
 
-from mmst.distributed.common import LossFn, StepStats, as_scales, samples_of
+from mmst.distributed.common import LossFn, StepStats, normalise_, samples_of, weight_of
 from mmst.distributed.env import DistEnv, all_gather_tensor, all_reduce_sum_, broadcast_module_
 from mmst.distributed.stragglers import StragglerInjector
 
-N_SUMS = 4  # n_computed, n_samples, loss_sum, compute_s appended to the gradient bucket (then 2N per-rank slots)
+N_SUMS = 5  # weight, n_computed, n_samples, loss_sum, compute_s appended to the gradient bucket (then 2N per-rank slots)
 
 
 def parse_threshold(text: str | float | None) -> float | str:
@@ -79,14 +83,17 @@ class DropComputeStrategy:
         injector: optional straggler injector; its delays are whole (never cut at the deadline).
         max_drop_rate: optional cap on the expected drop rate for ``auto`` (None = paper's pure argmax).
         seed: Monte-Carlo seed of ``auto`` (identical on all ranks, so all choose the same tau).
+        weight_key: the key of a micro-batch's ``stats`` holding its normalising weight (e.g. ``ntokens``);
+            None = 1 per micro-batch (see :mod:`mmst.distributed.common`).
     """
 
     name = "dropcompute"
 
     def __init__(self, env: DistEnv, threshold: float | str = "auto", auto_steps: int = 10,
                  injector: StragglerInjector | None = None, max_drop_rate: float | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, weight_key: str | None = None) -> None:
         self.env = env
+        self.weight_key = weight_key
         thr = parse_threshold(threshold) if isinstance(threshold, str) else float(threshold)
         self.auto = thr == "auto"
         self.tau_s: float = math.inf if self.auto else float(thr)
@@ -107,21 +114,22 @@ class DropComputeStrategy:
         broadcast_module_(model, self.env)
         return model
 
-    def step(self, model: torch.nn.Module, micro_batches: Sequence[Any], loss_fn: LossFn,
-             scale: float | Sequence[float]) -> StepStats:
-        """Run up to M micro-batches within ``tau``, then all-reduce; ``p.grad`` holds the result.
+    def step(self, model: torch.nn.Module, micro_batches: Sequence[Any], loss_fn: LossFn) -> StepStats:
+        """Run up to M micro-batches within ``tau``, then all-reduce; ``p.grad`` holds the summed gradient of
+        the computed micro-batches divided by their global weight. The computed micro-batches are the first
+        ``StepStats.n_computed`` of ``micro_batches`` (a micro-batch dropped between its forward and its
+        backward is not counted anywhere).
 
         Raises:
             DistributedError: the all-reduce (or the one-off all-gather) failed within ``--dist-timeout``.
         """
         clock = time.perf_counter
         n = len(micro_batches)
-        scales = as_scales(scale, n)
         st = StepStats(n_micro=n, tau_s=self.tau_s)
         t_start = clock()
         deadline = t_start + self.tau_s if math.isfinite(self.tau_s) else None
         fwd_phase = 0.0
-        for mb, s in zip(micro_batches, scales):
+        for mb in micro_batches:
             t0 = clock()
             if deadline is not None and t0 >= deadline:
                 break  # check 1: would start after tau, skip the rest
@@ -136,7 +144,7 @@ class DropComputeStrategy:
                 break  # check 2: past tau between forward and backward, drop this one too
             fwd_phase += t_mid - t0
             tb = clock()
-            (loss * s).backward()
+            loss.backward()
             bwd = clock() - tb
             st.delay_s += self.injector.sleep(delay * (1.0 - self._compute_fwd_share))  # ... and the backward's
             self.injector.observe_compute(fwd + bwd)
@@ -144,6 +152,7 @@ class DropComputeStrategy:
             st.micro_times_s.append(clock() - t0)
             st.loss_sum += float(loss.detach())
             st.n_samples += samples_of(stats)
+            st.weight += weight_of(stats, self.weight_key)
             st.n_computed += 1
         st.compute_s = clock() - t_start
         if math.isfinite(self.tau_s):
@@ -153,9 +162,11 @@ class DropComputeStrategy:
         t_comm = clock()
         extra = self._all_reduce_grads(model, st)
         st.comm_s = clock() - t_comm
-        st.global_computed, st.global_samples = float(extra[0]), float(extra[1])
+        st.global_weight, st.global_computed, st.global_samples = float(extra[0]), float(extra[1]), float(extra[2])
         w = self.env.world_size
         st.compute_s_per_rank = extra[N_SUMS:N_SUMS + w].tolist()
+        if math.isfinite(self.tau_s):
+            st.overshoot_s_max = max(0.0, max(st.compute_s_per_rank) - self.tau_s)
         st.delay_s_per_rank = extra[N_SUMS + w:N_SUMS + 2 * w].tolist()
         st.global_total = float(n * w)
         st.step_time_s = clock() - t_start
@@ -164,9 +175,9 @@ class DropComputeStrategy:
         return st
 
     def _all_reduce_grads(self, model: torch.nn.Module, st: StepStats) -> torch.Tensor:
-        """One SUM all-reduce of ``[grad/N ..., n_computed, n_samples, loss_sum, compute_s, per-rank compute_s
-        (N slots), per-rank delay_s (N slots)]``; writes the averaged gradients back to ``p.grad`` and
-        returns the summed extras (float64, ``N_SUMS + 2N`` values)."""
+        """One SUM all-reduce of ``[grad ..., weight, n_computed, n_samples, loss_sum, compute_s, per-rank
+        compute_s (N slots), per-rank delay_s (N slots)]``; writes the gradients divided by the global weight
+        back to ``p.grad`` and returns the summed extras (float64, ``N_SUMS + 2N`` values)."""
         params = [p for p in model.parameters() if p.requires_grad]
         for p in params:
             if p.grad is None:
@@ -175,13 +186,14 @@ class DropComputeStrategy:
         dtype = grads[0].dtype if grads else torch.float32
         w = self.env.world_size
         extras = torch.zeros(N_SUMS + 2 * w, dtype=torch.float64)
-        extras[:N_SUMS] = torch.tensor([st.n_computed, st.n_samples, st.loss_sum, st.compute_s], dtype=torch.float64)
+        extras[:N_SUMS] = torch.tensor([st.weight, st.n_computed, st.n_samples, st.loss_sum, st.compute_s],
+                                       dtype=torch.float64)
         extras[N_SUMS + self.env.rank] = st.compute_s
         extras[N_SUMS + w + self.env.rank] = st.delay_s
         flat = torch.cat([g.reshape(-1) for g in grads] + [extras.to(dtype=dtype, device=self.env.device)])
         ng = flat.numel() - extras.numel()
-        flat[:ng].div_(w)
         all_reduce_sum_(flat, self.env, "DropCompute gradient all-reduce")
+        normalise_(flat[:ng], flat[ng:ng + 1])
         off = 0
         for g in grads:
             k = g.numel()

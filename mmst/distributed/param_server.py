@@ -4,16 +4,19 @@ Rank 0 (server) holds the parameters and the optimiser; ranks 1..W are workers. 
 each way per update; float32 tensors of fixed size, so the server can post a receive before knowing the
 sender)::
 
-    worker -> server   [type, version, n_samples, loss_sum, ntokens, grad_norm, grad (P values)]
+    worker -> server   [type, version, n_samples, loss_sum, ntokens, grad_norm, nll_sum, n_frames,
+                        grad (P values)]
                        type: 0 PULL, 1 PUSH, 2 BYE
                        (BYE after the stop reply: lets the server's receiver thread finish cleanly)
     server -> worker   [version, stop, params (P values)]
 
 * The server posts ``irecv`` WITHOUT a source (receive from any source; ``work._source_rank()`` names
   the sender) and applies every pushed gradient on arrival: ``optimizer.step()`` once per push, version
-  += 1. Staleness of a push = server version at arrival - version the worker used. With
-  ``staleness_lr=True`` the learning rate of that step is divided by ``max(1, staleness)`` (Zhang et
-  al., "Staleness-aware async-SGD", IJCAI 2016).
+  += 1. Staleness of a push = server version at arrival - version the worker used. The learning rate
+  of that step (``lr_per_push``): ``full`` the optimiser's lr (plain asynchronous SGD, Dean et al.,
+  NIPS 2012); ``per_worker`` lr / W, so W pushes (one round of every worker) move the parameters about
+  as far as one synchronous update; ``staleness`` lr / ``max(1, staleness)`` (Zhang et al.,
+  "Staleness-aware async-SGD", IJCAI 2016; ``staleness_lr=True`` is the same).
 * ``max_staleness = s`` (SSP, Ho et al., NIPS 2013): each worker's clock = number of its applied pushes;
   a worker whose clock is more than ``s`` ahead of the slowest live worker does not get its reply (and
   therefore waits) until the slowest catches up. So no live worker falls more than ``s`` updates of its
@@ -58,7 +61,25 @@ from mmst.distributed.stragglers import StragglerInjector
 log = logging.getLogger("mmst.distributed.param_server")
 
 PULL, PUSH, BYE = 0, 1, 2
-HDR, REPLY_HDR = 6, 2
+HDR, REPLY_HDR = 8, 2
+#: ``lr_per_push`` values: the learning rate of one applied push (module docstring).
+LR_PER_PUSH = ("full", "per_worker", "staleness")
+
+
+def lr_factor(lr_per_push: str, staleness: int, n_workers: int) -> float:
+    """The factor on the optimiser's learning rate for one push (module docstring): 1 (``full``),
+    ``1 / n_workers`` (``per_worker``), ``1 / max(1, staleness)`` (``staleness``).
+
+    Raises:
+        ValueError: an unknown ``lr_per_push``.
+    """
+    if lr_per_push == "full":
+        return 1.0
+    if lr_per_push == "per_worker":
+        return 1.0 / max(1, n_workers)
+    if lr_per_push == "staleness":
+        return 1.0 / max(1, staleness)
+    raise ValueError(f"lr_per_push={lr_per_push!r}: expected one of {LR_PER_PUSH}")
 
 
 def flat_params(model: torch.nn.Module) -> torch.Tensor:
@@ -97,15 +118,28 @@ class ParamServer:
         optimizer: optimiser over ``model``'s parameters; ``lr_scheduler`` optional (stepped per update).
         total_updates: stop after this many applied pushes.
         max_staleness: SSP bound ``s`` (None = fully asynchronous).
-        staleness_lr: divide the lr of a step by ``max(1, staleness)``.
+        staleness_lr: divide the lr of a step by ``max(1, staleness)`` (the same as
+            ``lr_per_push="staleness"``).
         worker_timeout_s: heartbeat age after which a worker is declared dead (default ``env.timeout_s/2``).
         on_update: ``callback(server)`` after every applied update (e.g. evaluation, logging).
+        lr_per_push: ``full`` | ``per_worker`` | ``staleness`` (module docstring); default ``staleness``
+            when ``staleness_lr`` else ``full``.
+
+    Raises:
+        ValueError: not rank 0, fewer than 2 processes, an unknown ``lr_per_push``, or ``staleness_lr``
+            with another ``lr_per_push``.
     """
 
     def __init__(self, env: DistEnv, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                  total_updates: int, max_staleness: int | None = None, staleness_lr: bool = False,
                  worker_timeout_s: float | None = None, lr_scheduler: Any = None,
-                 on_update: Callable[[ParamServer], None] | None = None) -> None:
+                 on_update: Callable[[ParamServer], None] | None = None, lr_per_push: str | None = None) -> None:
+        if lr_per_push is None:
+            lr_per_push = "staleness" if staleness_lr else "full"
+        if lr_per_push not in LR_PER_PUSH:
+            raise ValueError(f"lr_per_push={lr_per_push!r}: expected one of {LR_PER_PUSH}")
+        if staleness_lr and lr_per_push != "staleness":
+            raise ValueError(f"staleness_lr=True contradicts lr_per_push={lr_per_push!r} (it means 'staleness')")
         if env.rank != 0:
             raise ValueError("ParamServer runs on rank 0")
         if env.world_size < 2:
@@ -113,7 +147,7 @@ class ParamServer:
         self.env, self.model, self.optimizer = env, model, optimizer
         self.total_updates = int(total_updates)
         self.max_staleness = max_staleness
-        self.staleness_lr = staleness_lr
+        self.lr_per_push = lr_per_push
         self.worker_timeout_s = worker_timeout_s if worker_timeout_s is not None else max(2.0, env.timeout_s / 2)
         self.lr_scheduler = lr_scheduler
         self.on_update = on_update
@@ -136,7 +170,10 @@ class ParamServer:
         self.samples = 0.0
         self.loss_sum = 0.0
         self.ntokens = 0.0
+        self.nll_sum = 0.0
+        self.n_frames = 0.0
         self.grad_norms: list[float] = []
+        self.lr_scales: list[float] = []
         self.t_start = 0.0
         self.elapsed_s = 0.0
         self._lock = threading.RLock()
@@ -259,6 +296,8 @@ class ParamServer:
         self.loss_sum += float(buf[3])
         self.ntokens += float(buf[4])
         self.grad_norms.append(float(buf[5]))
+        self.nll_sum += float(buf[6])
+        self.n_frames += float(buf[7])
         g = buf[HDR:]
         off = 0
         for p in self.params:
@@ -266,9 +305,11 @@ class ParamServer:
             p.grad = g[off:off + k].view_as(p).to(device=p.device, dtype=p.dtype).clone()
             off += k
         saved = [grp["lr"] for grp in self.optimizer.param_groups]
-        if self.staleness_lr and stale > 1:
+        factor = lr_factor(self.lr_per_push, stale, len(self.workers))
+        self.lr_scales.append(factor)
+        if factor != 1.0:
             for grp in self.optimizer.param_groups:
-                grp["lr"] = grp["lr"] / stale
+                grp["lr"] = grp["lr"] * factor
         self.optimizer.step()
         for grp, lr in zip(self.optimizer.param_groups, saved):
             grp["lr"] = lr
@@ -450,9 +491,11 @@ class ParamWorker:
                 return
 
     def _exchange(self, typ: int, version: int, n_samples: float, loss_sum: float, ntokens: float,
-                  grad: torch.Tensor | None, grad_norm: float = 0.0) -> tuple[int, bool]:
+                  grad: torch.Tensor | None, grad_norm: float = 0.0, nll_sum: float = 0.0,
+                  n_frames: float = 0.0) -> tuple[int, bool]:
         msg = torch.zeros(HDR + self.n_params)
-        msg[:HDR] = torch.tensor([float(typ), float(version), n_samples, loss_sum, ntokens, grad_norm])
+        msg[:HDR] = torch.tensor([float(typ), float(version), n_samples, loss_sum, ntokens, grad_norm, nll_sum,
+                                  n_frames])
         if grad is not None:
             msg[HDR:] = grad
         reply = torch.empty(REPLY_HDR + self.n_params)
@@ -483,14 +526,16 @@ class ParamWorker:
         return self._exchange(PULL, 0, 0.0, 0.0, 0.0, None)
 
     def push(self, version: int, grad: torch.Tensor, n_samples: float, loss_sum: float,
-             ntokens: float = 0.0, grad_norm: float = 0.0) -> tuple[int, bool]:
+             ntokens: float = 0.0, grad_norm: float = 0.0, nll_sum: float = 0.0,
+             n_frames: float = 0.0) -> tuple[int, bool]:
         """Push one gradient computed at parameter ``version`` and load the parameters of the reply.
 
         Args:
             version: the server version the gradient was computed at (for its staleness).
             grad: flat float32 gradient (:func:`flat_grads`), already normalised and clipped.
-            n_samples / loss_sum / ntokens / grad_norm: the samples, summed loss, target tokens and gradient
-                norm (before clipping) behind it (logged by the server).
+            n_samples / loss_sum / ntokens / grad_norm / nll_sum / n_frames: the samples, summed loss, target
+                tokens, gradient norm (before clipping), summed NLL and input frames behind it (logged by the
+                server).
 
         Returns:
             ``(version, stop)``: the new parameter version, and whether training is over.
@@ -499,7 +544,7 @@ class ParamWorker:
             DistributedError: the server is dead or hung; the message names this worker and its push count.
         """
         self.steps += 1
-        return self._exchange(PUSH, version, n_samples, loss_sum, ntokens, grad, grad_norm)
+        return self._exchange(PUSH, version, n_samples, loss_sum, ntokens, grad, grad_norm, nll_sum, n_frames)
 
     def close(self, say_bye: bool = True) -> None:
         """Send BYE (after a stop reply) once, and stop the heartbeat thread. Never raises."""

@@ -14,7 +14,11 @@ Definitions (one update = ``W x M`` nominal micro-batches in every mode, see
   log window but the first (which holds start-up and DropCompute's ``auto`` recording);
 * dev-loss curve = ``(train_time_s, valid loss)`` at each validation (the log interval must divide the
   validation interval, so each validation has a train record at the same update);
-* time to target = training seconds at the first validation whose loss is at or below the target.
+* time to target = the training seconds at which the dev-loss curve first crosses the target, linearly
+  interpolated between the validation before and the first validation at or below it (validation time
+  is not on the clock); the loss at a given training time is interpolated the same way;
+* the model's predictions, when ``--compute-threshold auto`` chose a threshold: the ``tau_info`` event
+  (:func:`mmst.distributed.straggler_model.choose_tau`).
 """
 
 from __future__ import annotations
@@ -52,10 +56,32 @@ def dev_curve(records: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
 
 
 def time_to_target(curve: Sequence[tuple[float, float]], target: float) -> float | None:
-    """Training seconds at the first point of ``curve`` with loss <= ``target`` (None if never)."""
+    """Training seconds at which ``curve`` first reaches ``target``: linear interpolation between the last
+    point above the target and the first point at or below it (that point's time when it is the first
+    point). None if never reached.
+
+    Args:
+        curve: ``[(training seconds, dev loss)]`` in training order.
+    """
+    prev: tuple[float, float] | None = None
     for t, loss in curve:
         if loss <= target:
-            return t
+            if prev is None or prev[1] == loss:
+                return t
+            t0, l0 = prev
+            return t0 + (t - t0) * (l0 - target) / (l0 - loss)
+        prev = (t, loss)
+    return None
+
+
+def loss_at_time(curve: Sequence[tuple[float, float]], t: float) -> float | None:
+    """Dev loss of ``curve`` at training second ``t``, linearly interpolated between the validations around
+    it; None when ``t`` lies before the first or after the last validation (not measured)."""
+    for (t0, l0), (t1, l1) in zip(curve, curve[1:]):
+        if t0 <= t <= t1:
+            return l0 if t1 == t0 else l0 + (l1 - l0) * (t - t0) / (t1 - t0)
+    if len(curve) == 1 and curve[0][0] == t:
+        return curve[0][1]
     return None
 
 
@@ -84,18 +110,23 @@ def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def run_summary(records: Sequence[dict[str, Any]], n_data_ranks: int, update_freq: int) -> dict[str, Any]:
+def run_summary(records: Sequence[dict[str, Any]], n_data_ranks: int, update_freq: int,
+                measure_from: int = 0) -> dict[str, Any]:
     """Throughput, drop rate, staleness, delay share and dev curve of one run (module docstring).
 
     Args:
         records: :func:`read_log` of the run. n_data_ranks: W (ranks that compute gradients: all ranks in
             DDP / DropCompute, the workers of a parameter server). update_freq: M.
+        measure_from: throughput, drop rate and overshoot count only the log windows that start at or after
+            this update (besides never counting the first window), e.g. DropCompute's ``auto_steps``
+            recording updates; use the same value for every mode.
 
     Returns:
         ``updates``, ``train_time_s``, ``microbatches_per_s``, ``drop_rate``, ``tau_s`` (DropCompute, last
         window; None = no threshold), ``staleness_mean``, ``staleness_max``, ``pushes_per_s``,
         ``delay_share`` (injected delay / busy time of a rank; None when not logged), ``curve``,
-        ``curve_updates``, ``lost_workers``.
+        ``curve_updates``, ``lost_workers``, ``overshoot_s_slowest`` (DropCompute, the slowest rank past tau,
+        windows after the first), ``tau_info`` (the ``tau_info`` event's values, or None).
 
     Raises:
         ValueError: fewer than two train records (no window after the first).
@@ -104,7 +135,10 @@ def run_summary(records: Sequence[dict[str, Any]], n_data_ranks: int, update_fre
     if len(train) < 2:
         raise ValueError(f"run_summary: {len(train)} train record(s); need >= 2 (lower logging.log_interval)")
     used, seconds, drops = 0.0, 0.0, []
-    for prev, cur in zip(train, train[1:]):
+    windows = [(prev, cur) for prev, cur in zip(train, train[1:]) if prev["update"] >= measure_from]
+    if not windows:
+        raise ValueError(f"run_summary: no log window starts at or after update {measure_from}; train longer")
+    for prev, cur in windows:
         n = cur["update"] - prev["update"]
         drop = float(cur.get("dc_drop_rate", 0.0))
         drops.append(drop)
@@ -112,8 +146,9 @@ def run_summary(records: Sequence[dict[str, Any]], n_data_ranks: int, update_fre
         seconds += float(cur["train_time_s"]) - float(prev["train_time_s"])
     last = train[-1]
     tau = last.get("dc_tau_s")
-    delay = [r["dc_delay_s"] / r["dc_compute_s"] for r in train[1:] if r.get("dc_compute_s")]
-    delay += [r["ddp_delay_s"] / r["ddp_step_s"] for r in train[1:] if r.get("ddp_step_s")]
+    meas = [cur for _, cur in windows]
+    delay = [r["dc_delay_s"] / r["dc_compute_s"] for r in meas if r.get("dc_compute_s")]
+    delay += [r["ddp_delay_s"] / r["ddp_step_s"] for r in meas if r.get("ddp_step_s")]
     curve = dev_curve(records)
     t_at = {r["update"] for r in train}
     return {
@@ -121,11 +156,13 @@ def run_summary(records: Sequence[dict[str, Any]], n_data_ranks: int, update_fre
         "microbatches_per_s": used / seconds if seconds > 0 else None,
         "drop_rate": _mean(drops) if any("dc_drop_rate" in r for r in train) else 0.0,
         "tau_s": (tau if tau is not None and tau > 0 else None),
-        "staleness_mean": _mean([r.get("ps_staleness") for r in train[1:]]),
+        "staleness_mean": _mean([r.get("ps_staleness") for r in meas]),
         "staleness_max": max((r["ps_staleness_max"] for r in train if "ps_staleness_max" in r), default=None),
-        "pushes_per_s": _mean([r.get("ps_pushes_per_s") for r in train[1:]]),
+        "pushes_per_s": _mean([r.get("ps_pushes_per_s") for r in meas]),
         "delay_share": _mean(delay),
         "curve": curve,
         "curve_updates": [r["update"] for r in records if r.get("kind") == "valid" and r["update"] in t_at],
         "lost_workers": [e["worker_lost"] for e in records if e.get("kind") == "event" and "worker_lost" in e],
+        "overshoot_s_slowest": _mean([r.get("dc_overshoot_s_slowest") for r in meas]),
+        "tau_info": next((e["tau_info"] for e in records if e.get("kind") == "event" and "tau_info" in e), None),
     }

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also die after a torchrun restart (default: only on the first attempt)")
     p.add_argument("--metrics-out", default=None, help="rank 0 writes the metrics JSON here")
     p.add_argument("--record-micro", action="store_true", help="include per-rank micro-batch times in metrics")
-    p.add_argument("--dump-params", default=None, help="rank 0 saves the final flat parameter vector here (tests)")
+    p.add_argument("--dump-params", default=None,
+                   help="rank 0 saves the final flat parameter vector here (tests); a path containing {rank} "
+                        "is written by every rank, with its rank filled in")
     p.add_argument("--log-every", type=int, default=10, help="log every this many steps (rank 0)")
     return p
 
@@ -175,7 +178,7 @@ def _train(cfg: argparse.Namespace, env: DistEnv, spec: Any, slow: Any, thr: Any
     clock = time.perf_counter
     train_time = meas_time = 0.0
     meas_samples = meas_computed = meas_total = 0.0
-    steps_meas, step_times, computes, overshoots, delays = 0, [], [], [], []
+    steps_meas, step_times, computes, overshoots, overshoots_max, delays = 0, [], [], [], [], []
     curve: list[tuple[float, float]] = []
     ttt = None
     micro_rec: list[list[float]] = []
@@ -184,7 +187,7 @@ def _train(cfg: argparse.Namespace, env: DistEnv, spec: Any, slow: Any, thr: Any
             _die(env.rank, step)
         mbs = [task.batch(env.rank, step, i) for i in range(m)]
         t0 = clock()
-        st = strat.step(model, mbs, task.loss_fn, 1.0 / m)
+        st = strat.step(model, mbs, task.loss_fn)  # mean losses: weight 1 per micro-batch
         opt.step()
         opt.zero_grad(set_to_none=True)
         dt = clock() - t0
@@ -198,6 +201,7 @@ def _train(cfg: argparse.Namespace, env: DistEnv, spec: Any, slow: Any, thr: Any
             step_times.append(dt)
             computes.append(st.compute_s)
             overshoots.append(st.overshoot_s)
+            overshoots_max.append(st.overshoot_s_max)
             delays.append(st.delay_s)
             micro_rec.append(list(st.micro_times_s) + [float("nan")] * (m - len(st.micro_times_s)))
         if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
@@ -210,8 +214,8 @@ def _train(cfg: argparse.Namespace, env: DistEnv, spec: Any, slow: Any, thr: Any
                      st.step_time_s, st.compute_s, st.drop_rate, st.tau_s, curve[-1][1] if curve else float("nan"))
         if ckpt is not None and env.is_main and (step + 1) % cfg.save_every == 0:
             _save_ckpt(ckpt, inner, opt, step + 1, {"tau_s": getattr(strat, "tau_s", math.inf)})
-    if cfg.dump_params and env.is_main:
-        torch.save(flat_params(inner), cfg.dump_params)
+    if cfg.dump_params and (env.is_main or "{rank}" in cfg.dump_params):
+        torch.save(flat_params(inner), cfg.dump_params.format(rank=env.rank))
     out.update(
         steps=cfg.steps, train_time_s=train_time, measured_steps=steps_meas,
         samples_per_s=meas_samples / meas_time if meas_time else 0.0,
@@ -220,6 +224,7 @@ def _train(cfg: argparse.Namespace, env: DistEnv, spec: Any, slow: Any, thr: Any
         compute_s_rank=sum(computes) / len(computes) if computes else 0.0,
         delay_s_rank=sum(delays) / len(delays) if delays else 0.0,
         overshoot_s=sum(overshoots) / len(overshoots) if overshoots else 0.0,
+        overshoot_s_max=sum(overshoots_max) / len(overshoots_max) if overshoots_max else 0.0,
         tau_s=getattr(strat, "tau_s", math.inf), tau_info=getattr(strat, "tau_info", {}),
         final_loss=task.eval_loss(inner), time_to_target_s=ttt, curve=curve)
     # reporting only (after training): per-rank compute times and micro-batch times
@@ -266,7 +271,7 @@ def _train_param_server(cfg: argparse.Namespace, env: DistEnv, task: ToyTask, mo
         srv = ParamServer(env, model, opt, total, bound, cfg.staleness_lr, cfg.worker_timeout, on_update=on_update)
         stats = srv.serve()
         if cfg.dump_params:
-            torch.save(flat_params(model), cfg.dump_params)
+            torch.save(flat_params(model), cfg.dump_params.format(rank=env.rank))
         end = state.get("end", time.perf_counter() - state["eval_s"])
         if state["meas_t0"] is not None and end > state["meas_t0"]:
             sps = (srv.samples - state["meas_s0"]) / (end - state["meas_t0"])
@@ -294,25 +299,33 @@ def _train_param_server(cfg: argparse.Namespace, env: DistEnv, task: ToyTask, mo
 
 
 # ---------------------------------------------------------------------------------------------------------
-def _entry(rank: int, world: int, port: int, argv: list[str], result_dir: str) -> None:
+def _run_argv(argv: list[str]) -> dict[str, Any]:
+    return train(build_parser().parse_args(argv))
+
+
+def _entry(rank: int, world: int, port: int, argv: list[str], result_dir: str,
+           target: Callable[[list[str]], dict[str, Any]] = _run_argv) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     logging.basicConfig(level=logging.WARNING, format=f"[rank {rank}] %(levelname)s %(message)s")
     path = Path(result_dir) / f"rank{rank}.json"
     try:
-        res = train(build_parser().parse_args(argv))
+        res = target(argv)
         path.write_text(json.dumps(res))
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         path.write_text(json.dumps({"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}))
         raise SystemExit(1) from e
 
 
-def launch_local(argv: list[str], nprocs: int, timeout_s: float = 120.0) -> dict[int, dict[str, Any]]:
+def launch_local(argv: list[str], nprocs: int, timeout_s: float = 120.0,
+                 target: Callable[[list[str]], dict[str, Any]] | None = None) -> dict[int, dict[str, Any]]:
     """Run ``nprocs`` local ranks of this runner (spawn, gloo) and collect each rank's result.
 
     Args:
         argv: runner arguments (as on the command line). nprocs: world size. timeout_s: wall-clock
             bound; ranks still alive then are killed.
+        target: run ``target(argv) -> JSON-able dict`` in each rank instead of this runner (a module-level
+            function, so the spawned processes can import it); the environment is the same.
 
     Returns:
         ``{rank: metrics}``; a rank that raised has ``{"error": ..., "traceback": ...}``, one that died
@@ -321,7 +334,8 @@ def launch_local(argv: list[str], nprocs: int, timeout_s: float = 120.0) -> dict
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp:
         port = find_free_port()
-        procs = [ctx.Process(target=_entry, args=(r, nprocs, port, argv, tmp), daemon=False) for r in range(nprocs)]
+        procs = [ctx.Process(target=_entry, args=(r, nprocs, port, argv, tmp, target or _run_argv), daemon=False)
+                 for r in range(nprocs)]
         t0 = time.monotonic()
         for p in procs:
             p.start()

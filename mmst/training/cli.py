@@ -4,7 +4,7 @@ Usage::
 
     mmst-train --config FILE.yaml --data DATA --save-dir DIR [key=value ...]
 
-Every config key (see the list below, or ``docs/readme/training.md``) can be set in the YAML file
+Every config key (see the list below, or ``docs/training.md``) can be set in the YAML file
 and overridden on the command line with a dotted ``key=value`` (the value is parsed as YAML, e.g.
 ``optim.lr=1e-3``, ``waitk_lagging=[1,3,5,offline]``, ``model.overrides.dropout=0.2``). Unknown keys and
 out-of-range values are errors that name the key. Training resumes from ``DIR/checkpoint_last.pt`` when
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="mmst-train", description=__doc__.split("Exit status")[0],
                                  epilog=format_config_help(), formatter_class=HelpFormatter)
     ap.add_argument("--config", default=None, help="YAML config file (sections as in the key list below)")
-    ap.add_argument("--data", required=True, help="DATA directory written by data_prep/prep_multiway.py")
+    ap.add_argument("--data", required=True, help="DATA directory written by mmst-prep-multiway (or another mmst-prep-* command)")
     ap.add_argument("--save-dir", required=True, help="output directory: checkpoints, train_log.jsonl, tensorboard/")
     ap.add_argument("--distributed", default="none", choices=available_strategies(),
                     help="update strategy: none = single process (gradient accumulation); others come from "
@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("fairseq-style aliases (each is the same as the config key in brackets)")
     for flag, key, hlp in FLAG_ALIASES:
         g.add_argument(flag, dest=key.replace(".", "__"), default=None, metavar="V", help=f"[{key}] {hlp}")
+    for flag, key, value, hlp in FLAG_SWITCHES:
+        g.add_argument(flag, dest=key.replace(".", "__"), action="store_const", const=value, default=None,
+                       help=f"[{key}={value}] {hlp}")
     ap.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (dotted keys)")
     return ap
 
@@ -68,6 +71,8 @@ FLAG_ALIASES = [
     ("--precision", "precision", "auto (bf16 autocast on CUDA, fp32 on CPU), fp32 or bf16"),
     ("--compute-threshold", "distributed.options.compute_threshold",
      "DropCompute threshold tau: seconds, auto or inf"),
+    ("--max-drop-rate", "distributed.options.max_drop_rate",
+     "DropCompute auto threshold: cap on the predicted drop rate (0-1)"),
     ("--max-staleness", "distributed.options.max_staleness",
      "param-server SSP staleness bound s (default: W, the number of workers; inf = no bound)"),
     ("--straggler-delay", "distributed.options.straggler_delay",
@@ -77,10 +82,17 @@ FLAG_ALIASES = [
 ]
 
 
+#: ``(flag, config key, value, help)``: flags without a value, each setting one key to one value.
+FLAG_SWITCHES = [
+    ("--staleness-lr", "distributed.options.lr_per_push", "staleness",
+     "param-server: divide the learning rate of a push by its staleness"),
+]
+
+
 def alias_overrides(args: argparse.Namespace) -> list[str]:
-    """``key=value`` strings for the alias flags given on the command line."""
+    """``key=value`` strings for the alias flags (and switches) given on the command line."""
     out = []
-    for _, key, _ in FLAG_ALIASES:
+    for key in [k for _, k, _ in FLAG_ALIASES] + [k for _, k, _, _ in FLAG_SWITCHES]:
         v = getattr(args, key.replace(".", "__"))
         if v is not None:
             out.append(f"{key}={v}")

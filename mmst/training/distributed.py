@@ -5,10 +5,12 @@ The trainer (:mod:`mmst.training.strategy`) calls, per update,
 ``strategy.setup(trainer)`` once. These adapters run the modes of this package on the shared step
 (:func:`mmst.training.step.compute_loss` / :func:`~mmst.training.step.optimizer_step`):
 
-* loss normalisation: each rank back-propagates ``loss / (target tokens of its M micro-batches)``
-  (the single-process normaliser of the rank's share); DDP then averages over ranks, so the global
-  gradient uses the nominal normaliser ``1/(N * per-rank tokens)``. DropCompute keeps that nominal
-  normaliser for dropped micro-batches (they contribute zero).
+* loss normalisation (exact, see :mod:`mmst.distributed.common`): each rank back-propagates its summed
+  micro-batch losses; its target-token count rides in the gradient all-reduce, and the summed gradient
+  is divided by the global token count of the micro-batches computed. So DDP equals the single process
+  over the same ``N x M`` micro-batches, and a DropCompute step equals the single process over the
+  micro-batches computed. DropCompute's logged ``loss`` / ``ntokens`` / ``nll_loss`` count only those
+  (a micro-batch dropped between its forward and its backward is not counted).
 * data sharding: ``setup`` restricts the trainer's ``EpochBatchIterator`` to every N-th batch
   (``batches[rank::N]``, truncated to a common length) of the same seeded epoch order.
 * only the main process (rank 0; the server in ``param-server`` mode) validates, logs and writes
@@ -21,6 +23,12 @@ The trainer (:mod:`mmst.training.strategy`) calls, per update,
     dropped micro-batches count as consumed: they are drawn and skipped, as in the paper);
   - ``param-server``: rank 0 is the server, ``W = N - 1`` workers; one update = ``W`` applied pushes of
     ``M`` micro-batches each (the optimizer steps once per push, the LR schedule once per update).
+    ``lr_per_push`` sets the learning rate of a push: ``per_worker`` (default) ``lr / W``, so one update
+    of ``W`` pushes moves the parameters about as far as one synchronous update (Adam's step is about
+    ``lr`` whatever the gradient's scale, so ``full`` would take ``W`` full steps per update and confound
+    per-update comparisons with DDP); ``full`` every push at ``lr`` (plain asynchronous SGD, Dean et al.
+    2012); ``staleness`` ``lr / max(1, staleness)`` (Zhang et al., IJCAI 2016; ``staleness_lr: true`` is
+    an alias).
 
 Per update the adapters return their mode's numbers in ``UpdateResult.dist_stats``; the trainer logs
 them per log interval (means; ``*_max`` keys as maxima; ``*_count`` keys as rates ``*_per_s``):
@@ -29,8 +37,13 @@ them per log interval (means; ``*_max`` keys as maxima; ``*_count`` keys as rate
 * ``dropcompute``: ``dc_drop_rate``, ``dc_tau_s`` (-1 = no threshold: while ``auto`` records, or when it found none
   that pays), ``dc_compute_s`` (mean over
   ranks, + ``_max`` over ranks), ``dc_delay_s`` (mean over ranks), ``dc_step_s`` (+ ``_max``),
-  ``dc_overshoot_s`` (rank 0 past tau);
-* ``param-server``: ``ps_staleness`` (+ ``_max``), ``ps_pushes_per_s``, ``ps_live_workers``.
+  ``dc_overshoot_s`` (rank 0 past tau), ``dc_overshoot_s_slowest`` (the slowest rank past tau, what Eq. 7
+  predicts); once, when ``auto`` chooses tau, a ``tau_info`` event (tau, the model's predicted drop rate,
+  speed-up over synchronous training, step times, ``T_c``, ``phi``; :func:`~mmst.distributed.straggler_model.choose_tau`)
+  in ``train_log.jsonl`` and on the console;
+* ``param-server``: ``ps_staleness`` (+ ``_max``), ``ps_pushes_per_s``, ``ps_live_workers``, ``ps_lr_scale``
+  (mean learning-rate factor of the pushes applied); the server's ``loss``, ``nll_loss``, ``ntokens``,
+  ``nsentences`` and ``frames_per_s`` are those of the pushes it applied (sent with each push).
 
 ``param-server`` in detail:
 
@@ -52,7 +65,8 @@ them per log interval (means; ``*_max`` keys as maxima; ``*_count`` keys as rate
 
 Options (keyword arguments of the factories; ``mmst-train`` forwards them from its config / flags):
 ``dist_timeout`` (s), ``backend``, ``compute_threshold`` (s | ``auto`` | ``inf``), ``auto_steps``,
-``max_drop_rate``, ``max_staleness``, ``staleness_lr``, ``worker_timeout`` (s), ``straggler_delay``,
+``max_drop_rate``, ``max_staleness``, ``lr_per_push`` (``full`` | ``per_worker`` | ``staleness``),
+``staleness_lr`` (true = ``lr_per_push: staleness``), ``worker_timeout`` (s), ``straggler_delay``,
 ``straggler_fraction``, ``straggler_base_ms``, ``slow_rank``, ``seed``, ``find_unused_parameters``, and
 for fault-tolerance tests ``fail_at_update`` / ``fail_rank`` (that rank exits with status 13 when it
 starts that update, on the first attempt only under ``torchrun``).
@@ -72,20 +86,44 @@ import torch
 from mmst.distributed.ddp import DDPStrategy
 from mmst.distributed.dropcompute import DropComputeStrategy, parse_threshold
 from mmst.distributed.env import DEFAULT_TIMEOUT_S, init_distributed
-from mmst.distributed.param_server import ParamServer, ParamWorker, flat_grads
+from mmst.distributed.param_server import LR_PER_PUSH, ParamServer, ParamWorker, flat_grads
 from mmst.distributed.stragglers import StragglerInjector, parse_delay_spec, parse_slow_rank
 from mmst.training.step import UpdateResult, clip_grad_norm, compute_loss, merge_stats, optimizer_step
 
 log = logging.getLogger("mmst.train")
 
 _KNOWN = {"dist_timeout", "backend", "compute_threshold", "auto_steps", "max_drop_rate", "max_staleness",
-          "staleness_lr", "worker_timeout", "straggler_delay", "straggler_fraction", "straggler_base_ms",
+          "staleness_lr", "lr_per_push", "worker_timeout", "straggler_delay", "straggler_fraction", "straggler_base_ms",
           "slow_rank", "seed", "find_unused_parameters", "fail_at_update", "fail_rank"}
 
 
 def _result(stats: dict[str, float], gnorm: float, ids: list[str], dist_stats: dict[str, float]) -> UpdateResult:
     return UpdateResult(stats=stats, grad_norm=gnorm, skipped=not math.isfinite(gnorm), batch_ids=ids,
                         dist_stats=dist_stats)
+
+
+#: ``lr_per_push`` of ``mmst-train``'s parameter server when none is given (module docstring: the same
+#: step length per update as a synchronous mode).
+DEFAULT_LR_PER_PUSH = "per_worker"
+
+
+def resolve_lr_per_push(lr_per_push: Any = None, staleness_lr: Any = None) -> str:
+    """The parameter server's ``lr_per_push`` from the options ``lr_per_push`` and its alias ``staleness_lr``
+    (true = ``staleness``); :data:`DEFAULT_LR_PER_PUSH` when neither is given.
+
+    Raises:
+        ValueError: an unknown value, or ``staleness_lr: true`` with another ``lr_per_push``.
+    """
+    if lr_per_push is not None and str(lr_per_push) not in LR_PER_PUSH:
+        raise ValueError(f"distributed.options.lr_per_push={lr_per_push!r}: expected one of {list(LR_PER_PUSH)}")
+    if staleness_lr not in (None, True, False):
+        raise ValueError(f"distributed.options.staleness_lr={staleness_lr!r}: expected true or false")
+    if staleness_lr:
+        if lr_per_push not in (None, "staleness"):
+            raise ValueError(f"distributed.options.staleness_lr=true means lr_per_push=staleness, but "
+                             f"lr_per_push={lr_per_push!r} is also given")
+        return "staleness"
+    return str(lr_per_push) if lr_per_push is not None else DEFAULT_LR_PER_PUSH
 
 
 class _Base:
@@ -169,7 +207,8 @@ class TrainerDDP(_Base):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.core = DDPStrategy(self.env, self.injector, bool(options.get("find_unused_parameters", True)))
+        self.core = DDPStrategy(self.env, self.injector, bool(options.get("find_unused_parameters", True)),
+                                weight_key="ntokens")
         self._wrapped: Any = None
 
     def setup(self, trainer: Any) -> None:
@@ -183,12 +222,10 @@ class TrainerDDP(_Base):
         wrapped = self._wrapped if self._wrapped is not None else self.core.wrap(model)
         self._wrapped = wrapped
         collected: list[dict[str, Any]] = []
-        scale = 1.0 / max(1, sum(int(b.total_ntokens) for b in micro_batches))
         model.train()
-        self.last_step = self.core.step(wrapped, list(zip(micro_batches, waitks)), self._loss_fn(criterion, collected),
-                                        scale)
+        self.last_step = self.core.step(wrapped, list(zip(micro_batches, waitks)), self._loss_fn(criterion, collected))
         stats: dict[str, float] = {}
-        for st in collected:
+        for st in collected[:self.last_step.n_computed]:  # the micro-batches whose gradient was used
             merge_stats(stats, st)
         gnorm = optimizer_step(model, optimizer, scheduler, clip_norm)
         return _result(stats, gnorm, [i for b in micro_batches for i in b.ids], {})
@@ -208,9 +245,12 @@ class TrainerDropCompute(TrainerDDP):
     def __init__(self, **options: Any) -> None:
         _Base.__init__(self, **options)
         thr = parse_threshold(options.get("compute_threshold", "auto"))
+        mdr = options.get("max_drop_rate")
         self.core = DropComputeStrategy(self.env, thr, int(options.get("auto_steps") or 10), self.injector,
-                                        options.get("max_drop_rate"), int(options.get("seed") or 0))
+                                        float(mdr) if mdr is not None else None, int(options.get("seed") or 0),
+                                        weight_key="ntokens")
         self._wrapped = None
+        self._tau_logged = False
 
     def run_update(self, model: torch.nn.Module, criterion: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                    micro_batches: list[Any], waitks: list[int | None], clip_norm: float) -> UpdateResult:
@@ -223,15 +263,32 @@ class TrainerDropCompute(TrainerDDP):
             "dc_drop_rate": st.drop_rate, "dc_tau_s": st.tau_s if math.isfinite(st.tau_s) else -1.0,
             "dc_compute_s": sum(comp) / len(comp), "dc_compute_s_max": max(comp),
             "dc_delay_s": sum(delay) / len(delay), "dc_step_s": st.step_time_s, "dc_step_s_max": st.step_time_s,
-            "dc_overshoot_s": st.overshoot_s}
+            "dc_overshoot_s": st.overshoot_s, "dc_overshoot_s_slowest": st.overshoot_s_max}
+        if self.core.tau_info and not self._tau_logged:
+            self._log_tau_info()
         return res
+
+    def _log_tau_info(self) -> None:
+        """Once, when ``auto`` has chosen tau: a ``tau_info`` event at the update that chose it (tau applies
+        from the next one; the model's predictions, Eq. 4-7 of :mod:`mmst.distributed.straggler_model`) and a
+        console line."""
+        self._tau_logged = True
+        info = dict(self.core.tau_info)
+        u = self._update_index() + 1
+        if self.trainer is not None and self.is_main_process:
+            self.trainer.log.log("event", u, {"tau_info": info})
+        log.info("DropCompute auto threshold after update %d: tau %.4gs, predicted drop rate %.3f, predicted "
+                 "speed-up over synchronous training %.3f (step %.4gs vs %.4gs; T_c %.4gs, phi %.2f)", u,
+                 info.get("tau_s", math.inf), info.get("drop_rate", 0.0), info.get("speedup", 1.0),
+                 info.get("step_s", 0.0), info.get("sync_step_s", 0.0), info.get("comm_s", 0.0),
+                 info.get("fwd_fraction", 0.0))
 
 
 class TrainerParamServer(_Base):
     """``--distributed param-server`` for the MMST trainer (rank 0 = server; see module docstring).
 
     Raises:
-        ValueError: fewer than 2 processes, or a bad ``max_staleness``.
+        ValueError: fewer than 2 processes, a bad ``max_staleness`` or ``lr_per_push``.
     """
 
     def __init__(self, **options: Any) -> None:
@@ -249,6 +306,7 @@ class TrainerParamServer(_Base):
             self.max_staleness = int(ms)
             if self.max_staleness < 0:
                 raise ValueError(f"max_staleness={ms!r}: must be >= 0 (or inf for no bound)")
+        self.lr_per_push = resolve_lr_per_push(options.get("lr_per_push"), options.get("staleness_lr"))
         self.server: ParamServer | None = None
         self.worker: ParamWorker | None = None
         self._version = 0
@@ -284,10 +342,10 @@ class TrainerParamServer(_Base):
             tr = self.trainer
             budget = max(0, int(tr.cfg.optim.max_update) - int(tr.state.num_updates)) * self.n_workers
             self.server = ParamServer(self.env, tr.model, tr.optimizer, budget, self.max_staleness,
-                                      bool(self.opts.get("staleness_lr", False)), self.opts.get("worker_timeout"))
+                                      worker_timeout_s=self.opts.get("worker_timeout"), lr_per_push=self.lr_per_push)
             log.info("param-server: %d workers, %d pushes to go (%d updates of %d pushes), max_staleness %s, "
-                     "worker_timeout %.1fs", self.n_workers, budget, budget // self.n_workers, self.n_workers,
-                     self.max_staleness, self.server.worker_timeout_s)
+                     "lr_per_push %s, worker_timeout %.1fs", self.n_workers, budget, budget // self.n_workers,
+                     self.n_workers, self.max_staleness, self.lr_per_push, self.server.worker_timeout_s)
         return self.server
 
     def run_update(self, model: torch.nn.Module, criterion: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
@@ -308,6 +366,7 @@ class TrainerParamServer(_Base):
     def _server_update(self, scheduler: Any) -> UpdateResult:
         srv = self._server()
         i0, s0, l0, n0 = len(srv.staleness), srv.samples, srv.loss_sum, srv.ntokens
+        nll0, f0 = srv.nll_sum, srv.n_frames
         n = srv.run_pushes(self.n_workers)
         if scheduler is not None:
             scheduler.step()
@@ -321,9 +380,12 @@ class TrainerParamServer(_Base):
         self._n_lost_logged, self._n_back_logged = len(srv.lost), len(srv.rejoined)
         stale = srv.staleness[i0:] or [0]
         gn = srv.grad_norms[i0:] or [0.0]
-        stats = {"loss": srv.loss_sum - l0, "ntokens": srv.ntokens - n0, "nsentences": srv.samples - s0}
+        scales = srv.lr_scales[i0:] or [0.0]
+        stats = {"loss": srv.loss_sum - l0, "ntokens": srv.ntokens - n0, "nsentences": srv.samples - s0,
+                 "nll_loss": srv.nll_sum - nll0, "n_frames": srv.n_frames - f0}
         dist = {"ps_staleness": sum(stale) / len(stale), "ps_staleness_max": float(max(stale)),
-                "ps_pushes_count": float(n), "ps_live_workers": float(len(srv.alive))}
+                "ps_pushes_count": float(n), "ps_live_workers": float(len(srv.alive)),
+                "ps_lr_scale": sum(scales) / len(scales)}
         return _result(stats, sum(gn) / len(gn), [], dist)
 
     def _worker_update(self, model: torch.nn.Module, criterion: Any, micro_batches: list[Any],
@@ -363,7 +425,8 @@ class TrainerParamServer(_Base):
         model.zero_grad(set_to_none=True)
         self._version, self._stopped = self.worker.push(self._version, g, float(stats.get("nsentences", 0)),
                                                         float(stats.get("loss", 0.0)), float(stats.get("ntokens", 0)),
-                                                        gnorm)
+                                                        gnorm, float(stats.get("nll_loss", 0.0)),
+                                                        float(stats.get("n_frames", 0)))
         if self._stopped:
             self.worker.close()
         return _result(stats, gnorm, ids, {})

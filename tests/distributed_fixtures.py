@@ -1,0 +1,118 @@
+"""A scripted model, criterion and micro-batches for the gradient-normalisation tests of the distributed
+modes, run through the trainer's adapters (:mod:`mmst.training.distributed`) exactly as ``mmst-train`` runs
+them, and the rank function that :func:`mmst.simulation.run.launch_local` spawns.
+
+The model maps each input frame (``F`` features) to one number; the criterion is the squared error
+SUMMED over the valid frames of a micro-batch, and a valid frame counts as one target token
+(``ntokens`` = sum of the lengths), so micro-batches of different lengths carry different weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+F = 3  # features per frame
+
+
+@dataclass
+class ScriptedBatch:
+    """The attributes of :class:`mmst.data.batching.Batch` that the training step reads."""
+
+    fbank: torch.Tensor  # (B, T, F)
+    fbank_lengths: torch.Tensor  # (B,)
+    target: torch.Tensor  # (B, T)
+    ids: list[str]
+
+    @property
+    def prev_output_tokens(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    @property
+    def ntokens(self) -> dict[str, int]:
+        return {"xx": int(self.fbank_lengths.sum())}
+
+    @property
+    def total_ntokens(self) -> int:
+        return int(self.fbank_lengths.sum())
+
+    @property
+    def size(self) -> int:
+        return int(self.fbank.shape[0])
+
+    @property
+    def n_frames(self) -> int:
+        return int(self.fbank_lengths.sum())
+
+    def to(self, device: Any) -> ScriptedBatch:
+        return self
+
+
+def make_batch(lengths: list[int], seed: int) -> ScriptedBatch:
+    """A micro-batch of ``len(lengths)`` utterances padded to the longest (deterministic in ``seed``)."""
+    g = torch.Generator().manual_seed(seed)
+    t = max(lengths)
+    x = torch.randn(len(lengths), t, F, generator=g)
+    y = torch.randn(len(lengths), t, generator=g)
+    return ScriptedBatch(x, torch.tensor(lengths), y, [f"s{seed}u{i}" for i in range(len(lengths))])
+
+
+class FrameModel(torch.nn.Module):
+    """``(B, T, F) -> (B, T)``: one linear layer per frame (a tanh in between, so gradients are not linear)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.a = torch.nn.Linear(F, 4)
+        self.b = torch.nn.Linear(4, 1)
+
+    def forward(self, fbank: torch.Tensor, lengths: torch.Tensor, prev: Any, waitk: Any = None) -> torch.Tensor:
+        return self.b(torch.tanh(self.a(fbank))).squeeze(-1)
+
+
+def criterion(out: torch.Tensor, batch: ScriptedBatch) -> tuple[torch.Tensor, dict[str, float]]:
+    """Squared error summed over valid frames; ``nll_loss`` = the same sum (a token-level NLL stand-in)."""
+    mask = torch.arange(out.shape[1])[None, :] < batch.fbank_lengths[:, None]
+    loss = ((out - batch.target) ** 2 * mask).sum()
+    return loss, {"loss": float(loss.detach()), "nll_loss": float(loss.detach()), "ntokens": batch.total_ntokens}
+
+
+def stub_trainer(model: torch.nn.Module) -> SimpleNamespace:
+    """The parts of :class:`mmst.training.trainer.Trainer` an adapter's ``setup`` and ``run_update`` read."""
+    return SimpleNamespace(model=model, cfg=SimpleNamespace(precision="fp32"), state=SimpleNamespace(num_updates=0),
+                           log=SimpleNamespace(log=lambda *a, **k: None))
+
+
+#: per rank: the token lengths of its micro-batches (unequal within and across ranks)
+DDP_LENGTHS = {0: [[2, 5], [7]], 1: [[9, 1, 4], [3, 3]]}
+
+
+def ddp_batches(rank: int) -> list[ScriptedBatch]:
+    return [make_batch(ls, 100 * rank + i) for i, ls in enumerate(DDP_LENGTHS[rank])]
+
+
+def ddp_rank(argv: list[str]) -> dict[str, Any]:
+    """One rank of ``--distributed ddp`` (or ``dropcompute`` with tau = inf when ``argv == ["dropcompute"]``):
+    one update of :class:`FrameModel` with SGD(lr=1) on this rank's :data:`DDP_LENGTHS` batches; returns the
+    parameters after the update and the logged stats."""
+    from mmst.distributed.env import init_distributed, shutdown
+    from mmst.training.distributed import TrainerDDP, TrainerDropCompute
+
+    torch.set_num_threads(1)
+    env = init_distributed("gloo", 30.0)
+    try:
+        mode = argv[0] if argv else "ddp"
+        strat = (TrainerDropCompute(dist_timeout=30, compute_threshold="inf") if mode == "dropcompute"
+                 else TrainerDDP(dist_timeout=30))
+        model = FrameModel(seed=0)
+        strat.setup(stub_trainer(model))
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        batches = ddp_batches(env.rank)
+        res = strat.run_update(model, criterion, opt, None, batches, [None] * len(batches), 0.0)
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        return {"params": flat.tolist(), "stats": res.stats}
+    finally:
+        shutdown(env)
