@@ -169,6 +169,9 @@ class OptimSection:
                              "(per-parameter, the earlier default); all are deterministic, their results "
                              "differ in the last bits",
                              choices=["fused", "foreach", "for-loop"])
+    layer_lr_decay: float = _f(1.0, doc="layer-wise learning-rate decay of a pretrained encoder "
+                               "(model.overrides.encoder_type: hf): a layer n below the top trains at lr * "
+                               "layer_lr_decay ** n, its front end at the lowest rate; 1 = off", min=0.0, max=1.0)
     update_freq: int = _f(1, doc="gradient accumulation: micro-batches per update", min=1)
     max_update: int = _f(10000, doc="stop after this many updates", min=1)
     max_epoch: int = _f(0, doc="stop after this many epochs (0 = no limit)", min=0)

@@ -45,8 +45,13 @@ from mmst.training.checkpoint import (
     remove_stale_temp_files,
     set_rng_state,
 )
-from mmst.training.config import TrainConfig, config_to_dict, normalize_waitk_list
-from mmst.training.optim import InverseSqrtSchedule, build_optimizer, set_optimizer_implementation
+from mmst.training.config import ConfigError, TrainConfig, config_to_dict, normalize_waitk_list
+from mmst.training.optim import (
+    InverseSqrtSchedule,
+    build_optimizer,
+    layerwise_param_groups,
+    set_optimizer_implementation,
+)
 from mmst.training.step import bf16_warning
 from mmst.training.strategy import SingleProcessStrategy, UpdateResult
 
@@ -593,6 +598,26 @@ def training_augmentation(cfg: TrainConfig, data_dir: str | Path) -> tuple[str, 
     return split, augment
 
 
+def waveform_time_masks(augment: Any, speed_perturbed: bool) -> Any:
+    """The SpecAugment time masks of ``augment`` for a waveform (pretrained) encoder, which applies them
+    to its own frames (:meth:`mmst.models.hf_encoder.HFSpeechEncoder.set_time_masking`); None when off.
+
+    Raises:
+        ConfigError: frequency masks or time warping (they need fbank features), or speed perturbation
+            (its copies exist as fbank only).
+    """
+    if speed_perturbed:
+        raise ConfigError("data.augment.speed_perturb: the speed-perturbed copies are fbank features; a "
+                          "waveform encoder (encoder_type: hf) reads the original audio (remove speed_perturb)")
+    spec = None if augment is None else augment.specaugment
+    if spec is None:
+        return None
+    if spec.freq_mask_N or spec.time_warp_W:
+        raise ConfigError("data.augment.specaugment: a waveform encoder (encoder_type: hf) takes time masks "
+                          "only (set freq_mask_N: 0 and time_warp_W: 0)")
+    return spec if spec.time_mask_N else None
+
+
 def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, strategy: Any = None) -> Trainer:
     """Build every component from ``cfg`` + DATA, resume from ``SAVE_DIR/checkpoint_last.pt`` if present.
 
@@ -637,8 +662,13 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
                         against="checkpoint model")
         tgt_langs = list(model_cfg.tgt_langs)
     with_src = cfg.criterion.ctc_weight > 0
-    common = dict(tgt_langs=tgt_langs, vocab_mode=vocab_mode, lang_tag_start=(arch == "unified"), with_src=with_src)
+    input_kind = (model_cfg or ModelConfig(**cfg.model.overrides.as_dict())).input_kind
+    common = dict(tgt_langs=tgt_langs, vocab_mode=vocab_mode, lang_tag_start=(arch == "unified"), with_src=with_src,
+                  input_kind=input_kind)
     train_split, augment = training_augmentation(cfg, data_dir)
+    time_mask = None
+    if input_kind == "waveform":  # SpecAugment's time masks move to the pretrained encoder's frames
+        time_mask, augment = waveform_time_masks(augment, train_split != cfg.data.train_subset), None
     train_ds = MultiwayDataset(data_dir, train_split, max_frames=min(cfg.data.max_frames, cfg.data.max_tokens),
                                cache_features=cfg.data.cache_features, augment=augment, **common)
     if train_ds.n_dropped:
@@ -666,6 +696,8 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
         except (TypeError, ValueError) as e:
             raise ValueError(f"model.overrides: {e}") from e
     model = build_model(model_cfg)
+    if time_mask is not None:
+        model.encoder.set_time_masking(time_mask.time_mask_N, time_mask.time_mask_T, time_mask.time_mask_p)
     check_languages(train_ds.tgt_langs, model.tgt_langs, what=f"manifest {train_ds.split}.tsv")
     for ds in (train_ds, valid_ds):  # the model decides the first decoder input (bos or <lang:xx>)
         if ds is not None:
@@ -674,7 +706,11 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
     criterion = MultilingualCriterion(label_smoothing=cfg.criterion.label_smoothing,
                                       lang_weights=cfg.criterion.lang_weights, ctc_weight=cfg.criterion.ctc_weight,
                                       pad_id=model_cfg.pad_id)
-    optimizer = build_optimizer(model.parameters(), cfg.optim.lr, cfg.optim.betas, cfg.optim.eps,
+    try:
+        groups = layerwise_param_groups(model, cfg.optim.layer_lr_decay)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    optimizer = build_optimizer(groups, cfg.optim.lr, cfg.optim.betas, cfg.optim.eps,
                                 cfg.optim.weight_decay, cfg.optim.implementation)
     scheduler = InverseSqrtSchedule(optimizer, cfg.optim.lr, cfg.optim.warmup_updates, cfg.optim.warmup_init_lr)
     train_iter = EpochBatchIterator(train_ds, train_ds.n_frames, train_ds.collater, cfg.data.max_tokens,
