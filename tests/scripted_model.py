@@ -111,6 +111,8 @@ class ScriptedModel(nn.Module):
         self.tgt_langs = ["de"]
         self.pre_decision_ratio = ratio
         self.dec = ScriptedDecoder(script)
+        # what the translator's own audio front end reads when it is built (ScriptedFrontEnd replaces it)
+        self.encoder = SimpleNamespace(input_kind="fbank")
         self.ctc_proj = ScriptedCTC(ctc_paths) if ctc_paths is not None else None
         self.dummy = nn.Parameter(torch.zeros(1))
 
