@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -259,8 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``mmst-export``; 0 ok, 1 with a one-line error, 2 bad options."""
 
+    command = shlex.join(["mmst-export", *(sys.argv[1:] if argv is None else argv)])
+
     def run(args: argparse.Namespace) -> int:
-        out = export_model(args.checkpoint, args.out, data_dir=args.data, scores=args.scores)
+        out = export_model(args.checkpoint, args.out, data_dir=args.data, scores=args.scores, command=command)
         print(f"mmst-export: wrote {out} ({', '.join(sorted(p.name for p in out.iterdir()))})")
         return 0
 
