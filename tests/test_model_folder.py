@@ -20,7 +20,8 @@ from safetensors.torch import load_file, save_file
 
 from mmst.cli_help import add_model_arguments
 from mmst.evaluation.loading import LoadError, load_system
-from mmst.export import ExportError, export_model, main as export_main
+from mmst.export import ExportError, export_model
+from mmst.export import main as export_main
 from mmst.models.checkpoint import CheckpointError, load_model
 
 
