@@ -30,6 +30,9 @@ from mmst.atomic import atomic_write_json
 from mmst.cli_help import HelpFormatter
 from mmst.corpora.mustc import AlignParams, align_segments, build_report, read_pair_split
 
+#: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
+DEPENDS_ON = ("bench/bench_alignment.py", "mmst/corpora/")
+
 LANGS = ["de", "es", "fr", "it", "nl", "pt", "ro", "ru", "ja", "zh", "ar", "tr"]
 WORDS = (
     "the of and to a in that is it you we this so they was for are have but what on with can "
@@ -130,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
         for m in g.matches.values():
             methods[m.method] = methods.get(m.method, 0) + 1
     result = {
-        "provenance": run_record(),
+        "provenance": run_record(depends_on=DEPENDS_ON),
         "segments": len(segs),
         "pairs": len(langs),
         "segments_per_pair": gen["per_pair"],

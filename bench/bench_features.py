@@ -32,6 +32,9 @@ from provenance import RESULTS_DIR, run_record
 
 from mmst.cli_help import HelpFormatter
 
+#: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
+DEPENDS_ON = ("bench/bench_features.py", "mmst/audio.py", "mmst/features.py")
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -129,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "x_realtime_per_cpu_second": round(audio_s / cpu, 1)})
     single = next(r for r in results if r["task"] == "fbank" and r["jobs"] == 1)
     info = {
-        "provenance": run_record(),
+        "provenance": run_record(depends_on=DEPENDS_ON),
         "benchmark": "fbank80 extraction speed (seconds of audio per second per core)",
         "goal_x_realtime_per_core": args.goal,
         "goal_metric": "x_realtime_per_cpu_second of single-process fbank",

@@ -38,6 +38,17 @@ from provenance import RESULTS_DIR, run_record, write_results
 
 from mmst.cli_help import HelpFormatter
 
+#: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
+DEPENDS_ON = (
+    "bench/bench_longform.py",
+    "mmst/simultaneous/",
+    "mmst/models/",
+    "mmst/evaluation/",
+    "mmst/features.py",
+    "mmst/data/vocab.py",
+    "mmst/corpora/long_talk.py",
+)
+
 SR = 16000
 
 
@@ -215,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print the tables and write the JSON."""
     args = build_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
-    prov = run_record(" ".join(["python", "bench/bench_longform.py", *(argv if argv is not None else sys.argv[1:])]))
+    prov = run_record(" ".join(["python", "bench/bench_longform.py", *(argv if argv is not None else sys.argv[1:])]),
+                      depends_on=DEPENDS_ON)
     if args.note:
         prov["note"] = args.note
     system, utts, audios = _load(args)

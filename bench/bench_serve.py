@@ -50,6 +50,16 @@ from provenance import RESULTS_DIR, run_record
 from mmst.cli_help import HelpFormatter, add_model_arguments
 from mmst.serve.loadtest import run_clients, summarize_clients
 
+#: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
+DEPENDS_ON = (
+    "bench/bench_serve.py",
+    "mmst/serve/",
+    "mmst/simultaneous/",
+    "mmst/models/",
+    "mmst/evaluation/",
+    "mmst/features.py",
+)
+
 REPO = Path(__file__).resolve().parents[1]
 RT_P95_MS = 300.0
 
@@ -174,7 +184,7 @@ def table(res: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; exit 1 with a message when the server or the audio is missing."""
     args = build_parser().parse_args(argv)
-    record = run_record()
+    record = run_record(depends_on=DEPENDS_ON)
     wavs = [Path(w) for w in args.wav] if args.wav else talk_wavs(Path(args.data))
     if not wavs:
         print("bench_serve: no talk wavs found (pass --wav)", file=sys.stderr)

@@ -65,6 +65,9 @@ from mmst.distributed.env import find_free_port
 from mmst.simulation.run import build_parser, train
 from mmst.simulation.step_time import expected_max_sum_blom, expected_max_sum_mc
 
+#: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
+DEPENDS_ON = ("bench/bench_stragglers.py", "mmst/simulation/", "mmst/distributed/")
+
 SCENARIOS = {"cv0": ("const", False), "ln0.3": ("lognormal:cv=0.3", False),
              "ln0.5": ("lognormal:cv=0.5", False), "slow": ("const", True)}
 MODES = ("ddp", "dropcompute", "param-server")
@@ -242,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if 1 not in ws:
         ws = [1, *ws]  # the single-worker reference is needed for efficiencies
     t0 = time.time()
-    record = run_record()  # the commit and command the run starts from
+    record = run_record(depends_on=DEPENDS_ON)  # the commit and command the run starts from
     rows: list[dict[str, Any]] = []
     for w in ws:
         tw = time.time()

@@ -52,6 +52,17 @@ from provenance import REPO, RESULTS_DIR, run_record
 from mmst.distributed.env import find_free_port
 from mmst.distributed.report import read_log, reference_target, run_summary, time_to_target
 
+#: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
+DEPENDS_ON = (
+    "bench/bench_stragglers_mmst.py",
+    "mmst/distributed/",
+    "mmst/training/",
+    "mmst/models/",
+    "mmst/data/",
+    "mmst/losses.py",
+    "mmst/features.py",
+)
+
 SCENARIOS = {"ln0.5": ["--straggler-delay", "lognormal:cv=0.5", "distributed.options.straggler_fraction=1.0"],
              "slow": []}
 MODES = ("ddp", "dropcompute", "param-server")
@@ -291,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     a.max_tokens = a.max_tokens or (1500 if q else 4000)
     a.auto_steps = a.auto_steps or (2 if q else 5)
     t0 = time.time()
-    record = run_record()
+    record = run_record(depends_on=DEPENDS_ON)
     rows: list[dict[str, Any]] = []
     targets: dict[int, float] = {}
     done_rows = Path(a.out).with_suffix(".rows.jsonl")  # finished runs, one JSON per line (--resume)

@@ -50,6 +50,15 @@ from provenance import RESULTS_DIR, run_record, write_results
 
 from mmst.cli_help import HelpFormatter
 
+#: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
+DEPENDS_ON = (
+    "bench/bench_streaming.py",
+    "mmst/simultaneous/",
+    "mmst/models/",
+    "mmst/evaluation/",
+    "mmst/features.py",
+)
+
 LANGS8 = ["de", "es", "fr", "it", "nl", "pt", "ro", "ru"]
 
 
@@ -256,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         args.policy_reps = 1
     torch.set_num_threads(args.threads)
     if args.policies_only:
-        record = run_record()  # at the start: the commit is the code that ran
+        record = run_record(depends_on=DEPENDS_ON)  # at the start: the commit is the code that ran
         t0 = time.perf_counter()
         audios = [speechy(float(s), seed=i) for i, s in enumerate(args.utt_seconds.split(","))]
         pr = policy_rows(args, audios, args.tokens_per_state)
@@ -422,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| one re-encode of an L s prefix (ms) | {pe} |")
     print(f"| runtime | {res['runtime_s']:.0f} s |")
     print_policy_rows(res["policies"], args.segment_ms)
-    write_results(args.out, {"provenance": run_record(), **res})
+    write_results(args.out, {"provenance": run_record(depends_on=DEPENDS_ON), **res})
     return 0
 
 

@@ -61,6 +61,17 @@ from provenance import RESULTS_DIR, run_record, write_results
 
 from mmst.cli_help import HelpFormatter
 
+#: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
+DEPENDS_ON = (
+    "bench/bench_train.py",
+    "mmst/models/",
+    "mmst/training/",
+    "mmst/data/",
+    "mmst/losses.py",
+    "mmst/features.py",
+    "mmst/corpora/speed_perturb.py",
+)
+
 LANGS8 = ["de", "es", "fr", "it", "nl", "pt", "ro", "ru"]
 
 
@@ -391,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {r['size']} | {r['threads']} | {r['precision']} | {r['batch_utts']} | {r['specaugment']} | "
                       f"{1000 * r['specaugment_s_per_batch']:.1f} | {r['specaugment_pct']:.2f}% | "
                       f"{1000 * r['speed_onthefly_s_per_batch']:.0f} | {r['speed_onthefly_pct']:.1f}% |")
-    write_results(args.out, {"provenance": run_record(), "meta": meta, "results": results})
+    write_results(args.out, {"provenance": run_record(depends_on=DEPENDS_ON), "meta": meta, "results": results})
     return 1 if bugs else 0
 
 

@@ -30,6 +30,9 @@ from mmst.models import build_model, model_config_for_size
 from mmst.training.optim import InverseSqrtSchedule, build_optimizer
 from mmst.training.strategy import SingleProcessStrategy
 
+#: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
+DEPENDS_ON = ("bench/bench_train_quick.py", "mmst/models/", "mmst/training/", "mmst/data/", "mmst/losses.py")
+
 LANGS = ["de", "es", "fr", "ja"]
 
 
@@ -93,7 +96,7 @@ def main() -> None:
               f"({r['batch_frames']} frames/update, {r['seconds'] / r['updates']:.2f} s/update)")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"provenance": run_record(), "meta": meta, "results": results}, indent=2)
+        Path(args.out).write_text(json.dumps({"provenance": run_record(depends_on=DEPENDS_ON), "meta": meta, "results": results}, indent=2)
                                   + "\n")
 
 

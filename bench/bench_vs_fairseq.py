@@ -51,6 +51,16 @@ from provenance import RESULTS_DIR, run_record, write_results
 
 from mmst.cli_help import HelpFormatter
 
+#: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
+DEPENDS_ON = (
+    "bench/bench_vs_fairseq.py",
+    "mmst/models/",
+    "mmst/training/",
+    "mmst/data/",
+    "mmst/losses.py",
+    "mmst/corpora/feature_corpus.py",
+)
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -325,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         if out.exists() and "skipped" not in json.loads(out.read_text() or "{}"):
             print(f"bench_vs_fairseq: kept the measured results in {out}")
         else:
-            out.write_text(json.dumps({"provenance": run_record(), "skipped": msg}, indent=2) + "\n")
+            out.write_text(json.dumps({"provenance": run_record(depends_on=DEPENDS_ON), "skipped": msg}, indent=2) + "\n")
         return 0
     work = Path(args.work)
     data = Path(args.data) if args.data else make_data(work, args.n_train)
@@ -429,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{f3(b['cpu_ratio_min'], b['cpu_ratio_median'], b['cpu_ratio_max'])} | "
               + (f"{e['ours_dev_loss']:.3f} ({e['ours_updates']} upd) / {e['fairseq_dev_loss']:.3f} "
                  f"({e['fairseq_updates']} upd, {e['cpu_seconds']:.0f} CPU s) |" if e else "- |"))
-    write_results(out, {"provenance": run_record(), **res})
+    write_results(out, {"provenance": run_record(depends_on=DEPENDS_ON), **res})
     return 0
 
 

@@ -33,6 +33,7 @@ for n in (1, 4, 8):
     res[n] = {"rtf": comp / aud, "ms_per_segment": sum(segs) / len(segs)}
     print(f"streaming on GPU, {n} language(s): RTF {comp / aud:.3f}, {res[n]['ms_per_segment']:.1f} ms/segment")
 from provenance import run_record
-json.dump({"provenance": run_record("bash bench/gpu_check.sh"), "device": torch.cuda.get_device_name(0), "rtf_by_num_langs": res},
+json.dump({"provenance": run_record("bash bench/gpu_check.sh", depends_on=("bench/gpu_check.sh", *bs.DEPENDS_ON)),
+           "device": torch.cuda.get_device_name(0), "rtf_by_num_langs": res},
           open("docs/results/gpu_streaming.json", "w"), indent=2)
 PYEOF

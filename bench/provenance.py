@@ -1,19 +1,24 @@
-"""Where a result came from: the command, the date, the git commit and the machine.
+"""Where a result came from: the command, the date, the git commit, the machine and the code it measured.
 
 Every results JSON under ``docs/results/`` carries one such record under the key ``"provenance"``, so a
 number in the docs can be traced to the run that produced it (development machines differ between
 AVX-512/AMX Intel and AVX2 AMD CPUs, and throughput moves by about 2x between them).
 
-Call :func:`run_record` when the run starts (the commit it records is the code that ran).
+Call :func:`run_record` when the run starts (the commit it records is the code that ran), with the
+source paths the run exercises: they are recorded with their content digests (``provenance.depends_on``,
+:func:`mmst.provenance.dependency_record`), and ``python tools/render_docs.py --stale`` names the results whose
+code has changed since.
 
 Usage (bench scripts put ``bench/`` on ``sys.path`` by being run as ``python bench/<script>.py``)::
 
     from provenance import run_record
-    out = {"provenance": run_record(), ...}
+    DEPENDS_ON = ("bench/bench_x.py", "mmst/models/")
+    out = {"provenance": run_record(depends_on=DEPENDS_ON), ...}
 
 or from the shell, to stamp a JSON written by another tool::
 
-    python bench/provenance.py --stamp docs/results/quickstart.json --command "make demo"
+    python bench/provenance.py --stamp docs/results/compare_x.json --command "bash recipes/synthetic/run_compare.sh" \\
+        --depends-on recipes/synthetic/run_compare.sh
 """
 
 from __future__ import annotations
@@ -22,17 +27,42 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mmst.provenance import cpu_flags, cpu_model, git_commit, machine, run_record
+from mmst.provenance import cpu_flags, cpu_model, dependency_record, git_commit, machine, run_record
 
-__all__ = ["RESULTS_DIR", "cpu_flags", "cpu_model", "git_commit", "machine", "run_record", "stamp", "write_results"]
+__all__ = ["RECIPE_DEPENDS_ON", "RESULTS_DIR", "cpu_flags", "cpu_model", "dependency_record", "expand_depends_on",
+           "git_commit", "machine", "run_record", "stamp", "write_results"]
 
 REPO = Path(__file__).resolve().parents[1]
 
 #: Directory of the committed results JSON files (rendered into the docs by ``tools/render_docs.py``).
 RESULTS_DIR = REPO / "docs" / "results"
+
+_TRAIN_EVAL = ("recipes/synthetic/conf/", "recipes/lib/", "eval/simultaneous_eval.py", "eval/compare_systems.py",
+               "mmst/features.py", "mmst/data/", "mmst/models/", "mmst/losses.py", "mmst/training/",
+               "mmst/simultaneous/", "mmst/evaluation/")
+_CORPUS = ("data_prep/", "mmst/audio.py", "mmst/corpora/")
+
+#: What each experiment recipe exercises: the recipe, its configs, training and evaluation code, and the corpus
+#: code where the recipe generates its corpus. ``stamp(..., depends_on=[recipe])`` (``--depends-on RECIPE``)
+#: expands a recipe named here to its list.
+RECIPE_DEPENDS_ON: dict[str, tuple[str, ...]] = {
+    "recipes/synthetic/run_compare.sh": ("recipes/synthetic/run_compare.sh", *_TRAIN_EVAL),
+    "recipes/synthetic/run_waitk_hard.sh": ("recipes/synthetic/run_waitk_hard.sh", *_TRAIN_EVAL, *_CORPUS),
+    "recipes/synthetic/run_offline_unified_vs_separate.sh": (
+        "recipes/synthetic/run_offline_unified_vs_separate.sh", *_TRAIN_EVAL, *_CORPUS),
+}
+
+
+def expand_depends_on(paths: Sequence[str]) -> list[str]:
+    """``paths`` with every recipe of :data:`RECIPE_DEPENDS_ON` replaced by its list (each path once, in order)."""
+    out: dict[str, None] = {}
+    for p in paths:
+        out.update(dict.fromkeys(RECIPE_DEPENDS_ON.get(p, (p,))))
+    return list(out)
 
 
 def write_results(path: str | os.PathLike[str], obj: dict[str, Any], indent: int = 2,
@@ -47,18 +77,21 @@ def write_results(path: str | os.PathLike[str], obj: dict[str, Any], indent: int
     return out
 
 
-def stamp(path: str | os.PathLike[str], command: str, date: str | None = None) -> dict[str, Any]:
+def stamp(path: str | os.PathLike[str], command: str, date: str | None = None,
+          depends_on: Sequence[str] | None = None) -> dict[str, Any]:
     """Add a ``provenance`` record to the JSON object in ``path`` (rewritten in place, atomically).
 
     Use it for JSON that another tool wrote (e.g. ``scores.json`` of ``eval/simultaneous_eval.py``).
-    ``date`` overrides the recorded date (ISO 8601) when the run happened earlier than the stamping.
-    Raises ``ValueError`` when the file does not hold a JSON object.
+    ``date`` overrides the recorded date (ISO 8601) when the run happened earlier than the stamping;
+    ``depends_on`` lists the source paths the run exercised, a recipe of :data:`RECIPE_DEPENDS_ON` standing for
+    its list (stamp right after the run, so that their digests are those of the code that ran).
+    Raises ``ValueError`` when the file does not hold a JSON object or a dependency path holds no file.
     """
     p = Path(path)
     data = json.loads(p.read_text())
     if not isinstance(data, dict):
         raise ValueError(f"{p}: expected a JSON object, found {type(data).__name__}")
-    rec = run_record(command)
+    rec = run_record(command, depends_on=expand_depends_on(depends_on) if depends_on else None)
     if date:
         rec["date"] = date
     data["provenance"] = rec
@@ -74,11 +107,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stamp", metavar="JSON", help="add a provenance record to this JSON file")
     ap.add_argument("--command", help="command line that produced the file (required with --stamp)")
     ap.add_argument("--date", help="ISO date of the run, when it is not now")
+    ap.add_argument("--depends-on", metavar="PATHS",
+                    help="comma-separated source paths the run exercised (files or folders, from the repository root; "
+                         "an experiment recipe stands for everything it runs)")
     a = ap.parse_args(argv)
     if a.stamp:
         if not a.command:
             ap.error("--stamp needs --command")
-        print(json.dumps(stamp(a.stamp, a.command, a.date), indent=1))
+        deps = [x.strip() for x in a.depends_on.split(",") if x.strip()] if a.depends_on else None
+        print(json.dumps(stamp(a.stamp, a.command, a.date, deps), indent=1))
     else:
         print(json.dumps(run_record(), indent=1))
     return 0

@@ -33,6 +33,12 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from provenance import RESULTS_DIR, run_record  # noqa: E402
 
+#: The source paths a quickstart run exercises: its recipe, the corpus, training and evaluation code
+#: (recorded with their digests in ``provenance.depends_on``; collect right after the run).
+DEPENDS_ON = ("recipes/synthetic/run.sh", "recipes/synthetic/conf/train_xs.yaml", "recipes/lib/", "data_prep/", "eval/",
+              "mmst/audio.py", "mmst/features.py", "mmst/corpora/", "mmst/data/", "mmst/models/", "mmst/losses.py",
+              "mmst/training/", "mmst/simultaneous/", "mmst/evaluation/")
+
 #: Stage titles of ``recipes/synthetic/run.sh``.
 STAGE_NAMES = {"0": "generate the grammar corpus", "1": "prep the multi-way corpus (fbank, CMVN, SentencePiece)",
                "2": "train the xs unified model (multi-k wait-k)", "3": "evaluate tst-COMMON at k = 1, 3, 5",
@@ -53,7 +59,7 @@ def collect(exp: Path, command: str) -> dict[str, Any]:
     sweep = _read_json(sweep_p)
     if "sweep" not in sweep:
         raise SystemExit(f"error: {sweep_p}: not a k sweep (no 'sweep' key); run stage 3 with several k")
-    out: dict[str, Any] = {"provenance": run_record(command), "tst-COMMON": sweep}
+    out: dict[str, Any] = {"provenance": run_record(command, depends_on=DEPENDS_ON), "tst-COMMON": sweep}
     out["provenance"]["date"] = dt.datetime.fromtimestamp(sweep_p.stat().st_mtime, dt.timezone.utc).isoformat(
         timespec="seconds")
     unseen = exp / "eval_unseen" / "scores.json"

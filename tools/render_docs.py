@@ -10,12 +10,22 @@ A table lives between two markers in a Markdown file::
 ``NAME`` is a key of :data:`TABLES`, which names the JSON file under ``docs/results/`` and the function
 that turns it into Markdown. The marker ``<!-- generated:config-keys -->`` ... ``<!-- /generated:config-keys
 -->`` holds the ``mmst-train`` config key reference, generated from the field documentation of
-:mod:`mmst.training.config` (the same text as ``mmst-train --help``).
+:mod:`mmst.training.config` (the same text as ``mmst-train --help``); ``generated:results-index`` (in
+``docs/index.md``) lists every results JSON with its run and its freshness.
+
+Freshness: each JSON's ``provenance.depends_on`` lists the source paths its run exercised and their digests at
+measurement time (:mod:`mmst.provenance`). When a digest no longer matches the tree, the JSON is *stale*: the
+code it measures has changed since. A stale table gets one rendered line under it (``**Stale:** measured at
+commit X; the code it measures has changed since``); a JSON without the record counts as stale too
+(dependencies unknown). Staleness is information, not an error: ``--check`` compares the tables with their JSON
+and ignores those lines and the index's freshness column; a fresh render writes them.
 
 Usage::
 
     python tools/render_docs.py            # rewrite every marked block in README.md and docs/**/*.md
     python tools/render_docs.py --check    # exit 1 (and list them) when a block differs from its source
+    python tools/render_docs.py --stale    # list the results JSON whose code has changed since (exit 0)
+    python tools/render_docs.py --stale --root DIR   # the same for another checkout or an unpacked tarball
     python tools/render_docs.py --list     # the table names and their JSON files
 
 Errors (exit 2): an unknown NAME, a marker without its closing marker, a missing or unreadable JSON.
@@ -26,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,9 +46,16 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
+sys.path.insert(0, str(REPO))  # this checkout's mmst, also where it is not installed (a tarball, a shallow clone)
+
+from mmst.provenance import changed_dependencies, tree_files  # noqa: E402
 
 MARKER = re.compile(r"<!-- (results|generated):([A-Za-z0-9_.-]+) -->\n(.*?)<!-- /\1:\2 -->", re.S)
 OPEN = re.compile(r"<!-- (results|generated):([A-Za-z0-9_.-]+) -->")
+#: The rendered line under a stale table (``--check`` ignores it: staleness is not a mismatch with the JSON).
+STALE_LINE = re.compile(r"^\*\*Stale:\*\* .*\n\n", re.M)
+#: The results index block; ``--check`` ignores its last column (freshness).
+INDEX_BLOCK = re.compile(r"(<!-- generated:results-index -->\n)(.*?)(<!-- /generated:results-index -->)", re.S)
 
 
 class RenderError(Exception):
@@ -553,27 +571,121 @@ def model_sizes() -> str:
 GENERATED: dict[str, Callable[[], str]] = {"config-keys": config_keys, "model-sizes": model_sizes}
 
 
+# ----------------------------------------------------------------------------------------------- sources
+@dataclass(frozen=True)
+class Freshness:
+    """Whether the code a results JSON measured has changed since: ``changed`` lists the dependency paths
+    whose digest differs now (``[]``: current), ``None`` when the JSON records no dependencies."""
+
+    name: str
+    commit: str | None
+    changed: list[str] | None
+    note: str | None = None
+
+    @property
+    def stale(self) -> bool:
+        """True when the code changed since, or when nobody knows (no dependency record)."""
+        return self.changed is None or bool(self.changed)
+
+    def describe(self, why: bool = True) -> str:
+        """``current``, ``changed since: `a`, `b``` or ``dependencies unknown`` (with the record's note when
+        ``why``)."""
+        if self.changed is None:
+            return "dependencies unknown" + (f" ({self.note})" if self.note and why else "")
+        return "changed since: " + ", ".join(f"`{c}`" for c in self.changed) if self.changed else "current"
+
+
+class Sources:
+    """The results JSON files of one checkout (``ROOT/docs/results``), read once, and the digests of their
+    dependency paths in that checkout, taken once per path."""
+
+    def __init__(self, root: Path = REPO):
+        self.root = Path(root)
+        self.results = self.root / "docs" / "results"
+        self._json: dict[str, Any] = {}
+        self._digests: dict[str, str] = {}
+        self._read = tree_files(self.root)
+
+    def names(self) -> list[str]:
+        """Every results JSON file name, sorted."""
+        return sorted(p.name for p in self.results.glob("*.json"))
+
+    def load(self, name: str) -> Any:
+        """The parsed JSON ``docs/results/NAME``; raises :class:`RenderError` when it cannot be read."""
+        if name not in self._json:
+            try:
+                self._json[name] = json.loads((self.results / name).read_text())
+            except (OSError, ValueError) as e:
+                raise RenderError(f"docs/results/{name}: cannot read results JSON: {e}") from e
+        return self._json[name]
+
+    def freshness(self, name: str) -> Freshness:
+        """Compare the JSON's ``provenance.depends_on`` digests with the files under :attr:`root` now."""
+        data = self.load(name)
+        prov = (data.get("provenance") if isinstance(data, Mapping) else None) or {}
+        dep = prov.get("depends_on")
+        note = dep.get("note") if isinstance(dep, Mapping) else None
+        commit = (prov.get("git_commit") or "").split("-")[0][:10] or None
+        return Freshness(name, commit, changed_dependencies(dep, self._read, self._digests), note)
+
+
+def stale_line(f: Freshness) -> str:
+    """The line under a stale table (``""`` for a current one)."""
+    if not f.stale:
+        return ""
+    at = f"measured at commit `{f.commit}`" if f.commit else "measured at an unrecorded commit"
+    if f.changed is None:
+        return f"**Stale:** {at}; the code it measures may have changed since (its dependencies are not recorded)."
+    return f"**Stale:** {at}; the code it measures has changed since ({', '.join(f'`{c}`' for c in f.changed)})."
+
+
+def _script(command: str) -> str:
+    """The script a recorded command ran (``bench/bench_x.py``), else the command's start."""
+    for tok in command.split():
+        tok = tok.rstrip(":;,")
+        if tok.endswith((".py", ".sh")):
+            return tok
+    return command[:40]
+
+
+def results_index(sources: Sources) -> str:
+    """Every results JSON: the documents that render it, its run (script, date, commit) and its freshness."""
+    shown: dict[str, set[str]] = {}
+    docs = sources.root / "docs"
+    for p in doc_files(sources.root):
+        for m in MARKER.finditer(p.read_text()):
+            if m.group(1) == "results" and m.group(2) in TABLES:
+                rel = Path(os.path.relpath(p, docs)).as_posix()
+                shown.setdefault(TABLES[m.group(2)].json, set()).add(f"[{Path(rel).name}]({rel})")
+    rows = []
+    for name in sources.names():
+        prov = sources.load(name).get("provenance") or {}
+        f = sources.freshness(name)
+        rows.append([f"`{name}`", ", ".join(sorted(shown.get(name, ()))) or "-", f"`{_script(prov.get('command', '?'))}`",
+                     str(prov.get("date", "?"))[:10], f"`{f.commit}`" if f.commit else "-", f.describe(why=False)])
+    return md_table(["results file", "shown in", "written by", "date", "commit", "freshness"], rows)
+
+
+def _comparable(text: str) -> str:
+    """``text`` without what depends on the source tree rather than on the JSON: the stale lines and the
+    freshness column of the results index (what ``--check`` ignores)."""
+    text = STALE_LINE.sub("", text)
+    return INDEX_BLOCK.sub(lambda m: m[1] + re.sub(r"^(\|.*\|)[^|\n]*\|$", r"\1", m[2], flags=re.M) + m[3], text)
+
+
 # ----------------------------------------------------------------------------------------------- driver
-def _load(name: str, cache: dict[str, Any]) -> Any:
-    if name not in cache:
-        p = RESULTS / name
-        try:
-            cache[name] = json.loads(p.read_text())
-        except (OSError, ValueError) as e:
-            raise RenderError(f"docs/results/{name}: cannot read results JSON: {e}") from e
-    return cache[name]
-
-
-def render_block(kind: str, name: str, cache: dict[str, Any]) -> str:
+def render_block(kind: str, name: str, sources: Sources) -> str:
     """The text between the markers of block ``kind:name`` (starts and ends with a newline)."""
     if kind == "generated":
+        if name == "results-index":
+            return "\n" + results_index(sources) + "\n\n"
         if name not in GENERATED:
-            raise RenderError(f"unknown generated block {name!r} (known: {', '.join(GENERATED)})")
+            raise RenderError(f"unknown generated block {name!r} (known: {', '.join([*GENERATED, 'results-index'])})")
         return "\n" + GENERATED[name]() + "\n\n"
     if name not in TABLES:
         raise RenderError(f"unknown results table {name!r} (known: {', '.join(TABLES)})")
     t = TABLES[name]
-    data = _load(t.json, cache)
+    data = sources.load(t.json)
     part = data
     for k in (t.subkey.split("/") if t.subkey else []):
         part = part[k]
@@ -581,10 +693,11 @@ def render_block(kind: str, name: str, cache: dict[str, Any]) -> str:
         body = t.render(part)
     except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
         raise RenderError(f"docs/results/{t.json}: cannot render table {name!r}: {type(e).__name__}: {e}") from e
-    return "\n" + body + "\n\n" + source_line(t.json, data) + "\n\n"
+    stale = stale_line(sources.freshness(t.json))
+    return "\n" + body + "\n\n" + source_line(t.json, data) + "\n\n" + (stale + "\n\n" if stale else "")
 
 
-def render_text(text: str, path: str, cache: dict[str, Any]) -> str:
+def render_text(text: str, path: str, sources: Sources) -> str:
     """``text`` with every marked block re-rendered. Raises :class:`RenderError` naming ``path:line``."""
     closed = {m.start() for m in MARKER.finditer(text)}
     for m in OPEN.finditer(text):
@@ -595,7 +708,7 @@ def render_text(text: str, path: str, cache: dict[str, Any]) -> str:
 
     def sub(m: re.Match[str]) -> str:
         try:
-            body = render_block(m.group(1), m.group(2), cache)
+            body = render_block(m.group(1), m.group(2), sources)
         except RenderError as e:
             line = text.count("\n", 0, m.start()) + 1
             raise RenderError(f"{path}:{line}: {e}") from e
@@ -609,40 +722,70 @@ def doc_files(root: Path = REPO) -> list[Path]:
     return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
 
 
-def run(check: bool, files: Sequence[Path] | None = None) -> list[Path]:
-    """Render (or with ``check`` only compare) every file; returns the files that differ(ed)."""
-    cache: dict[str, Any] = {}
+def run(check: bool, files: Sequence[Path] | None = None, root: Path = REPO) -> list[Path]:
+    """Render (or with ``check`` only compare) every file; returns the files that differ(ed).
+
+    ``root``: the checkout whose ``docs/results`` and sources are read (default this one); ``files``: the
+    Markdown files (default :func:`doc_files` of ``root``). With ``check``, a file differs only when a table or
+    generated block disagrees with its source; a missing or outdated stale line does not count.
+    """
+    sources = Sources(root)
     changed = []
-    for p in files if files is not None else doc_files():
+    for p in files if files is not None else doc_files(root):
         old = p.read_text()
-        new = render_text(old, str(p.relative_to(REPO) if p.is_relative_to(REPO) else p), cache)
-        if new != old:
+        new = render_text(old, str(p.relative_to(root) if p.is_relative_to(root) else p), sources)
+        if (_comparable(new) != _comparable(old)) if check else (new != old):
             changed.append(p)
             if not check:
                 p.write_text(new)
     return changed
 
 
+def stale_results(root: Path = REPO) -> list[Freshness]:
+    """The freshness of every results JSON under ``root/docs/results`` (current ones included)."""
+    sources = Sources(root)
+    return [sources.freshness(name) for name in sources.names()]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: render, ``--check`` or ``--list``."""
+    """CLI: render, ``--check``, ``--stale`` or ``--list``."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
     ap.add_argument("--check", action="store_true", help="do not write; exit 1 when a block differs from its source")
+    ap.add_argument("--stale", action="store_true",
+                    help="list the results JSON whose measured code has changed since, with the changed paths (exit 0)")
     ap.add_argument("--list", action="store_true", help="print every table name and its JSON file")
+    ap.add_argument("--root", type=Path, default=REPO,
+                    help="the checkout to render or check (default: the one this script is in)")
     a = ap.parse_args(argv)
+    root = a.root.resolve()
+    if a.stale:
+        try:
+            every = stale_results(root)
+        except RenderError as e:
+            print(f"render_docs: error: {e}", file=sys.stderr)
+            return 2
+        stale = [f for f in every if f.stale]
+        for f in stale:
+            at = f"measured at commit {f.commit}" if f.commit else "no commit recorded"
+            print(f"docs/results/{f.name}: {at}; {f.describe().replace('`', '')}")
+        print(f"{len(stale)} of {len(every)} results files stale" if stale else
+              f"all {len(every)} results files current")
+        return 0
     if a.list:
         for name, t in TABLES.items():
             print(f"{name:24s} docs/results/{t.json}" + (f" [{t.subkey}]" if t.subkey else ""))
         for name in GENERATED:
             print(f"{name:24s} (generated from the code)")
+        print(f"{'results-index':24s} (generated from docs/results and the source tree)")
         return 0
     try:
-        changed = run(a.check)
+        changed = run(a.check, root=root)
     except RenderError as e:
         print(f"render_docs: error: {e}", file=sys.stderr)
         return 2
     for p in changed:
-        rel = p.relative_to(REPO)
+        rel = p.relative_to(root)
         print(f"{rel}: out of date with its results JSON (run python tools/render_docs.py)" if a.check
               else f"rendered {rel}")
     return 1 if (a.check and changed) else 0

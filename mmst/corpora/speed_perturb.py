@@ -56,6 +56,11 @@ from mmst.features import (
 )
 from mmst.provenance import run_record
 
+#: The source paths that make the speed-perturbed copies (recorded with their digests in the report's
+#: ``provenance.depends_on``).
+DEPENDS_ON = ("data_prep/speed_perturb.py", "mmst/corpora/speed_perturb.py", "mmst/audio.py", "mmst/features.py",
+              "mmst/data/corpus.py", "mmst/data/manifest.py", "mmst/data/store.py")
+
 DEFAULT_FACTORS = (0.9, 1.0, 1.1)
 SAMPLE_RATE = 16000
 
@@ -228,6 +233,6 @@ def build_speed_perturbed(data_dir: str | os.PathLike[str], split: str = "train"
               "extracted": sum(1 for r in results.values() if not r.get("cached")),
               "from_cache": sum(1 for r in results.values() if r.get("cached")), "feature_seconds": round(t_feat, 2), "jobs": jobs,
               "resampler": f"soxr {soxr.__version__} HQ", "seconds": round(time.time() - t0, 2),
-              "provenance": run_record()}
+              "provenance": run_record(depends_on=DEPENDS_ON)}
     atomic_write_json(out / f"speed_perturb_{split}.json", report)
     return report

@@ -22,6 +22,13 @@ from typing import Any
 
 from mmst.provenance import run_record
 
+#: The source paths the policy experiment exercises (``recipes/synthetic/run_policies_hard.sh``: the two
+#: models' training, the policy sweeps, this comparison); recorded with their digests in
+#: ``provenance.depends_on``.
+DEPENDS_ON = ("recipes/synthetic/run_policies_hard.sh", "recipes/synthetic/run_waitk_hard.sh", "recipes/synthetic/conf/",
+              "recipes/lib/", "eval/simultaneous_eval.py", "eval/policy_results.py", "mmst/features.py", "mmst/data/",
+              "mmst/models/", "mmst/losses.py", "mmst/training/", "mmst/simultaneous/", "mmst/evaluation/")
+
 
 class CompareError(ValueError):
     """A missing or malformed sweep (one-line message naming the file)."""
@@ -127,8 +134,8 @@ def summary(eq_offline_al: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The results JSON's provenance record (:func:`mmst.provenance.run_record`) for ``argv``
-    (default: this process's command line)."""
-    return run_record(shlex.join(["python", *argv]) if argv is not None else None)
+    (default: this process's command line), with the experiment's :data:`DEPENDS_ON`."""
+    return run_record(shlex.join(["python", *argv]) if argv is not None else None, depends_on=DEPENDS_ON)
 
 
 def plot_policies(

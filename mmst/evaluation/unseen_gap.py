@@ -28,6 +28,14 @@ from mmst.provenance import run_record
 
 SEEN, UNSEEN = "tst-COMMON", "tst-unseen"
 
+#: The source paths the augmentation experiment exercises (``recipes/synthetic/run_augment.sh``: speed
+#: perturbation, training with SpecAugment, evaluation on both test sets, this report); recorded with their
+#: digests in ``provenance.depends_on``.
+DEPENDS_ON = ("recipes/synthetic/run_augment.sh", "recipes/synthetic/conf/", "recipes/lib/", "data_prep/speed_perturb.py",
+              "eval/simultaneous_eval.py", "eval/unseen_gap.py", "mmst/audio.py", "mmst/features.py",
+              "mmst/corpora/speed_perturb.py", "mmst/data/", "mmst/models/", "mmst/losses.py", "mmst/training/",
+              "mmst/simultaneous/", "mmst/evaluation/")
+
 
 def _seed_of(name: str) -> int:
     m = re.fullmatch(r"seed(\d+)", name)
@@ -114,8 +122,9 @@ def unseen_gap_report(scores: dict[str, dict[str, dict[int, dict[str, dict[str, 
 
 
 def provenance(command: str) -> dict[str, Any]:
-    """The results JSON's provenance record (:func:`mmst.provenance.run_record`) for ``command``."""
-    return run_record(command)
+    """The results JSON's provenance record (:func:`mmst.provenance.run_record`) for ``command``, with the
+    experiment's :data:`DEPENDS_ON`."""
+    return run_record(command, depends_on=DEPENDS_ON)
 
 
 def _fmt(ms: dict[str, Any], nd: int = 2) -> str:
