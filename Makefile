@@ -18,7 +18,6 @@ $(STAMP): pyproject.toml
 	@# torch comes first, pinned to the CPU build (2.13.0); then the project and its dev extras.
 	@$(PY) -m pip install -q "torch==2.13.0"
 	@$(PY) -m pip install -q -e ".[dev]" 2>&1 | { grep -vE "^WARNING: Location|BuildBackendWarning|^ *(!!|\*+|corresp|with strategy|Please be careful|name as your package)|^ *$$" || true; }
-	@bash tools/ensure_system_packages.sh
 	@touch $(STAMP)
 	@echo "setup: .venv ready ($$($(PY) -c 'import torch; print("torch", torch.__version__)'))"
 
@@ -26,13 +25,16 @@ $(STAMP): pyproject.toml
 lint: setup
 	$(VENV)/bin/ruff check .
 
-## test: setup, ruff, then the pytest suite
+## test: setup, the system packages of the tests (espeak-ng, chromium, chromium-driver, fonts-noto-cjk),
+## ruff, then the pytest suite
 test: setup
+	@bash tools/ensure_system_packages.sh test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
-## demo: setup, then the quickstart recipe (synthetic corpus -> train xs -> evaluate k=1,3,5)
+## demo: setup, espeak-ng, then the quickstart recipe (synthetic corpus -> train xs -> evaluate k=1,3,5)
 demo: setup
+	@bash tools/ensure_system_packages.sh demo
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash recipes/synthetic/run.sh
 
 ## bench: every benchmark, results in docs/results/*.json (render the docs: python tools/render_docs.py)

@@ -13,11 +13,19 @@ Reports, and writes to ``docs/results/longform.json`` (the ``summary`` object fi
    Summary: ``cost_ratio_60min_vs_5min`` = thread-CPU ms per chunk in the last bucket / in the first
    (goal <= 1.2; CPU time, because the machine may be shared: wall-clock ratios are in the buckets),
    ``rss_growth_mib_10_to_60min`` = peak RSS at 60 min - at 10 min (goal <= 50 MiB), ``rtf`` = wall
-   compute / audio of the whole talk (``cost.rtf_cpu``: the same with thread CPU time).
-2. **Cross-check** (``--crosscheck-utts`` utterances, default 100): the same utterances evaluated
+   compute / audio of the whole talk (``cost.rtf_cpu``: the same with thread CPU time; goal < 1),
+   ``vad_share_of_compute`` = the VAD's part of the long-form driver's compute.
+2. **Rows** (``rows``, ``--row-minutes`` each, default 10): the same talk with AlignAtt (``--alignatt-policy``),
+   and a talk whose pauses (100 ms) are shorter than the VAD's segment-ending silence, so that every
+   segment is cut at ``--capped-max-segment-s``: RTF (wall and CPU), segments, cuts by the cap, VAD share.
+3. **One large push** (``--rss-minutes``, default 5): peak RSS growth of a child process that pushes
+   the whole talk at once minus one that pushes it in 320 ms pieces (summary
+   ``rss_growth_mib_one_push_5min``, goal <= 30 MiB).
+4. **Cross-check** (``--crosscheck-utts`` utterances, default 100): the same utterances evaluated
    one by one (segmented, :func:`mmst.evaluation.streaming.stream_utterance`) and as one talk with
    pauses (long-form, VAD and oracle segmentation, scored by mWER resegmentation): BLEU and LAAL vs
-   StreamLAAL per language.
+   StreamLAAL per language; and (``crosscheck_capped``) the talk with 100 ms pauses, where the VAD's
+   segments are cut by the cap, against the oracle segmentation.
 
 Needs a trained checkpoint (default: the quickstart's, ``exp/synthetic``) and its DATA. Runtime: about
 the talk length times the RTF (~0.2 on one core), plus the cross-check.
@@ -36,7 +44,7 @@ import numpy as np
 import torch
 from provenance import RESULTS_DIR, run_record, write_results
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import ArgumentParser
 
 #: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
 DEPENDS_ON = (
@@ -54,7 +62,7 @@ SR = 16000
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p = ArgumentParser(description=__doc__)
     p.add_argument("--checkpoint", default="exp/synthetic/model/checkpoint_best.pt", help="trained mmst checkpoint")
     p.add_argument("--data", default=None, help="its DATA directory (default: the checkpoint's)")
     p.add_argument("--split", default="tst-COMMON", help="DATA split whose utterances make the talk")
@@ -65,10 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pause-ms", default="300,800", help="shortest,longest pause between utterances (ms)")
     p.add_argument("--vad-min-silence-ms", type=float, default=150.0,
                    help="VAD silence that ends a segment (150 ms: below the talk's shortest pause)")
-    p.add_argument("--chunk-ms", type=float, default=320.0, help="processing chunk and push size in ms")
+    p.add_argument("--source-segment-size", dest="chunk_ms", type=float, default=320.0,
+                   help="processing chunk and push size in ms")
+    p.add_deprecated_alias("--chunk-ms", "--source-segment-size")
     p.add_argument("--crosscheck-utts", type=int, default=100, help="utterances of the cross-check (0 = skip)")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--seed", type=int, default=0, help="pause lengths")
+    p.add_argument("--row-minutes", type=float, default=10.0, help="talk length of the AlignAtt and capped rows")
+    p.add_argument("--alignatt-policy", default="alignatt:frames=4", help="policy of the AlignAtt row")
+    p.add_argument("--capped-max-segment-s", type=float, default=10.0,
+                   help="segment cap of the capped row and cross-check (its pauses, 100 ms, never end a segment)")
+    p.add_argument("--rss-minutes", type=float, default=5.0, help="talk length of the one-push memory check (0 = skip)")
+    p.add_argument("--rss-child", type=float, default=None, help=argparse.SUPPRESS)  # push ms, in a child process
     p.add_argument("--note", default="", help="free text recorded in the provenance (e.g. machine shared)")
     p.add_argument("--out", default=str(RESULTS_DIR / "longform.json"), help="output JSON")
     return p
@@ -92,7 +108,8 @@ def _rss_mib() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
-def bounded_cost(system, audios, args) -> dict[str, Any]:
+def bounded_cost(system, audios, args, policy: str | None = None, minutes: float | None = None,
+                 pause_ms: str | None = None, max_segment_s: float = 20.0) -> dict[str, Any]:
     """Stream the long talk; per-bucket cost, RSS, segments and cache sizes."""
     from tqdm import tqdm
 
@@ -100,13 +117,16 @@ def bounded_cost(system, audios, args) -> dict[str, Any]:
     from mmst.simultaneous.longform import LongFormTranslator, SegmentEnd
     from mmst.simultaneous.vad import StreamingVad
 
-    lo, hi = (float(x) / 1000.0 for x in args.pause_ms.split(","))
+    minutes = args.minutes if minutes is None else minutes
+    lo, hi = (float(x) / 1000.0 for x in (pause_ms or args.pause_ms).split(","))
     chunk = int(round(args.chunk_ms * SR / 1000.0))
-    lf = LongFormTranslator(system.translator(3, policy=args.policy),
-                            vad=StreamingVad(min_silence_ms=args.vad_min_silence_ms), chunk_ms=args.chunk_ms)
+    lf = LongFormTranslator(system.translator(3, policy=policy or args.policy),
+                            vad=StreamingVad(min_silence_ms=args.vad_min_silence_ms, max_segment_s=max_segment_s),
+                            chunk_ms=args.chunk_ms)
     lf.reset()
-    bucket_s = args.bucket_min * 60.0
-    n_buckets = int(np.ceil(args.minutes * 60.0 / bucket_s))
+    bucket_s = min(args.bucket_min, minutes) * 60.0
+    n_buckets = int(np.ceil(minutes * 60.0 / bucket_s))
+    forced = 0
     wall: list[list[float]] = [[] for _ in range(n_buckets)]
     cpu: list[list[float]] = [[] for _ in range(n_buckets)]
     segs = [0] * n_buckets
@@ -117,8 +137,8 @@ def bounded_cost(system, audios, args) -> dict[str, Any]:
     next_sample = 0.0
     pos = 0.0
     compute = 0.0
-    total_chunks = int(np.ceil(args.minutes * 60.0 * SR / chunk))
-    for x, _ in tqdm(iter_long_talk(audios, args.minutes * 60.0, chunk, pause_s=(lo, hi), seed=args.seed),
+    total_chunks = int(np.ceil(minutes * 60.0 * SR / chunk))
+    for x, _ in tqdm(iter_long_talk(audios, minutes * 60.0, chunk, pause_s=(lo, hi), seed=args.seed),
                      total=total_chunks, desc="stream", mininterval=10):
         b = min(int(pos // bucket_s), n_buckets - 1)
         t0, c0 = time.perf_counter(), time.thread_time()
@@ -131,6 +151,7 @@ def bounded_cost(system, audios, args) -> dict[str, Any]:
         for e in evs:
             if isinstance(e, SegmentEnd):
                 segs[b] += 1
+                forced += e.forced
                 state[b] = max(state[b], e.state_numel)
             else:
                 words[b] += 1
@@ -148,33 +169,35 @@ def bounded_cost(system, audios, args) -> dict[str, Any]:
             return {"mean": None, "p90": None}
         return {"mean": statistics.fmean(v), "p90": float(np.percentile(v, 90))}
 
-    buckets = [{"from_min": i * args.bucket_min, "to_min": min((i + 1) * args.bucket_min, args.minutes),
+    bucket_min = bucket_s / 60.0
+    buckets = [{"from_min": i * bucket_min, "to_min": min((i + 1) * bucket_min, minutes),
                 "n_chunks": len(wall[i]), "ms_per_chunk_wall": stats(wall[i]), "ms_per_chunk_cpu": stats(cpu[i]),
                 "peak_rss_mib": rss_peak[i], "vad_segments": segs[i], "words": words[i],
                 "max_state_numel": state[i]} for i in range(n_buckets)]
 
     def rss_at(minute: float) -> float:
-        i = min(max(int(np.ceil(minute / args.bucket_min)) - 1, 0), n_buckets - 1)
+        i = min(max(int(np.ceil(minute / bucket_min)) - 1, 0), n_buckets - 1)
         return rss_peak[i]
 
     first, last = buckets[0], buckets[-1]
     cpu_s = sum(sum(v) for v in cpu) / 1000.0
     return {"buckets": buckets, "audio_s": pos, "compute_s": compute, "rtf": compute / pos,
             "cpu_s": cpu_s, "rtf_cpu": cpu_s / pos,
-            "n_segments": sum(segs), "n_words": sum(words),
+            "n_segments": sum(segs), "n_forced_cuts": forced, "n_words": sum(words),
+            "vad_compute_s": lf.vad_compute_s, "vad_share_of_compute": lf.vad_compute_s / lf.compute_s,
             "cost_ratio_cpu": last["ms_per_chunk_cpu"]["mean"] / first["ms_per_chunk_cpu"]["mean"],
             "cost_ratio_wall": last["ms_per_chunk_wall"]["mean"] / first["ms_per_chunk_wall"]["mean"],
             "rss_10min_mib": rss_at(10.0), "rss_end_mib": rss_peak[-1],
             "rss_growth_mib_10_to_end": rss_peak[-1] - rss_at(10.0)}
 
 
-def crosscheck(system, utts, audios, args) -> dict[str, Any]:
+def crosscheck(system, utts, audios, args, pause_ms: str | None = None, max_segment_s: float = 20.0) -> dict[str, Any]:
     """Segmented vs long-form (VAD, oracle) evaluation of the same utterances."""
     from mmst.corpora.long_talk import build_long_talk
     from mmst.evaluation.instances import make_instance
     from mmst.evaluation.quality import latency_units
     from mmst.evaluation.resegment import RefSentence, stream_instances, timed_units
-    from mmst.evaluation.scorer import score_instances
+    from mmst.evaluation.scorer import ScoringError, score_instances
     from mmst.evaluation.streaming import stream_utterance
     from mmst.simultaneous.longform import LongFormTranslator, OracleSegmenter
     from mmst.simultaneous.vad import StreamingVad
@@ -182,7 +205,7 @@ def crosscheck(system, utts, audios, args) -> dict[str, Any]:
     n = min(args.crosscheck_utts, len(utts))
     langs = list(system.tgt_langs)
     units = latency_units(langs)
-    lo, hi = (float(x) / 1000.0 for x in args.pause_ms.split(","))
+    lo, hi = (float(x) / 1000.0 for x in (pause_ms or args.pause_ms).split(","))
     tr = system.translator(3, policy=args.policy)
     seg: dict[str, list] = {lang: [] for lang in langs}
     t0 = time.perf_counter()
@@ -198,9 +221,10 @@ def crosscheck(system, utts, audios, args) -> dict[str, Any]:
     sents = {lang: [RefSentence(r, o * 1000.0, d * 1000.0) for r, o, d in
                     zip(talk.refs[lang], talk.offsets_s, talk.durations_s)] for lang in langs}
     out: dict[str, Any] = {"n_utterances": n, "audio_s": talk.duration_s, "segmented_compute_s": seg_s,
+                           "pause_ms": pause_ms or args.pause_ms, "max_segment_s": max_segment_s,
                            "per_lang": {lang: {} for lang in langs}}
     seg_scores = {lang: score_instances(seg[lang], lang, units[lang]).metrics for lang in langs}
-    for name, segmenter in (("vad", StreamingVad(min_silence_ms=args.vad_min_silence_ms)),
+    for name, segmenter in (("vad", StreamingVad(min_silence_ms=args.vad_min_silence_ms, max_segment_s=max_segment_s)),
                             ("oracle", OracleSegmenter([(o, o + d) for o, d in zip(talk.offsets_s, talk.durations_s)]))):
         lf = LongFormTranslator(tr, vad=segmenter, chunk_ms=args.chunk_ms)
         evs: list = []
@@ -210,10 +234,16 @@ def crosscheck(system, utts, audios, args) -> dict[str, Any]:
         evs += lf.finish()
         out[f"{name}_compute_s"] = time.perf_counter() - t0
         out[f"{name}_segments"] = sum(1 for e in evs if not hasattr(e, "lang"))
+        out[f"{name}_forced_cuts"] = sum(1 for e in evs if not hasattr(e, "lang") and e.forced)
         for lang in langs:
             ws = [e for e in evs if getattr(e, "lang", None) == lang]
-            m = score_instances(stream_instances(timed_units(ws, units[lang]), sents[lang], units[lang]), lang,
-                                units[lang]).metrics
+            try:
+                m = score_instances(stream_instances(timed_units(ws, units[lang]), sents[lang], units[lang]), lang,
+                                    units[lang]).metrics
+            except ScoringError as e:  # e.g. an untrained model that writes nothing: recorded, not fatal
+                out["per_lang"][lang][name] = {"BLEU": None, "StreamLAAL": None, "StreamLAAL_CA": None,
+                                               "error": str(e)}
+                continue
             out["per_lang"][lang][name] = {"BLEU": m.get("BLEU"), "StreamLAAL": m["LAAL"],
                                            "StreamLAAL_CA": m.get("LAAL_CA")}
     for lang in langs:
@@ -222,37 +252,104 @@ def crosscheck(system, utts, audios, args) -> dict[str, Any]:
     return out
 
 
+def rss_child(system, audios, args) -> float:
+    """In a child process: peak RSS growth (MiB) while streaming ``--rss-minutes`` of talk in pushes of
+    ``--rss-child`` ms (one push when it covers the talk)."""
+    import resource
+
+    from mmst.corpora.long_talk import iter_long_talk
+    from mmst.simultaneous.longform import LongFormTranslator
+    from mmst.simultaneous.vad import StreamingVad
+
+    lo, hi = (float(x) / 1000.0 for x in args.pause_ms.split(","))
+    audio = np.concatenate([x for x, _ in iter_long_talk(audios, args.rss_minutes * 60.0, SR, pause_s=(lo, hi),
+                                                         seed=args.seed)])
+    lf = LongFormTranslator(system.translator(3, policy=args.policy),
+                            vad=StreamingVad(min_silence_ms=args.vad_min_silence_ms), chunk_ms=args.chunk_ms)
+    lf.push(audio[:SR])  # first calls allocate the model's buffers: before the baseline
+    lf.reset()
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    push = max(1, int(round(args.rss_child * SR / 1000.0)))
+    for s in range(0, audio.size, push):
+        lf.push(audio[s:s + push])
+    lf.finish()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024.0
+
+
+def one_push_rss(argv: list[str], args) -> dict[str, Any]:
+    """Peak RSS growth of one push of the whole ``--rss-minutes`` talk vs ``--chunk-ms`` pushes, each in
+    its own process (peak RSS cannot be reset)."""
+    import subprocess
+
+    out = {}
+    for name, push_ms in (("chunk_pushes", args.chunk_ms), ("one_push", args.rss_minutes * 60_000.0 + 1000.0)):
+        r = subprocess.run([sys.executable, __file__, *argv, "--rss-child", str(push_ms)], capture_output=True,
+                           text=True, check=True)
+        out[f"rss_growth_mib_{name}"] = float(r.stdout.strip().splitlines()[-1])
+    out["minutes"] = args.rss_minutes
+    out["one_push_minus_chunk_pushes_mib"] = out["rss_growth_mib_one_push"] - out["rss_growth_mib_chunk_pushes"]
+    return out
+
+
+def _f(v, nd: int = 2) -> str:
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print the tables and write the JSON."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
-    prov = run_record(" ".join(["python", "bench/bench_longform.py", *(argv if argv is not None else sys.argv[1:])]),
-                      depends_on=DEPENDS_ON)
+    if args.rss_child is not None:
+        system, _, audios = _load(args)
+        print(rss_child(system, audios, args))
+        return 0
+    prov = run_record(" ".join(["python", "bench/bench_longform.py", *argv]), depends_on=DEPENDS_ON)
     if args.note:
         prov["note"] = args.note
     system, utts, audios = _load(args)
     res: dict[str, Any] = {}
     if args.crosscheck_utts:
         res["crosscheck"] = crosscheck(system, utts, audios, args)
-        for lang, d in res["crosscheck"]["per_lang"].items():
-            print(f"{lang}: segmented BLEU {d['segmented']['BLEU']:.2f} LAAL {d['segmented']['LAAL']:.0f} | "
-                  f"long-form VAD BLEU {d['vad']['BLEU']:.2f} StreamLAAL {d['vad']['StreamLAAL']:.0f} | "
-                  f"oracle BLEU {d['oracle']['BLEU']:.2f} StreamLAAL {d['oracle']['StreamLAAL']:.0f}", flush=True)
+        res["crosscheck_capped"] = crosscheck(system, utts, audios, args, pause_ms="100,100",
+                                              max_segment_s=args.capped_max_segment_s)
+        for key in ("crosscheck", "crosscheck_capped"):
+            for lang, d in res[key]["per_lang"].items():
+                print(f"{key} {lang}: segmented BLEU {_f(d['segmented']['BLEU'])} LAAL {_f(d['segmented']['LAAL'], 0)} | "
+                      f"long-form VAD BLEU {_f(d['vad']['BLEU'])} StreamLAAL {_f(d['vad']['StreamLAAL'], 0)} | "
+                      f"oracle BLEU {_f(d['oracle']['BLEU'])} StreamLAAL {_f(d['oracle']['StreamLAAL'], 0)}", flush=True)
     cost = bounded_cost(system, audios, args)
+    rows = []
+    if args.row_minutes:
+        for name, kw in (("alignatt", {"policy": args.alignatt_policy}),
+                         ("capped", {"pause_ms": "100,100", "max_segment_s": args.capped_max_segment_s})):
+            r = bounded_cost(system, audios, args, minutes=args.row_minutes, **kw)
+            rows.append({"name": name, "policy": kw.get("policy", args.policy), "minutes": args.row_minutes,
+                         "pause_ms": kw.get("pause_ms", args.pause_ms), "max_segment_s": kw.get("max_segment_s", 20.0),
+                         **{k: r[k] for k in ("rtf", "rtf_cpu", "n_segments", "n_forced_cuts", "n_words",
+                                              "vad_share_of_compute", "cost_ratio_cpu", "rss_growth_mib_10_to_end")}})
+    memory = one_push_rss(argv, args) if args.rss_minutes else None
     summary = {"cost_ratio_60min_vs_5min": cost["cost_ratio_cpu"],
-               "rss_growth_mib_10_to_60min": cost["rss_growth_mib_10_to_end"], "rtf": cost["rtf"]}
+               "rss_growth_mib_10_to_60min": cost["rss_growth_mib_10_to_end"], "rtf": cost["rtf"],
+               "vad_share_of_compute": cost["vad_share_of_compute"],
+               "rss_growth_mib_one_push_5min": memory["one_push_minus_chunk_pushes_mib"] if memory else None}
     obj = {"summary": summary, "provenance": prov,
            "config": {"checkpoint": str(args.checkpoint), "data": str(system.data_dir), "split": args.split,
                       "tgt_langs": list(system.tgt_langs), "policy": args.policy, "minutes": args.minutes,
                       "bucket_min": args.bucket_min, "pause_ms": args.pause_ms, "chunk_ms": args.chunk_ms,
                       "vad_min_silence_ms": args.vad_min_silence_ms, "threads": args.threads,
+                      "row_minutes": args.row_minutes, "alignatt_policy": args.alignatt_policy,
+                      "capped_max_segment_s": args.capped_max_segment_s, "rss_minutes": args.rss_minutes,
                       "params": sum(p.numel() for p in system.model.parameters()),
                       "cost_measure": "thread CPU ms per chunk (wall clock in the buckets)"},
-           "cost": cost, **res}
+           "cost": cost, "rows": rows, "memory_one_push": memory, **res}
     print(f"{'minutes':>10} {'ms/chunk wall':>14} {'ms/chunk cpu':>13} {'peak RSS MiB':>13} {'segments':>9}")
     for b in cost["buckets"]:
         print(f"{b['from_min']:4.0f}-{b['to_min']:<5.0f} {b['ms_per_chunk_wall']['mean'] or 0:14.1f} "
               f"{b['ms_per_chunk_cpu']['mean'] or 0:13.1f} {b['peak_rss_mib']:13.1f} {b['vad_segments']:9d}")
+    for r in rows:
+        print(f"{r['name']}: RTF {r['rtf']:.3f} (CPU {r['rtf_cpu']:.3f}), {r['n_segments']} segments, "
+              f"{r['n_forced_cuts']} cut by the cap, VAD {100 * r['vad_share_of_compute']:.1f}% of compute")
     print(json.dumps(summary))
     write_results(args.out, obj, indent=1, ensure_ascii=False)
     return 0

@@ -245,8 +245,8 @@ def plot(rows: list[dict[str, Any]], targets: dict[int, float], path: Path) -> N
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI: run the benchmark, print the table, write JSON, Markdown and plot."""
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="W=2, ln0.5, 1 seed, tiny model, few updates (CI)")
     p.add_argument("--data", default="/work/exp/synthetic/data", help="DATA directory (synthetic corpus)")
@@ -281,6 +281,12 @@ def main(argv: list[str] | None = None) -> int:
                         "failed invocation with the same settings (runs that failed are run again)")
     p.add_argument("--out", default=str(RESULTS_DIR / "stragglers_mmst.json"), help="JSON output")
     p.add_argument("--plot", default=str(REPO / "docs/images/stragglers_mmst.png"), help="plot output")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: run the benchmark, print the table, write JSON, Markdown and plot."""
+    p = build_parser()
     a = p.parse_args(argv)
     q = a.quick
     a.tiny = a.tiny or q

@@ -48,7 +48,7 @@ import numpy as np
 import torch
 from provenance import RESULTS_DIR, run_record, write_results
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import ArgumentParser
 
 #: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
 DEPENDS_ON = (
@@ -229,14 +229,17 @@ def buckets(per_seg: list[float], seg_s: float, width_s: float) -> list[dict[str
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; print a table; write JSON."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
+    p = ArgumentParser(description=__doc__)
     p.add_argument("--size", default="s", help="model size (xs, s, m)")
     p.add_argument("--arch", default="unified", choices=["unified", "separate"], help="model architecture")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    p.add_argument("--waitk", type=int, default=3, help="wait-k lagging")
-    p.add_argument("--segment-ms", type=float, default=320.0, help="source segment size (ms)")
+    p.add_argument("--waitk-lagging", dest="waitk", type=int, default=3, help="wait-k lagging")
+    p.add_deprecated_alias("--waitk", "--waitk-lagging")
+    p.add_argument("--source-segment-size", dest="segment_ms", type=float, default=320.0,
+                   help="source segment size (ms)")
+    p.add_deprecated_alias("--segment-ms", "--source-segment-size")
     p.add_argument("--tokens-per-state", type=float, default=0.12,
                    help="forced output length a in a*encoder_states (0.12 ~ 3 tokens/s)")
     p.add_argument("--vocab-size", type=int, default=8000, help="target vocabulary size")
@@ -258,7 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policies-only", action="store_true",
                    help="run only the per-policy rows (section 7); writes them to --out "
                         "(default docs/results/streaming_policies.json)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print a table; write JSON."""
+    args = build_parser().parse_args(argv)
     if args.quick:
         args.size, args.utt_seconds, args.reencode_seconds, args.growth_seconds = "xs", "2", 4.0, 12.0
         args.reencode_growth_seconds, args.growth_reps, args.rtf_reps, args.left_chunks = 6.0, 1, 1, 8

@@ -59,7 +59,7 @@ from typing import Any
 import torch
 from provenance import RESULTS_DIR, run_record, write_results
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import ArgumentParser
 
 #: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
 DEPENDS_ON = (
@@ -289,9 +289,9 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
     return res
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point: run each (size, threads) in a subprocess, print a table, write JSON."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
+    p = ArgumentParser(description=__doc__)
     p.add_argument("--sizes", nargs="+", default=["xs", "s"], help="model sizes")
     p.add_argument("--threads", nargs="+", type=int, default=[1, 2], help="torch CPU thread counts")
     p.add_argument("--arch", default="unified", choices=["unified", "separate"], help="model architecture")
@@ -299,10 +299,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--frames", type=int, default=20000, help="padded fbank frames per batch (10 ms each)")
     p.add_argument("--utt-frames", type=int, default=500, help="longest utterance in frames (synthetic)")
     p.add_argument("--langs", type=int, default=4, help="target languages (synthetic)")
-    p.add_argument("--vocab", type=int, default=1000, help="joint target vocabulary size")
-    p.add_argument("--src-vocab", type=int, default=500, help="source (CTC) vocabulary size")
+    p.add_argument("--vocab-size", dest="vocab", type=int, default=1000, help="joint target vocabulary size")
+    p.add_deprecated_alias("--vocab", "--vocab-size")
+    p.add_argument("--src-vocab-size", dest="src_vocab", type=int, default=500, help="source (CTC) vocabulary size")
+    p.add_deprecated_alias("--src-vocab", "--src-vocab-size")
     p.add_argument("--tokens-per-s", type=float, default=4.0, help="target tokens per second of speech")
-    p.add_argument("--waitk", type=int, default=3, help="wait-k of the training mask (0 = offline)")
+    p.add_argument("--waitk-lagging", dest="waitk", type=int, default=3, help="wait-k of the training mask (0 = offline)")
+    p.add_deprecated_alias("--waitk", "--waitk-lagging")
     p.add_argument("--updates", type=int, default=3, help="timed updates per configuration")
     p.add_argument("--warmup", type=int, default=1, help="untimed warm-up updates")
     p.add_argument("--peak-n", type=int, default=2048, help="matrix size of the peak matmul measurement")
@@ -325,7 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(RESULTS_DIR / "train.json"),
                    help="JSON output (default docs/results/train.json)")
     p.add_argument("--worker", nargs=3, metavar=("SIZE", "THREADS", "PRECISION"), help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point: run each (size, threads) in a subprocess, print a table, write JSON."""
+    args = build_parser().parse_args(argv)
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.waitk == 0:

@@ -287,8 +287,8 @@ def throughput(walls: list[float], frames: list[float]) -> float | None:
     return sum(frames[1:]) / (walls[-1] - walls[0])
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI entry point."""
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--data", default=None, help="our DATA dir (default: a synthetic corpus under --work)")
     p.add_argument("--work", default="/tmp/mmst_vs_fairseq", help="scratch directory")
@@ -316,7 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("fairseq_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     p.add_argument("--max-seconds", type=float, default=None, help=argparse.SUPPRESS)
     p.add_argument("--max-cpu-seconds", type=float, default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point."""
+    args = build_parser().parse_args(argv)
     if args.worker_ours:
         print("RESULT " + json.dumps(worker_ours(args)))
         return 0

@@ -41,10 +41,10 @@ REPO = Path(__file__).resolve().parents[1]
 #: Directory of the committed results JSON files (rendered into the docs by ``tools/render_docs.py``).
 RESULTS_DIR = REPO / "docs" / "results"
 
-_TRAIN_EVAL = ("recipes/synthetic/conf/", "recipes/lib/", "eval/simultaneous_eval.py", "eval/compare_systems.py",
+_TRAIN_EVAL = ("recipes/synthetic/conf/", "recipes/lib/", "mmst/cli/simultaneous_eval.py", "mmst/cli/compare_systems.py",
                "mmst/features.py", "mmst/data/", "mmst/models/", "mmst/losses.py", "mmst/training/",
                "mmst/simultaneous/", "mmst/evaluation/")
-_CORPUS = ("data_prep/", "mmst/audio.py", "mmst/corpora/")
+_CORPUS = ("mmst/cli/", "mmst/audio.py", "mmst/corpora/")
 
 #: What each experiment recipe exercises: the recipe, its configs, training and evaluation code, and the corpus
 #: code where the recipe generates its corpus. ``stamp(..., depends_on=[recipe])`` (``--depends-on RECIPE``)

@@ -1,6 +1,6 @@
-"""The one ``argparse`` help formatter of mmst's command-line scripts, the option groups several scripts
-share (one name, default and help text per option) and the entry-point wrapper of the evaluation
-scripts."""
+"""The one ``argparse`` parser and help formatter of mmst's command-line scripts (with deprecated option
+spellings), the option groups several scripts share (one name, default and help text per option) and the
+entry-point wrapper of the evaluation scripts. The option vocabulary is in ``docs/CONTRACTS.md``."""
 
 from __future__ import annotations
 
@@ -19,6 +19,53 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         if action.default in (None, False, argparse.SUPPRESS) or "default" in h:
             return h
         return super()._get_help_string(action)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` with :class:`HelpFormatter` and deprecated option spellings.
+
+    :meth:`add_deprecated_alias` keeps an old spelling of a renamed option working: it is listed nowhere in
+    ``--help``, is rewritten to the new spelling before parsing (``--old V`` and ``--old=V``), and prints one
+    line ``PROG: warning: --old is deprecated; use --new`` on stderr. Arguments after a bare ``--`` are
+    left alone.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.deprecated_aliases: dict[str, str] = {}
+
+    def add_deprecated_alias(self, old: str, new: str) -> None:
+        """Accept ``old`` as a deprecated spelling of the option ``new``.
+
+        Raises:
+            ValueError: ``new`` is not an option of this parser, or ``old`` still is one.
+        """
+        if new not in self._option_string_actions:
+            raise ValueError(f"{self.prog}: {new} is not an option (alias {old})")
+        if old in self._option_string_actions:
+            raise ValueError(f"{self.prog}: {old} is still an option; it cannot be an alias of {new}")
+        self.deprecated_aliases[old] = new
+
+    def _rewrite_deprecated(self, args: Sequence[str] | None) -> list[str]:
+        args = list(sys.argv[1:] if args is None else args)
+        out = []
+        for i, a in enumerate(args):
+            if a == "--":
+                return out + args[i:]
+            name, eq, value = a.partition("=")
+            new = self.deprecated_aliases.get(name) if name.startswith("--") else None
+            if new is not None:
+                print(f"{self.prog}: warning: {name} is deprecated; use {new}", file=sys.stderr)
+                a = new + eq + value
+            out.append(a)
+        return out
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D102 (argparse's)
+        return super().parse_known_args(self._rewrite_deprecated(args), namespace)
+
+    def parse_known_intermixed_args(self, args=None, namespace=None):  # noqa: D102 (argparse's)
+        return super().parse_known_intermixed_args(self._rewrite_deprecated(args), namespace)
 
 
 def add_model_arguments(p: argparse.ArgumentParser, *, data_required: bool = False,

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from mmst.atomic import atomic_copy, atomic_write_json, atomic_write_text
-from mmst.cli_help import HelpFormatter, run_cli
+from mmst.cli_help import ArgumentParser, run_cli
 from mmst.models.checkpoint import (
     MODEL_CONFIG_FILE,
     MODEL_FORMAT,
@@ -115,7 +115,7 @@ def read_scores(path: str | os.PathLike[str]) -> dict[str, dict[str, dict[str, f
     """``{setting (k3, ...): {lang: {metric: value}}}`` of an evaluation (its ``scores.json`` or its folder).
 
     Raises:
-        ExportError: not an evaluation written by ``eval/simultaneous_eval.py``.
+        ExportError: not an evaluation written by ``mmst-eval``.
     """
     from mmst.evaluation.compare import CompareError, read_eval_dir
 
@@ -160,7 +160,7 @@ def model_card(cfg: dict[str, Any], scores: dict[str, Any] | None) -> str:
                 lines.append(f"| {setting} | {lang} | {f('BLEU')} | {f('AL')} | {f('LAAL')} |")
     lines += ["", "## Use", "", "```bash",
               "mmst-serve --model MODEL_DIR",
-              "python eval/simultaneous_eval.py --model MODEL_DIR --data DATA --split tst-COMMON --out OUT",
+              "mmst-eval --model MODEL_DIR --data DATA --split tst-COMMON --out OUT",
               "```", "", "## Export", "",
               f"- command: `{ex.get('command')}`", f"- commit: `{ex.get('git_commit')}`", f"- date: {ex.get('date')}", ""]
     return "\n".join(lines)
@@ -245,13 +245,13 @@ def export_model(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str]
     return out
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> ArgumentParser:
     """Options of ``mmst-export``."""
-    p = argparse.ArgumentParser(prog="mmst-export", description=__doc__, formatter_class=HelpFormatter)
+    p = ArgumentParser(prog="mmst-export", description=__doc__)
     p.add_argument("--checkpoint", required=True, help="training checkpoint (.pt), e.g. checkpoint_avg.pt")
     p.add_argument("--data", default=None, help="its DATA directory (default: the one recorded in the checkpoint)")
     p.add_argument("--scores", default=None,
-                   help="an evaluation of this model (scores.json of eval/simultaneous_eval.py, or its folder) "
+                   help="an evaluation of this model (scores.json of mmst-eval, or its folder) "
                         "quoted in the model card")
     p.add_argument("--out", required=True, help="model folder to write (replaced when it exists)")
     return p

@@ -90,8 +90,8 @@ def build_espeak_raw_corpus(root: str | Path, langs: tuple[str, ...] = ("de", "e
 
 
 def prep_multiway(raw: str | Path, out: str | Path, splits: str = "train,dev", timeout_s: float = 300) -> Path:
-    """Run ``data_prep/prep_multiway.py --root RAW --out OUT`` (raises CalledProcessError on failure)."""
-    subprocess.run([sys.executable, str(REPO / "data_prep" / "prep_multiway.py"), "--root", str(raw), "--out",
+    """Run ``data_prep/prep_multiway.py --mustc-root RAW --out OUT`` (raises CalledProcessError on failure)."""
+    subprocess.run([sys.executable, str(REPO / "data_prep" / "prep_multiway.py"), "--mustc-root", str(raw), "--out",
                     str(out), "--splits", splits, "--no-progress"], check=True, timeout=timeout_s,
                    capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return Path(out)

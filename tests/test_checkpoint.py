@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import random
 
@@ -102,12 +103,12 @@ def test_average(tmp_path, capsys):
     avg = average_checkpoints([tmp_path / "checkpoint_1.pt", tmp_path / "checkpoint_2.pt"])
     assert torch.allclose(avg["model"]["w"], torch.full((2, 3), 1.5))
     assert int(avg["model"]["n"]) == 2 and avg["train_state"]["num_updates"] == 2
-    assert average_main(["--dir", str(tmp_path), "--last", "2", "--output", str(tmp_path / "avg.pt")]) == 0
+    assert average_main(["--save-dir", str(tmp_path), "--last", "2", "--out", str(tmp_path / "avg.pt")]) == 0
     out = load_checkpoint(tmp_path / "avg.pt")
     assert torch.allclose(out["model"]["w"], torch.full((2, 3), 4.0))
     assert len(out["averaged_from"]) == 2
-    assert average_main(["--inputs", str(tmp_path / "checkpoint_3.pt"), "--output", str(tmp_path / "o.pt")]) == 0
-    assert average_main(["--dir", str(tmp_path), "--last", "9", "--output", str(tmp_path / "o.pt")]) == 1
+    assert average_main(["--inputs", str(tmp_path / "checkpoint_3.pt"), "--out", str(tmp_path / "o.pt")]) == 0
+    assert average_main(["--save-dir", str(tmp_path), "--last", "9", "--out", str(tmp_path / "o.pt")]) == 1
     assert "found 3" in capsys.readouterr().err
     atomic_save({**_ckpt(1.0), "model": {"w": torch.zeros(3, 3), "n": torch.tensor(1)}}, tmp_path / "odd.pt")
     with pytest.raises(CheckpointError, match="shape"):
@@ -197,3 +198,34 @@ def test_load_own_encoder_and_shape_mismatch(tiny_model, tmp_path):
     torch.save({"model": sd}, tmp_path / "bad.pt")
     with pytest.raises(CheckpointError, match="shape"):
         load_pretrained_encoder(dst, tmp_path / "bad.pt")
+
+
+def test_pretrained_encoder_log_is_one_line_per_checkpoint(tiny_model, tmp_path, caplog):
+    """Loading an ST checkpoint's encoder: one INFO line with the count of unused keys and their prefixes
+    (decoder and CTC keys are expected), each unused key at DEBUG only, and a WARNING naming a missing
+    encoder parameter."""
+    src, dst = tiny_model(arch="separate"), tiny_model(arch="separate")
+    state = src.state_dict()
+    atomic_save({"format": CHECKPOINT_FORMAT, "model": state}, tmp_path / "ours.pt")
+    unused = [k for k in state if not k.startswith("encoder.")]
+    prefixes = sorted({k.split(".")[0] + ".*" for k in unused})
+    with caplog.at_level(logging.INFO, logger="mmst.training.pretrained"):
+        rep = load_pretrained_encoder(dst, tmp_path / "ours.pt")
+    records = [r for r in caplog.records if r.name == "mmst.training.pretrained"]
+    assert len(unused) > 5 and sorted(rep.not_loaded) == sorted(unused)
+    assert [r.levelno for r in records] == [logging.INFO]
+    line = records[0].getMessage()
+    assert f"{len(unused)} checkpoint keys not used" in line
+    for p in prefixes:
+        assert f"{p} {sum(k.startswith(p[:-1]) for k in unused)}" in line
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="mmst.training.pretrained"):
+        load_pretrained_encoder(dst, tmp_path / "ours.pt")
+    assert sum("not used:" in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG) == len(unused)
+    caplog.clear()
+    del state["encoder.layer_norm.bias"]
+    atomic_save({"format": CHECKPOINT_FORMAT, "model": state}, tmp_path / "partial.pt")
+    with caplog.at_level(logging.INFO, logger="mmst.training.pretrained"):
+        load_pretrained_encoder(dst, tmp_path / "partial.pt")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "1 encoder parameters missing" in warnings[0] and "encoder.layer_norm.bias" in warnings[0]

@@ -200,7 +200,7 @@ def test_reference_word_count_default_and_simuleval_compat(tmp_path):
     score = Path(__file__).resolve().parents[1] / "eval" / "score.py"
 
     def cli(*extra):
-        r = subprocess.run([sys.executable, str(score), "--instances", str(log), "--tgt-lang", "de", "--json",
+        r = subprocess.run([sys.executable, str(score), "--instances", str(log), "--tgt-langs", "de", "--json",
                             *extra], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)

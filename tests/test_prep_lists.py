@@ -1,4 +1,4 @@
-"""data_prep/prep_lists.py (mmst.corpora.lists): lists of recordings -> a training DATA directory.
+"""mmst-prep-lists (mmst.corpora.lists): lists of recordings -> a training DATA directory.
 
 A tiny corpus of generated speech-like audio: two long recordings cut into segments by the ``offset``
 and ``duration`` columns, plus whole short clips; vocabulary and CMVN must come from the train list

@@ -28,7 +28,7 @@ def _prep_main():
 
 
 def _run(raw: Path, out: Path, *extra: str) -> int:
-    return _prep_main()(["--root", str(raw), "--out", str(out), "--no-progress", *extra])
+    return _prep_main()(["--mustc-root", str(raw), "--out", str(out), "--no-progress", *extra])
 
 
 def _report(out: Path) -> dict:

@@ -52,9 +52,9 @@ def test_waitk_hard_recipe_tiny(tmp_path):
     exp = tmp_path / "hard"
     p = _run("recipes/synthetic/run_waitk_hard.sh", [
         "--exp-dir", str(exp), "--tgt-langs", "de,ja", "--num-train", "16", "--num-dev", "4", "--num-test", "4",
-        "--jobs", "1", "--max-update", "3", "--train-jobs", "2", "--eval-k", "1,3", "--train-overrides", TINY_TRAIN,
+        "--jobs", "1", "--max-update", "3", "--train-jobs", "2", "--eval-waitk-lagging", "1,3", "--train-overrides", TINY_TRAIN,
         # 3 updates teach nothing: --min-len keeps the hypotheses non-empty so every table cell has a score
-        "--eval-args", "--min-len 2"])
+        "--eval-extra", "--min-len 2"])
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     cmp = (exp / "compare" / "comparison.md").read_text()
     assert "offline-trained" in cmp and "multi-k" in cmp

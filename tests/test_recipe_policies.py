@@ -32,11 +32,11 @@ def test_policies_recipe_on_tiny_models(tmp_path):
     docs.write_text("# x\n\n<!-- policies-results:start -->\nold\n<!-- policies-results:end -->\ntail\n")
     res_json, res_md = tmp_path / "res" / "p.json", tmp_path / "res" / "p.md"
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    cmd = ["bash", str(ROOT / "recipes/synthetic/run_policies_hard.sh"), "--exp_dir", str(exp), "--tgt_langs", "de,es",
-           "--models", "offline", "--max_utterances", "2", "--waitk_args", "k=1,3,5", "--alignatt_args", "frames=1,20,layer=0",
-           "--edatt_args", "alpha=0.05,0.9,frames=1", "--la_args", "n=1,3", "--holdn_args", "n=1,8",
-           "--ctc_args", "k=1,6", "--results_json", str(res_json), "--results_md", str(res_md),
-           "--plot_dir", str(tmp_path / "img"), "--docs", str(docs)]
+    cmd = ["bash", str(ROOT / "recipes/synthetic/run_policies_hard.sh"), "--exp-dir", str(exp), "--tgt-langs", "de,es",
+           "--models", "offline", "--eval-max-utterances", "2", "--waitk-args", "k=1,3,5", "--alignatt-args", "frames=1,20,layer=0",
+           "--edatt-args", "alpha=0.05,0.9,frames=1", "--la-args", "n=1,3", "--holdn-args", "n=1,8",
+           "--ctc-args", "k=1,6", "--results-json", str(res_json), "--results-md", str(res_md),
+           "--plot-dir", str(tmp_path / "img"), "--docs", str(docs)]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "reusing" in p.stdout
@@ -56,6 +56,6 @@ def test_policies_recipe_on_tiny_models(tmp_path):
     assert "old" not in text and "tail" in text and "best at k=3 AL" in text
     assert "first 2 utterances" in res_md.read_text()
     # resumable: a second run skips every finished sweep
-    p2 = subprocess.run(cmd + ["--stage", "1", "--stop_stage", "2"], cwd=ROOT, env=env, capture_output=True, text=True,
+    p2 = subprocess.run(cmd + ["--stage", "1", "--stop-stage", "2"], cwd=ROOT, env=env, capture_output=True, text=True,
                         timeout=600)
     assert p2.returncode == 0 and p2.stdout.count(": done (") == 7

@@ -45,7 +45,7 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     exp = tmp_path / "exp"
     args = ["--exp-dir", str(exp), "--tgt-langs", "de,ja", "--num-train", "24", "--num-dev", "6",
-            "--num-test", "6", "--num-test-unseen", "4", "--eval-k", "1,3", "--jobs", "1", "--longform-minutes", "0.3",
+            "--num-test", "6", "--num-test-unseen", "4", "--eval-waitk-lagging", "1,3", "--jobs", "1", "--longform-minutes", "0.3",
             "--real-audio-tsv", str(_real_audio_list(tmp_path / "real")),
             # the augmentation switches: speed-perturbed copies, SpecAugment, ASR pretraining (same overrides)
             "--speed-perturb", "true", "--specaugment", "LB", "--asr-pretrain", "true",
@@ -89,6 +89,15 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
     p2 = _run(args + ["--stop-stage", "2"], env)
     assert p2.returncode == 0, p2.stderr[-2000:]
     assert p2.stdout.count("already done") == 3
+    # docs/recipes.md's "re-evaluate only", as written there (other k): stage 3 alone runs again
+    documented = next(line.split("run.sh", 1)[1].split("#")[0].split() for line in
+                      (ROOT / "docs" / "recipes.md").read_text().splitlines() if line.endswith("# re-evaluate only"))
+    k = documented.index("--eval-waitk-lagging") + 1
+    documented[k] = "3"
+    p3 = _run(args + documented, env)
+    assert p3.returncode == 0, p3.stderr[-2000:]
+    assert "== Stage 3:" in p3.stdout and "== Stage 4:" not in p3.stdout and "already done" not in p3.stdout
+    assert json.loads((exp / "eval" / "scores.json").read_text())["config"]["waitk"] == 3
 
 
 def test_recipe_without_real_audio_list_says_how_in_one_line(tmp_path):
@@ -111,7 +120,7 @@ def test_recipe_help_lists_every_option():
     p = subprocess.run(["bash", "recipes/synthetic/run.sh", "--help"], cwd=ROOT, text=True,
                        capture_output=True, timeout=60)
     assert p.returncode == 0
-    for opt in ("--stage", "--stop-stage", "--force", "--nproc", "--tgt-langs", "--eval-k", "--specaugment",
+    for opt in ("--stage", "--stop-stage", "--force", "--nproc", "--tgt-langs", "--eval-waitk-lagging", "--specaugment",
                 "--speed-perturb", "--asr-pretrain", "--real-audio-tsv"):
         assert opt in p.stdout
 

@@ -57,7 +57,7 @@ def ted_run(tmp_path_factory):
     exp = tmp_path_factory.mktemp("ted") / "exp"
     args = ["--exp-dir", str(exp), "--size", "xs", "--synth-num-train", "30", "--synth-num-dev", "8",
             "--synth-num-test", "8", "--synth-segments-per-talk", "3,5", "--jobs", "2", "--max-update", "60",
-            "--avg-last", "2", "--eval-k", "1,3", "--eval-threads", "1", "--eval-max-utterances", "4",
+            "--avg-last", "2", "--eval-waitk-lagging", "1,3", "--eval-threads", "1", "--eval-max-utterances", "4",
             "--eval-extra", "--max-len-b 12", "--speed-perturb", "true", "--specaugment", "LB",
             "--longform-systems", "unified_sync", "--longform-extra", "--max-len-b 12", "--train-overrides", TINY]
     t0 = time.time()
@@ -132,7 +132,7 @@ def test_synthetic_compare_recipe_tiny(ted_run):
     t0 = time.time()
     q = _run("recipes/synthetic/run_compare.sh",
              ["--data", str(exp / "data"), "--exp-dir", str(out), "--seeds", "1", "--max-update", "40",
-              "--avg-last", "2", "--eval-k", "1,3", "--eval-threads", "1", "--eval-max-utterances", "3",
+              "--avg-last", "2", "--eval-waitk-lagging", "1,3", "--eval-threads", "1", "--eval-max-utterances", "3",
               "--eval-extra", "--max-len-b 10", "--train-overrides", TINY.replace("interval_updates=60",
                                                                                    "interval_updates=40")])
     assert q.returncode == 0, q.stdout[-4000:] + q.stderr[-4000:]
@@ -150,7 +150,7 @@ def test_synthetic_compare_recipe_tiny(ted_run):
     # adding a seed later trains, averages and evaluates only the new (system, seed)
     q2 = _run("recipes/synthetic/run_compare.sh",
               ["--data", str(exp / "data"), "--exp-dir", str(out), "--seeds", "1,2", "--systems", "unified_sync",
-               "--max-update", "40", "--avg-last", "2", "--eval-k", "1,3", "--eval-threads", "1",
+               "--max-update", "40", "--avg-last", "2", "--eval-waitk-lagging", "1,3", "--eval-threads", "1",
                "--eval-max-utterances", "3", "--eval-extra", "--max-len-b 10",
                "--train-overrides", TINY.replace("interval_updates=60", "interval_updates=40")])
     assert q2.returncode == 0, q2.stdout[-4000:] + q2.stderr[-4000:]
@@ -166,7 +166,7 @@ def test_ted_recipe_help_and_bad_options():
                        timeout=60)
     assert p.returncode == 0
     for opt in ("--stage", "--stop-stage", "--force", "--nproc", "--size", "--mustc-root", "--tgt-langs",
-                "--max-update", "--systems", "--seeds", "--eval-k"):
+                "--max-update", "--systems", "--seeds", "--eval-waitk-lagging"):
         assert opt in p.stdout
     p = subprocess.run(["bash", "recipes/ted_mmst/run.sh", "--size", "xl"], cwd=ROOT, text=True,
                        capture_output=True, timeout=60)

@@ -42,7 +42,7 @@ def test_roundtrip(log: Path):
 
 
 def test_json_output(log: Path):
-    r = _run("--instances", str(log), "--tgt-lang", "de", "--computation-aware", "--json")
+    r = _run("--instances", str(log), "--tgt-langs", "de", "--computation-aware", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     for m in LATENCY_METRICS:
@@ -60,7 +60,7 @@ def test_plain_output_and_no_ca(log: Path):
     r = _run("--instances", str(log), "--json")
     assert r.returncode == 0
     assert "AL_CA" not in json.loads(r.stdout)
-    r = _run("--instances", str(log), "--tgt-lang", "de", "--computation-aware")
+    r = _run("--instances", str(log), "--tgt-langs", "de", "--computation-aware")
     assert r.returncode == 0 and "sacrebleu:" in r.stdout and "| AL |" in r.stdout
 
 

@@ -113,3 +113,76 @@ def test_session_resamples_and_flushes_at_end():
         s.add_audio(np.zeros(4410, np.float32))  # 1 s at 44.1 kHz
     s.end()
     assert s.n_samples == 16000 and s.take_pending().size == 16000
+
+
+# ---------------------------------------------------------------------------------------------- fuzzing
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=12)
+START_FIELDS = st.fixed_dictionaries({}, optional={k: JSON for k in ("langs", "sample_rate", "sample_format", "rate")})
+FUZZ = settings(max_examples=60, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@FUZZ
+@given(fields=START_FIELDS)
+def test_any_start_message_is_accepted_or_a_client_error(fields):
+    """Whatever JSON values the fields hold: a valid request, or a ProtocolError with a client code."""
+    try:
+        req = parse_start({"type": "start", **fields}, LANGS)
+    except ProtocolError as e:
+        assert e.code in (CLOSE_BAD_MESSAGE, CLOSE_UNSUPPORTED) and e.reason
+    else:
+        assert set(req.langs) <= set(LANGS) and req.sample_format in ("int16", "float32") and 0 < req.rate <= 10
+
+
+@FUZZ
+@given(text=st.text(max_size=60) | JSON.map(lambda v: __import__("json").dumps(v)))
+def test_any_text_message_parses_or_is_a_client_error(text):
+    try:
+        msg = parse_text(text)
+    except ProtocolError as e:
+        assert e.code == CLOSE_BAD_MESSAGE
+    else:
+        assert isinstance(msg["type"], str)
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"type": "start", "sample_rate": ' + "1" * 5001 + "}", "too long"),
+    ("[" * 100000 + "]" * 100000, "malformed JSON"),
+])
+def test_parse_text_huge_numbers_and_deep_nesting(text, words):
+    with pytest.raises(ProtocolError) as e:
+        parse_text(text)
+    assert e.value.code == CLOSE_BAD_MESSAGE and words in e.value.reason
+
+
+@pytest.mark.parametrize("msg, code, words", [
+    ({"sample_format": ["x"]}, CLOSE_BAD_MESSAGE, "sample_format"),
+    ({"sample_format": {"a": 1}}, CLOSE_BAD_MESSAGE, "sample_format"),
+    ({"rate": "2"}, CLOSE_BAD_MESSAGE, "rate"),
+    ({"rate": 0}, CLOSE_UNSUPPORTED, "rate"),
+    ({"rate": 11}, CLOSE_UNSUPPORTED, "--max-rate"),
+])
+def test_parse_start_checks_types_first(msg, code, words):
+    with pytest.raises(ProtocolError) as e:
+        parse_start({"type": "start", **msg}, LANGS)
+    assert e.value.code == code and words in e.value.reason
+
+
+def test_take_pending_is_bounded_and_keeps_the_rest_in_order():
+    from mmst.serve.protocol import StartRequest
+    from mmst.serve.session import StreamSession
+
+    s = StreamSession(_EchoDriver(), StartRequest(("de",), 16000, "float32"))
+    for i in range(3):
+        s.add_audio(np.arange(i * 1000, (i + 1) * 1000, dtype=np.float32))
+    a = s.take_pending(max_samples=1500)
+    b = s.take_pending(max_frames=1, max_samples=1500)
+    c = s.take_pending(max_samples=1500)
+    assert np.array_equal(a, np.arange(1500)) and np.array_equal(b, np.arange(1500, 2000))
+    assert np.array_equal(c, np.arange(2000, 3000)) and s.take_pending().size == 0
+    s.add_audio(np.zeros(8000, np.float32))
+    assert [e["text"] for e in s.step(max_samples=5120)] == ["w5120"] and s.pending_samples() == 2880

@@ -176,13 +176,14 @@ def test_token_and_max_clients(factory):
 
 
 def test_slow_reader_is_disconnected(factory, audio):
-    """All audio in one message: one step writes every word at once, more than the send queue holds."""
+    """All audio in one message and one step for all of it (no per-step bound): the step writes every
+    word at once, more than the send queue holds."""
     async def fn(url, server):
         slow = await _raw(url, START, [encode_audio(audio, "int16"), json.dumps({"type": "end"})])
         fine = await stream_audio(url, np.zeros(0, np.float32), realtime=False)  # the server is still up
         return slow, fine
 
-    (code, reason), fine = run_server(factory, fn, send_queue=3)
+    (code, reason), fine = run_server(factory, fn, send_queue=3, max_step_samples=10**9)
     assert code == CLOSE_SLOW_READER and "slow reader" in reason
     assert fine.close_code == 1000 and fine.summary["words"] == {"de": 0, "es": 0}
 

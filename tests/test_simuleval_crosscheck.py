@@ -50,7 +50,7 @@ def _simuleval(out: Path, src: Path, tgt: Path, lang: str, *extra: str) -> None:
 
 
 def _score(log: Path, lang: str, *extra: str) -> dict:
-    r = subprocess.run([sys.executable, str(ROOT / "eval" / "score.py"), "--instances", str(log), "--tgt-lang",
+    r = subprocess.run([sys.executable, str(ROOT / "eval" / "score.py"), "--instances", str(log), "--tgt-langs",
                         lang, "--json", *extra], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)

@@ -55,7 +55,7 @@ def test_walkthrough_lists_to_served_model(tmp_path):
         assert old in text, f"walkthrough changed: {old!r} not found in {DOC}; update SCALE in this test"
         text = text.replace(old, new)
     cmds = [c.replace("exp/mine", str(tmp_path / "mine")) for c in walkthrough_commands(text)]
-    assert [c.split()[0] for c in cmds] == ["python", "python", "mmst-train", "mmst-average-checkpoints", "python",
+    assert [c.split()[0] for c in cmds] == ["mmst-synthesize-corpus", "mmst-prep-lists", "mmst-train", "mmst-average-checkpoints", "mmst-eval",
                                             "mmst-export", "mmst-serve"]
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", OMP_NUM_THREADS="1")
     for cmd in cmds[:-1]:

@@ -3,7 +3,7 @@
 
 Reads what ``recipes/synthetic/run.sh`` wrote under ``EXP`` (default ``exp/synthetic``):
 
-* ``EXP/eval/scores.json``: the k sweep on tst-COMMON (``eval/simultaneous_eval.py``, stage 3);
+* ``EXP/eval/scores.json``: the k sweep on tst-COMMON (``mmst-eval``, stage 3);
 * ``EXP/eval_unseen/scores.json``: wait-3 on tst-unseen (stage 4), when present;
 * ``EXP/.done/stage<N>``: seconds per stage.
 
@@ -13,14 +13,13 @@ tables from it. Run it on the machine that ran the recipe.
 
 Usage::
 
-    python tools/collect_quickstart.py --exp exp/synthetic [--command "make demo"] [--out docs/results/quickstart.json]
+    python tools/collect_quickstart.py --exp-dir exp/synthetic [--command "make demo"] [--out docs/results/quickstart.json]
 
 Exit status 1 with one ``error:`` line when a required file is missing or not JSON.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -33,9 +32,11 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from provenance import RESULTS_DIR, run_record  # noqa: E402
 
+from mmst.cli_help import ArgumentParser  # noqa: E402
+
 #: The source paths a quickstart run exercises: its recipe, the corpus, training and evaluation code
 #: (recorded with their digests in ``provenance.depends_on``; collect right after the run).
-DEPENDS_ON = ("recipes/synthetic/run.sh", "recipes/synthetic/conf/train_xs.yaml", "recipes/lib/", "data_prep/", "eval/",
+DEPENDS_ON = ("recipes/synthetic/run.sh", "recipes/synthetic/conf/train_xs.yaml", "recipes/lib/", "mmst/cli/",
               "mmst/audio.py", "mmst/features.py", "mmst/corpora/", "mmst/data/", "mmst/models/", "mmst/losses.py",
               "mmst/training/", "mmst/simultaneous/", "mmst/evaluation/")
 
@@ -78,17 +79,22 @@ def collect(exp: Path, command: str) -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI: collect and write the JSON."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--exp", default="exp/synthetic", help="the recipe's --exp-dir (default exp/synthetic)")
+def build_parser() -> ArgumentParser:
+    """Command-line options."""
+    ap = ArgumentParser(prog="tools/collect_quickstart.py", description=__doc__.split("\n")[0])
+    ap.add_argument("--exp-dir", default="exp/synthetic", help="the recipe's --exp-dir (default exp/synthetic)")
+    ap.add_deprecated_alias("--exp", "--exp-dir")
     ap.add_argument("--command", default="make demo",
                     help="the command that produced the run, recorded in the JSON (default 'make demo')")
     ap.add_argument("--out", default=str(RESULTS_DIR / "quickstart.json"),
                     help="output JSON (default docs/results/quickstart.json)")
-    a = ap.parse_args(argv)
-    data = collect(Path(a.exp), a.command)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: collect and write the JSON."""
+    a = build_parser().parse_args(argv)
+    data = collect(Path(a.exp_dir), a.command)
     out = Path(a.out)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")

@@ -747,8 +747,8 @@ def stale_results(root: Path = REPO) -> list[Freshness]:
     return [sources.freshness(name) for name in sources.names()]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: render, ``--check``, ``--stale`` or ``--list``."""
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
     ap.add_argument("--check", action="store_true", help="do not write; exit 1 when a block differs from its source")
@@ -757,7 +757,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="print every table name and its JSON file")
     ap.add_argument("--root", type=Path, default=REPO,
                     help="the checkout to render or check (default: the one this script is in)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: render, ``--check``, ``--stale`` or ``--list``."""
+    a = build_parser().parse_args(argv)
     root = a.root.resolve()
     if a.stale:
         try:

@@ -4,7 +4,7 @@
 Starts ``python -m mmst.serve`` with the given model, opens the page in headless Chromium (Selenium,
 Debian's chromium-driver) with a wav as the fake microphone, presses Start, waits until every language
 column has ``--min-words`` words (or ``--seconds`` pass), and saves the window. Japanese captions need a
-CJK font on the machine (Debian: ``fonts-ipafont-gothic``), otherwise they show as boxes.
+CJK font on the machine (Debian: ``fonts-noto-cjk``, which ``make test`` installs), otherwise they show as boxes.
 
 Usage::
 
@@ -14,7 +14,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import shutil
 import sys
@@ -25,20 +24,25 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from mmst.cli_help import HelpFormatter, add_model_arguments  # noqa: E402
+from mmst.cli_help import ArgumentParser, add_model_arguments  # noqa: E402
 from mmst.serve.process import server_process  # noqa: E402
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Make the screenshot; exit 1 with a message when chromium or the server is missing."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+def build_parser() -> ArgumentParser:
+    """Command-line options."""
+    p = ArgumentParser(prog="tools/screenshot_serve.py", description=__doc__)
     add_model_arguments(p, data_required=True, langs_default=None)
     p.add_argument("--wav", required=True, help="speech played as the microphone (wav)")
     p.add_argument("--out", default=str(REPO / "docs" / "images" / "serve.png"), help="PNG to write")
     p.add_argument("--min-words", type=int, default=12, help="words per language column before the screenshot")
     p.add_argument("--seconds", type=float, default=40.0, help="longest wait for the words")
     p.add_argument("--size", default="1280,720", help="window size W,H in pixels")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Make the screenshot; exit 1 with a message when chromium or the server is missing."""
+    args = build_parser().parse_args(argv)
     chromium = shutil.which("chromium")
     if not chromium or not Path("/usr/bin/chromedriver").is_file():
         print("screenshot_serve: needs the Debian packages chromium and chromium-driver", file=sys.stderr)

@@ -182,7 +182,7 @@ def pair_dir(root: str | os.PathLike[str], lang: str, src_lang: str = "en") -> P
     if not d.is_dir():
         have = available_pairs(root, src_lang)
         raise RawCorpusError(
-            f"{d}: language {lang!r} missing from --root {root} (pairs present: {', '.join(have) or 'none'})",
+            f"{d}: language {lang!r} missing from --mustc-root {root} (pairs present: {', '.join(have) or 'none'})",
             os.fspath(d),
         )
     return d

@@ -58,7 +58,7 @@ from mmst.provenance import run_record
 
 #: The source paths that make the speed-perturbed copies (recorded with their digests in the report's
 #: ``provenance.depends_on``).
-DEPENDS_ON = ("data_prep/speed_perturb.py", "mmst/corpora/speed_perturb.py", "mmst/audio.py", "mmst/features.py",
+DEPENDS_ON = ("mmst/cli/speed_perturb.py", "mmst/corpora/speed_perturb.py", "mmst/audio.py", "mmst/features.py",
               "mmst/data/corpus.py", "mmst/data/manifest.py", "mmst/data/store.py")
 
 DEFAULT_FACTORS = (0.9, 1.0, 1.1)

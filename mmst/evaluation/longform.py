@@ -16,6 +16,8 @@ their positions in the audio (MuST-C yaml ``offset``/``duration``, seconds):
   "time_ca_ms"}`` (ms since the talk's start);
 - ``OUT/<lang>/instances.log``: SimulEval-1.1 instances, one per reference sentence after
   resegmentation (delays relative to the sentence start; :mod:`mmst.evaluation.resegment`);
+- with ``subtitles`` (``srt`` / ``vtt``): ``OUT/<lang>/<talk>.srt`` (or ``.vtt``), one subtitle file per
+  language per talk (:mod:`mmst.simultaneous.subtitles`);
 - ``OUT/scores.json`` and ``OUT/scores.md``: per language BLEU (resegmented, sacrebleu with the
   language's tokenizer), StreamLAAL, StreamLAAL_CA, StreamAL, StreamAL_CA; the number of VAD segments
   and the real-time factor. Without sentence positions only BLEU is computed (and the reason is
@@ -288,7 +290,8 @@ def _hypothesis_lines(talk: Talk, ws: Sequence[Any]) -> list[str]:
 
 def evaluate_talks(lf: Any, talks: Sequence[Talk], langs: Sequence[str], units: Mapping[str, str],
                    out_dir: str | os.PathLike, config: Mapping[str, Any] | None = None,
-                   progress: bool = True) -> dict[str, Any]:
+                   progress: bool = True, subtitles: str | None = None,
+                   subtitle_timing: str = "emission") -> dict[str, Any]:
     """Stream every talk, write hypotheses, instances and scores (module docstring).
 
     Args:
@@ -299,6 +302,8 @@ def evaluate_talks(lf: Any, talks: Sequence[Talk], langs: Sequence[str], units: 
         out_dir: output directory.
         config: recorded in ``scores.json``.
         progress: a tqdm bar over talks.
+        subtitles: ``srt`` or ``vtt`` to write a subtitle file per language per talk; None = none.
+        subtitle_timing: ``emission`` (when the words were written) or ``source`` (the VAD segment's span).
 
     Returns:
         The ``scores.json`` object: ``per_lang`` (metrics + ``info``), ``average``, ``n_vad_segments``,
@@ -311,7 +316,11 @@ def evaluate_talks(lf: Any, talks: Sequence[Talk], langs: Sequence[str], units: 
 
     from mmst.evaluation.quality import corpus_bleu
     from mmst.evaluation.scorer import ScoringError, average_scores, score_instances
+    from mmst.simultaneous.subtitles import FORMATS, TIMINGS, write_subtitles
 
+    if (subtitles is not None and subtitles not in FORMATS) or subtitle_timing not in TIMINGS:
+        raise ValueError(f"subtitles must be one of {FORMATS} and their timing one of {TIMINGS}, "
+                         f"got {subtitles!r}, {subtitle_timing!r}")
     out = Path(out_dir)
     hyp_lines: dict[str, list[str]] = {lang: [] for lang in langs}
     instances: dict[str, list[dict[str, Any]]] = {lang: [] for lang in langs}
@@ -324,6 +333,8 @@ def evaluate_talks(lf: Any, talks: Sequence[Talk], langs: Sequence[str], units: 
     for talk in tqdm(talks, desc="talks", disable=not progress):
         audio = read_talk_audio(talk.wav)
         run = stream_talk(lf, audio, langs)
+        if subtitles:
+            write_subtitles(out, talk.id, run.words, run.segments, subtitles, subtitle_timing)
         total_audio += run.audio_s
         total_compute += run.compute_s
         n_segments += len(run.segments)

@@ -26,7 +26,7 @@ from mmst.provenance import run_record
 #: models' training, the policy sweeps, this comparison); recorded with their digests in
 #: ``provenance.depends_on``.
 DEPENDS_ON = ("recipes/synthetic/run_policies_hard.sh", "recipes/synthetic/run_waitk_hard.sh", "recipes/synthetic/conf/",
-              "recipes/lib/", "eval/simultaneous_eval.py", "eval/policy_results.py", "mmst/features.py", "mmst/data/",
+              "recipes/lib/", "mmst/cli/simultaneous_eval.py", "mmst/cli/policy_results.py", "mmst/features.py", "mmst/data/",
               "mmst/models/", "mmst/losses.py", "mmst/training/", "mmst/simultaneous/", "mmst/evaluation/")
 
 

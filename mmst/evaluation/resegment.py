@@ -10,8 +10,10 @@ Attention-based Audio History Selection", arXiv:2406.06097; simulstream):
    many pieces as the talk has reference sentences, by the minimum-WER (mWER) alignment of
    ``mweralign`` (Levenshtein alignment of the whole stream to the concatenated references, with
    sentence boundaries chosen to minimise the total WER; case-insensitive). Languages written without
-   spaces (``ja``, ``zh``; the ``char`` latency unit) are aligned character by character.
-   Every hypothesis unit keeps its times.
+   spaces (``ja``, ``zh``; the ``char`` latency unit) are tokenised for the alignment as simulstream 1.0
+   does, by ``mweralign``'s ``CJSegmenter``: every non-Latin-1 character is a token, a run of Latin-1
+   characters (a Latin word inside Japanese output) is one token. The pieces are then counted back in
+   characters. Every hypothesis unit keeps its times.
 2. **Per-sentence delays** (:func:`stream_instances`): unit ``i`` assigned to sentence ``j`` (starting
    at ``o_j`` ms in the stream, lasting ``|X_j|`` ms) gets the delay ``d_i = t_i - o_j`` (``t_i``: the
    unit's ``time_ms`` since the stream start) and ``elapsed_i = t^CA_i - o_j``. A unit the alignment
@@ -93,8 +95,8 @@ def resegment(units: Sequence[str], references: Sequence[str], unit: str = "word
     Args:
         units: the hypothesis of a whole talk as latency units, in writing order.
         references: the talk's reference sentences, in order (at least one).
-        unit: ``word`` (whitespace words) or ``char`` (characters, for ``ja``/``zh``: the references are
-            aligned per character too).
+        unit: ``word`` (whitespace words) or ``char`` (characters, for ``ja``/``zh``: hypothesis and
+            references are tokenised by ``CJSegmenter`` for the alignment, as simulstream does).
 
     Returns:
         For each reference sentence, the indices into ``units`` assigned to it (consecutive, in order;
@@ -102,7 +104,7 @@ def resegment(units: Sequence[str], references: Sequence[str], unit: str = "word
 
     Raises:
         ValueError: no references.
-        ResegmentError: the aligner lost or added units.
+        ResegmentError: the aligner lost or added units, or a ``char`` unit is not one character.
     """
     if not references:
         raise ValueError("resegmentation needs at least one reference sentence")
@@ -110,23 +112,36 @@ def resegment(units: Sequence[str], references: Sequence[str], unit: str = "word
         return [[] for _ in references]
     from mweralign import align_texts
 
-    toks = [_clean(u) for u in units]
+    if unit == "char":
+        from mweralign.segmenter import CJSegmenter
+
+        cj = CJSegmenter()
+        toks = [_clean(t) for t in cj.encode("".join(units))]
+        sizes = [len(t) for t in cj.encode("".join(units))]  # characters per aligner token
+        refs = [" ".join(_clean(t) for t in cj.encode(r.strip())) or "_" for r in references]
+    else:
+        toks = [_clean(u) for u in units]
+        sizes = [1] * len(units)
+        refs = [" ".join(_clean(t) for t in split_units(r, unit)) or "_" for r in references]
     if any(" " in t for t in toks):  # a unit with inner spaces: split it for the aligner, count pieces
         raise ResegmentError("hypothesis units must not contain spaces")
-    refs = [" ".join(_clean(t) for t in split_units(r, unit)) or "_" for r in references]
+    if sum(sizes) != len(units):
+        raise ResegmentError("char units must be single characters")
     with _quiet_stdout():
         out = align_texts("\n".join(refs), " ".join(toks))
     lines = out.split("\n")
     if len(lines) > len(references):  # trailing newline
         lines = lines[: len(references)] if all(not ln.strip() for ln in lines[len(references):]) else lines
     counts = [len(ln.split()) for ln in lines]
-    if len(lines) != len(references) or sum(counts) != len(units):
-        raise ResegmentError(f"mWER alignment returned {len(lines)} lines with {sum(counts)} units for "
-                             f"{len(references)} references and {len(units)} units")
-    out_idx, pos = [], 0
+    if len(lines) != len(references) or sum(counts) != len(toks):
+        raise ResegmentError(f"mWER alignment returned {len(lines)} lines with {sum(counts)} tokens for "
+                             f"{len(references)} references and {len(toks)} tokens")
+    out_idx, pos, tok = [], 0, 0
     for c in counts:
-        out_idx.append(list(range(pos, pos + c)))
-        pos += c
+        n = sum(sizes[tok:tok + c])
+        out_idx.append(list(range(pos, pos + n)))
+        pos += n
+        tok += c
     return out_idx
 
 

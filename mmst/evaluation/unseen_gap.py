@@ -31,8 +31,8 @@ SEEN, UNSEEN = "tst-COMMON", "tst-unseen"
 #: The source paths the augmentation experiment exercises (``recipes/synthetic/run_augment.sh``: speed
 #: perturbation, training with SpecAugment, evaluation on both test sets, this report); recorded with their
 #: digests in ``provenance.depends_on``.
-DEPENDS_ON = ("recipes/synthetic/run_augment.sh", "recipes/synthetic/conf/", "recipes/lib/", "data_prep/speed_perturb.py",
-              "eval/simultaneous_eval.py", "eval/unseen_gap.py", "mmst/audio.py", "mmst/features.py",
+DEPENDS_ON = ("recipes/synthetic/run_augment.sh", "recipes/synthetic/conf/", "recipes/lib/", "mmst/cli/speed_perturb.py",
+              "mmst/cli/simultaneous_eval.py", "mmst/cli/unseen_gap.py", "mmst/audio.py", "mmst/features.py",
               "mmst/corpora/speed_perturb.py", "mmst/data/", "mmst/models/", "mmst/losses.py", "mmst/training/",
               "mmst/simultaneous/", "mmst/evaluation/")
 

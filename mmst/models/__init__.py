@@ -1,5 +1,5 @@
 """MMST models: shared streaming speech encoder with separate or unified decoders (TED-MMST,
-Huang et al., ICASSP 2023). See docs/readme/models.md."""
+Huang et al., ICASSP 2023). See docs/models.md."""
 
 from .base import JointDecoderState, MMSTModel, ModelOutput
 from .config import SIZES, ModelConfig, model_config_for_size

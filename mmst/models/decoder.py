@@ -311,6 +311,23 @@ class DecoderStep:
     def stack_key(self) -> tuple:
         return ("decoder", id(self.decoder))
 
+    def save_state(self):
+        """A function that puts the stream's :class:`DecoderState` back as it is now (cache lengths,
+        ``cross_len``, ``num_tokens``, ``cross_attn``): undoes this step after a failed stacked call
+        (:mod:`mmst.models.stacked`)."""
+        st = self.state
+        self_lens = [c.length for c in st.self_cache]
+        cross_lens = [c.length for c in st.cross_cache]
+        cross_len, num_tokens, cross_attn = st.cross_len, st.num_tokens, dict(st.cross_attn)
+
+        def restore() -> None:
+            for c, n in zip(st.self_cache, self_lens):
+                c.truncate(n)
+            for c, n in zip(st.cross_cache, cross_lens):
+                c.truncate(n)
+            st.cross_len, st.num_tokens, st.cross_attn = cross_len, num_tokens, cross_attn
+        return restore
+
     @torch.no_grad()
     def run(self) -> torch.Tensor:
         """This step alone (:meth:`TransformerDecoder.step`)."""

@@ -7,7 +7,7 @@ state = 40 ms of 10 ms fbank frames. Output length per layer: ``floor((L - 1) / 
 
 Receptive field and streaming. With kernel 5 / stride 2 / padding 2 twice, encoder state s depends on
 fbank frames ``4s-6 .. 4s+6``: 60 ms of look-ahead, and the last states of an utterance see the zero
-right-padding. Our choice (documented in docs/readme/models.md): the training forward is the plain
+right-padding. Our choice (documented in docs/models.md): the training forward is the plain
 non-causal conv (as fairseq, so pretrained fairseq encoders load), but padded frames are zeroed and
 the first conv layer's outputs beyond each utterance's valid length are zeroed before the second
 layer, so a batched utterance gives exactly what it would alone (= what a zero-padded stream gives).
@@ -373,6 +373,16 @@ class EncoderBlock:
 
     def stack_key(self) -> tuple:
         return ("encoder", id(self.stream.encoder))
+
+    def save_state(self):
+        """A function that truncates the stream's key/value caches back to their present lengths (undoes
+        this block's appends after a failed stacked call, :mod:`mmst.models.stacked`)."""
+        lengths = [c.length for c in self.stream._cache]
+
+        def restore() -> None:
+            for c, n in zip(self.stream._cache, lengths):
+                c.truncate(n)
+        return restore
 
     @torch.no_grad()
     def run(self) -> torch.Tensor:

@@ -240,6 +240,12 @@ class KVCache:
             return None
         return self.k.view(), self.v.view()
 
+    def truncate(self, length: int) -> None:
+        """Forget the positions after the first ``length`` (undo appends; the storage is kept)."""
+        if not 0 <= length <= self.k.length:
+            raise ValueError(f"cannot truncate a cache of {self.k.length} positions to {length}")
+        self.k.length = self.v.length = length
+
     def reorder(self, index: torch.Tensor) -> KVCache:
         """A new cache with batch rows ``index (B',)`` (beam search)."""
         out = KVCache()

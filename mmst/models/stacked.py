@@ -18,14 +18,21 @@ as a generator: it *yields* a request object describing the call and receives th
 A request class implements ``run() -> result``, ``stack_key() -> hashable``, the classmethod
 ``run_stacked(requests) -> [result, ...]`` (results in request order; an exception instance as a result
 is raised in that stream's generator only) and an int class attribute ``stage`` (its place in a stream's
-pipeline).
+pipeline). It may implement ``save_state() -> restore`` (a callable that puts back the stream state the
+request mutates: cache lengths, recurrent states), which makes a failed stacked call recoverable: when
+``run_stacked`` raises, every request's state is restored and each request is run alone, so only the
+requests that fail alone fail their streams (one bad stream cannot fail the streams it was stacked
+with). Without ``save_state`` a failed stacked call fails every stream of its group.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Generator
 from typing import Any, Protocol
+
+logger = logging.getLogger("mmst.models.stacked")
 
 #: a step written as a generator: yields requests, receives their results, returns the step's value
 Steps = Generator[Any, Any, Any]
@@ -45,6 +52,8 @@ class Request(Protocol):
     @classmethod
     def run_stacked(cls, requests: list) -> list:
         """Compute ``requests`` (equal keys) at once; their results in order."""
+
+    # optional: ``def save_state(self) -> Callable[[], None]`` (see the module docstring)
 
 
 def run_alone(steps: Steps) -> Any:
@@ -74,12 +83,14 @@ def _inline(fn, args, kwargs) -> Steps:
 
 class StackStats:
     """Counters of :func:`run_stacked`: ``calls`` (model calls made), ``requests`` (requests served),
-    ``rounds``; per kind (request class name) in ``by_kind`` as ``[calls, requests]``."""
+    ``rounds``; per kind (request class name) in ``by_kind`` as ``[calls, requests]``; ``retried``:
+    stacked calls that raised and were recomputed request by request."""
 
     def __init__(self) -> None:
         self.calls = 0
         self.requests = 0
         self.rounds = 0
+        self.retried = 0
         self.by_kind: dict[str, list[int]] = {}
 
     def add(self, kind: str, n: int) -> None:
@@ -106,8 +117,10 @@ def run_stacked(steps: list[Steps], stats: StackStats | None = None, costs: list
 
     Returns:
         ``[(value, None) | (None, error), ...]`` per generator, in order. A generator that raises gets
-        its error reported and the others go on; a stacked call that raises is thrown into every
-        generator of its group.
+        its error reported and the others go on. A stacked call that raises is retried request by
+        request when every request of the group has ``save_state`` (their states restored first); only
+        the requests that fail alone have their error thrown into their generators. Otherwise the error
+        is thrown into every generator of the group.
     """
     out: list[tuple[Any, BaseException | None]] = [(None, None)] * len(steps)
     waiting: dict[int, Any] = {}
@@ -148,7 +161,7 @@ def run_stacked(steps: list[Steps], stats: StackStats | None = None, costs: list
         reqs = [waiting[i] for i in idx]
         t = time.perf_counter()
         try:
-            res = [reqs[0].run()] if len(reqs) == 1 else type(reqs[0]).run_stacked(reqs)
+            res = [reqs[0].run()] if len(reqs) == 1 else _run_group(reqs, stats)
         except Exception as e:  # noqa: BLE001 - this group's streams fail, the others go on
             for i in idx:
                 advance(i, error=e)
@@ -165,3 +178,27 @@ def run_stacked(steps: list[Steps], stats: StackStats | None = None, costs: list
             else:
                 advance(i, r)
     return out
+
+
+def _run_group(reqs: list, stats: StackStats | None) -> list:
+    """``run_stacked(reqs)``; when it raises and every request can restore its state, each request
+    alone (its exception, if any, as its result); else the stacked call's exception."""
+    restores = [r.save_state() if callable(getattr(r, "save_state", None)) else None for r in reqs]
+    try:
+        return type(reqs[0]).run_stacked(reqs)
+    except Exception as e:  # noqa: BLE001 - recomputed alone below, or raised
+        if any(x is None for x in restores):
+            raise
+        logger.warning("stacked %s call of %d requests failed (%s: %s); computing them one by one",
+                       type(reqs[0]).__name__, len(reqs), type(e).__name__, str(e)[:120])
+        if stats is not None:
+            stats.retried += 1
+        for restore in restores:
+            restore()
+        out = []
+        for r in reqs:
+            try:
+                out.append(r.run())
+            except Exception as err:  # noqa: BLE001 - this request's stream only
+                out.append(err)
+        return out

@@ -39,7 +39,7 @@ logger = logging.getLogger("mmst.serve")
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``mmst-serve``."""
     from .batching import BATCHING_MODES
-    from .protocol import DEFAULT_MAX_MESSAGE_BYTES
+    from .protocol import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_RATE
 
     p = argparse.ArgumentParser(prog="mmst-serve", description=__doc__, formatter_class=HelpFormatter)
     add_model_arguments(p)
@@ -52,7 +52,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8765, help="TCP port (0 = any free port, printed at start)")
     p.add_argument("--max-clients", type=int, default=8, help="concurrent streams; more are refused (close 1013)")
     p.add_argument("--token", default=None, help="shared secret clients must send (?token= or Authorization: "
-                   "Bearer); default: none")
+                   "Bearer) for the WebSocket, /stats.json and /config.json; default: none")
+    p.add_argument("--max-clients-per-ip", type=int, default=4,
+                   help="streams open at once from one address (loopback exempt); more are refused (close 1013)")
+    p.add_argument("--trusted-proxy", default=None, metavar="ADDR",
+                   help="address of a reverse proxy: connections from it are counted per the last "
+                   "X-Forwarded-For entry (other peers' X-Forwarded-For is ignored)")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="URL",
+                   help="browser origin allowed to open the WebSocket besides the server's own page, e.g. "
+                   "https://translate.example.org behind a reverse proxy (repeatable); other origins get 403")
+    p.add_argument("--max-ahead-s", type=float, default=10.0,
+                   help="seconds of audio a stream may be ahead of real time (times its declared rate) since "
+                   "its start; more closes it (close 4429)")
+    p.add_argument("--max-rate", type=float, default=DEFAULT_MAX_RATE,
+                   help="fastest pace a client may declare in its start message (audio seconds per second; "
+                   "a file translated faster than real time)")
+    p.add_argument("--idle-timeout-s", type=float, default=30.0,
+                   help="a stream that sends no audio for this long before its end is closed (close 4410)")
     p.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
                    help="largest WebSocket message in bytes (close 1009 above)")
     p.add_argument("--send-queue", type=int, default=256,
@@ -63,8 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "one model call each (padded, masked; same words); off = every audio frame computed on "
                    "its own, every model call alone (the benchmark's baseline)")
     p.add_argument("--save-audio", default=None, metavar="DIR",
-                   help="write each stream's received 16 kHz PCM to DIR/<stream>.wav (float32) for offline "
-                   "replays")
+                   help="write each stream's received 16 kHz PCM to DIR/<stream id>.wav (float32) for offline "
+                   "replays, on disk as it arrives (DIR/<stream id>.wav.part until the stream closes); the "
+                   "stream id is a UTC time stamp plus a counter")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads of the compute thread")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level")
@@ -72,9 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for name in ("max_clients", "send_queue", "max_message_bytes", "threads", "beam"):
+    for name in ("max_clients", "max_clients_per_ip", "send_queue", "max_message_bytes", "threads", "beam"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
+    for name in ("max_ahead_s", "max_rate", "idle_timeout_s"):
+        if not getattr(args, name) > 0:
+            p.error(f"--{name.replace('_', '-')} must be > 0")
+    bad = [o for o in args.allow_origin if not o.startswith(("http://", "https://"))]
+    if bad:
+        p.error(f"--allow-origin takes http(s)://host[:port] origins, got {bad[0]!r}")
     if not 0 <= args.port <= 65535:
         p.error("--port must be in 0..65535")
     if args.source_segment_size <= 0 or args.max_segment_s <= 0:
@@ -111,7 +134,8 @@ def make_driver_factory(args: argparse.Namespace) -> tuple[Any, list[str]]:
            "speech_pad_ms": args.vad_speech_pad_ms, "max_segment_s": args.max_segment_s}
     StreamingVad(**vad, model=vad_model)  # out-of-range VAD options fail now
     pool = DriverPool(system, policy, beam=args.beam, max_len_b=args.max_len_b, vad=vad,
-                      chunk_ms=args.source_segment_size, vad_model=vad_model)
+                      chunk_ms=args.source_segment_size, vad_model=vad_model,
+                      max_idle=getattr(args, "max_clients", 8))
     return pool, served
 
 
@@ -121,6 +145,10 @@ async def _serve(args: argparse.Namespace, make_driver, langs: list[str]) -> Non
     cfg = ServerConfig(langs=langs, max_clients=args.max_clients, token=args.token,
                        max_message_bytes=args.max_message_bytes, send_queue=args.send_queue,
                        save_audio_dir=Path(args.save_audio) if args.save_audio else None, batching=args.batching,
+                       max_ahead_s=args.max_ahead_s, max_rate=args.max_rate, idle_timeout_s=args.idle_timeout_s,
+                       max_clients_per_ip=args.max_clients_per_ip, trusted_proxy=args.trusted_proxy,
+                       allow_origins=list(args.allow_origin),
+                       max_step_samples=max(1, int(round(args.source_segment_size * 16))),
                        info={"checkpoint": Path(args.model).name})
     server = TranslationServer(make_driver, cfg)
     stop = asyncio.Event()

@@ -1,7 +1,8 @@
 """A Python client of the mmst-serve protocol (used by the benchmark, the tests and as an example).
 
 :func:`stream_audio` opens ``ws://HOST:PORT/ws``, sends ``start``, the audio in frames (at real-time
-speed or as fast as possible), then ``end``, and collects every event until the server closes.
+speed or faster, at a pace declared in ``start``), then ``end``, and collects every event until the
+server closes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
+
+from .protocol import DEFAULT_MAX_RATE
 
 
 @dataclass
@@ -50,7 +53,8 @@ def encode_audio(samples: np.ndarray, sample_format: str) -> bytes:
 
 async def stream_audio(url: str, samples: np.ndarray, sample_rate: int = 16000, *, langs: list[str] | None = None,
                        sample_format: str = "int16", frame_ms: float = 100.0, realtime: bool = True,
-                       token: str | None = None, open_timeout: float = 30.0) -> StreamResult:
+                       rate: float | None = None, token: str | None = None, open_timeout: float = 30.0,
+                       headers: dict | None = None) -> StreamResult:
     """Stream ``samples`` (float32 ``(n,)`` at ``sample_rate``) and collect the server's events.
 
     Args:
@@ -58,20 +62,37 @@ async def stream_audio(url: str, samples: np.ndarray, sample_rate: int = 16000, 
         langs: languages to ask for (default: all the server serves).
         sample_format: ``"int16"`` or ``"float32"`` on the wire.
         frame_ms: audio per binary message.
-        realtime: pace the frames by the wall clock (a live speaker); False = as fast as possible.
+        realtime: pace the frames by the wall clock (a live speaker: frame ``i`` once it is over);
+            False = a file: declare ``rate`` in ``start`` and send as fast as the server allows, i.e. up to
+            half its ``max_ahead_s`` ahead of ``rate`` times real time (from its ``ready`` message).
+        rate: the pace to declare when ``realtime`` is False (audio s per s; default
+            :data:`~mmst.serve.protocol.DEFAULT_MAX_RATE`, the server's default ``--max-rate``).
         token: sent as ``Authorization: Bearer`` when given.
+        headers: more HTTP headers of the handshake (e.g. ``Origin``).
 
     Returns:
         :class:`StreamResult` (the server's close code tells how it ended).
     """
     res = StreamResult()
-    headers = {"Authorization": f"Bearer {token}"} if token else None
-    async with connect(url, additional_headers=headers, open_timeout=open_timeout, max_size=None,
+    hdrs = dict(headers or {})
+    if token:
+        hdrs["Authorization"] = f"Bearer {token}"
+    pace = 1.0 if realtime else float(rate or DEFAULT_MAX_RATE)
+    async with connect(url, additional_headers=hdrs or None, open_timeout=open_timeout, max_size=None,
                        compression=None) as ws:
         start = {"type": "start", "sample_rate": sample_rate, "sample_format": sample_format}
+        if not realtime:
+            start["rate"] = pace
         if langs:
             start["langs"] = list(langs)
         await ws.send(json.dumps(start))
+        try:
+            ready = json.loads(await ws.recv())
+        except ConnectionClosed:  # refused (bad start, server full, ...)
+            ready = None
+        if ready is not None:
+            res.events.append(ready)
+        lead_s = 0.5 * float(ready.get("max_ahead_s", 0.0)) if isinstance(ready, dict) else 0.0
 
         async def receive() -> None:
             try:
@@ -91,10 +112,12 @@ async def stream_audio(url: str, samples: np.ndarray, sample_rate: int = 16000, 
         n = max(1, int(round(frame_ms * sample_rate / 1000.0)))
         t0 = time.monotonic()
         try:
-            for i, s in enumerate(range(0, len(samples), n)):
-                if realtime:
-                    # a live source has frame i only once it is over
-                    await asyncio.sleep(max(0.0, t0 + (i + 1) * frame_ms / 1000.0 - time.monotonic()))
+            for s in range(0, len(samples) if ready is not None else 0, n):
+                end_s = min(s + n, len(samples)) / sample_rate  # audio seconds once this frame is sent
+                if realtime:  # a live source has a frame only once it is over
+                    await asyncio.sleep(max(0.0, t0 + end_s - time.monotonic()))
+                else:  # at most lead_s ahead of the declared pace
+                    await asyncio.sleep(max(0.0, t0 + (end_s - lead_s) / pace - time.monotonic()))
                 await ws.send(encode_audio(samples[s:s + n], sample_format))
             await ws.send(json.dumps({"type": "end"}))
         except ConnectionClosed:

@@ -3,8 +3,9 @@
 Building a stream's driver costs more than a short stream's compute (a
 :class:`~mmst.simultaneous.joint.StreamingTranslator` with its caches, a VAD segmenter).
 :class:`DriverPool` keeps the drivers of closed streams, reset, and hands them to new ones with the
-same languages, so the number of drivers never exceeds the number of streams open at once and a
-reconnecting client costs no allocation. All drivers share one Silero VAD model (each segmenter keeps
+same SET of languages (a driver decodes its languages in sorted order, whatever order a client asked
+them in), so the number of drivers never exceeds the number of streams open at once and a
+reconnecting client costs no allocation; at most ``max_idle`` drivers wait, the others are dropped. All drivers share one Silero VAD model (each segmenter keeps
 its own recurrent state), which also lets the scheduler stack their VAD windows into one call.
 """
 
@@ -25,13 +26,15 @@ class DriverPool:
             ``min_silence_ms``, ``speech_pad_ms``, ``max_segment_s``); chunk_ms: the driver's processing
             chunk (ms).
         vad_model: the Silero model every driver's segmenter uses (default: loaded on first use).
+        max_idle: most drivers kept for reuse (over all language sets; the oldest go first).
 
     ``pool(langs)`` returns a driver for those languages; ``pool.release(driver)`` resets it and keeps
     it for the next stream (call it only when no step of that driver is running).
     """
 
     def __init__(self, system: Any, policy: dict, *, beam: int = 1, max_len_b: int = 200,
-                 vad: dict | None = None, chunk_ms: float = 320.0, vad_model: Any = None) -> None:
+                 vad: dict | None = None, chunk_ms: float = 320.0, vad_model: Any = None,
+                 max_idle: int = 8) -> None:
         self.system = system
         self.policy = dict(policy)
         self.beam, self.max_len_b = int(beam), int(max_len_b)
@@ -39,21 +42,22 @@ class DriverPool:
         self.max_segment_s = float(self.vad.get("max_segment_s", 20.0))
         self.chunk_ms = float(chunk_ms)
         self.vad_model = vad_model
-        self._free: dict[tuple[str, ...], list[Any]] = {}
+        self.max_idle = int(max_idle)
+        self._free: list[Any] = []  # idle drivers, oldest first
         self._lock = threading.Lock()
         self.created = 0
 
     def __call__(self, langs: list[str]) -> Any:
-        """A reset driver decoding ``langs`` (recycled when one is free)."""
-        key = tuple(langs)
+        """A reset driver decoding ``langs`` in sorted order (recycled when one is free)."""
+        key = tuple(sorted(set(langs)))
         with self._lock:
-            free = self._free.get(key)
-            if free:
-                return free.pop()
+            for i in range(len(self._free) - 1, -1, -1):
+                if self._free[i]._mmst_langs == key:
+                    return self._free.pop(i)
         from mmst.simultaneous.longform import LongFormTranslator
         from mmst.simultaneous.vad import StreamingVad, load_vad_model
 
-        tr = self.system.translator(tgt_langs=list(langs), policy={lang: self.policy[lang] for lang in langs},
+        tr = self.system.translator(tgt_langs=list(key), policy={lang: self.policy[lang] for lang in key},
                                     beam=self.beam, max_len_b=self.max_len_b)
         with self._lock:
             if self.vad_model is None:
@@ -66,12 +70,14 @@ class DriverPool:
         return driver
 
     def release(self, driver: Any) -> None:
-        """Reset ``driver`` (a new stream from scratch) and keep it for reuse."""
+        """Reset ``driver`` (a new stream from scratch) and keep it for reuse (dropping the oldest idle
+        driver when ``max_idle`` are already kept)."""
         driver.reset()
         with self._lock:
-            self._free.setdefault(driver._mmst_langs, []).append(driver)
+            self._free.append(driver)
+            del self._free[: max(0, len(self._free) - self.max_idle)]
 
     def idle(self) -> int:
         """Drivers waiting for a stream."""
         with self._lock:
-            return sum(len(v) for v in self._free.values())
+            return len(self._free)

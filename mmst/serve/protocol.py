@@ -3,12 +3,17 @@
 One connection = one audio stream. The client speaks first:
 
 1. a JSON text message ``{"type": "start", "langs": ["de", "es"], "sample_rate": 16000,
-   "sample_format": "int16"}`` (``langs`` optional: default every language the server decodes;
-   ``sample_format`` is ``"int16"`` (little-endian PCM) or ``"float32"`` (little-endian, in [-1, 1]));
-2. binary messages of mono audio in that format and rate (any length, a whole number of samples);
+   "sample_format": "int16", "rate": 1}`` (``langs`` optional: default every language the server decodes;
+   ``sample_format`` is ``"int16"`` (little-endian PCM) or ``"float32"`` (little-endian, in [-1, 1]);
+   ``rate`` optional, default 1: how many seconds of audio per wall-clock second the client will send at
+   most; a file client may declare up to the server's ``--max-rate`` to be translated faster than real
+   time);
+2. binary messages of mono audio in that format and rate (any length, a whole number of samples), no
+   more than ``rate`` times real time since ``start`` plus ``--max-ahead-s`` seconds ahead (else 4429);
 3. ``{"type": "end"}``: the source is finished.
 
-The server answers ``{"type": "ready", ...}`` after ``start``, then sends, as they happen,
+The server answers ``{"type": "ready", "stream", "langs", "sample_rate", "sample_format", "rate",
+"max_ahead_s"}`` after ``start``, then sends, as they happen,
 
 * ``{"type": "word", "lang", "text", "segment", "start_ms", "emit_ms", "added_ms"}``: ``start_ms`` =
   source time (ms of audio since the stream's first sample) after which the word was written (its
@@ -31,13 +36,15 @@ from dataclasses import dataclass
 import numpy as np
 
 #: sample rates a client may declare (the server resamples to 16 kHz with soxr)
-SUPPORTED_SAMPLE_RATES = (8000, 11025, 16000, 22050, 24000, 32000, 44100, 48000)
+SUPPORTED_SAMPLE_RATES = (8000, 11025, 16000, 22050, 24000, 32000, 44100, 48000, 88200, 96000)
 #: sample formats: name -> (numpy dtype, bytes per sample)
 SAMPLE_FORMATS = {"int16": (np.dtype("<i2"), 2), "float32": (np.dtype("<f4"), 4)}
 #: the rate the model reads
 MODEL_SAMPLE_RATE = 16000
-#: default largest message (bytes): 1 MiB = 32 s of 16 kHz float32
+#: default largest message (bytes): 1 MiB = 16 s of 16 kHz float32 audio (4 bytes a sample), 32 s of int16
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+#: default ``--max-rate``: the fastest pace (audio seconds per wall second) a client may declare
+DEFAULT_MAX_RATE = 10.0
 
 CLOSE_NORMAL = 1000
 CLOSE_TOO_BIG = 1009  # RFC 6455 "message too big" (sent by the websockets library itself)
@@ -46,7 +53,9 @@ CLOSE_INTERNAL_ERROR = 1011
 CLOSE_BAD_MESSAGE = 4400
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_SLOW_READER = 4408
+CLOSE_IDLE = 4410
 CLOSE_UNSUPPORTED = 4415
+CLOSE_TOO_FAST = 4429
 #: code -> meaning, as documented in docs/serving.md
 CLOSE_CODES = {
     CLOSE_NORMAL: "stream finished (after the summary)",
@@ -56,7 +65,9 @@ CLOSE_CODES = {
     CLOSE_BAD_MESSAGE: "malformed JSON, unknown message type, audio before start, or a partial sample",
     CLOSE_UNAUTHORIZED: "missing or wrong token",
     CLOSE_SLOW_READER: "the client did not read its events (send queue full)",
-    CLOSE_UNSUPPORTED: "unsupported sample rate, sample format or language",
+    CLOSE_IDLE: "no audio for --idle-timeout-s seconds",
+    CLOSE_UNSUPPORTED: "unsupported sample rate, sample format, language or rate",
+    CLOSE_TOO_FAST: "audio more than --max-ahead-s seconds ahead of the declared rate",
 }
 
 
@@ -76,11 +87,13 @@ class ProtocolError(Exception):
 
 @dataclass(frozen=True)
 class StartRequest:
-    """A validated ``start`` message: target languages, input rate (Hz) and sample format."""
+    """A validated ``start`` message: target languages, input rate (Hz), sample format and the declared
+    pace (audio seconds per wall-clock second; 1 = real time)."""
 
     langs: tuple[str, ...]
     sample_rate: int
     sample_format: str
+    rate: float = 1.0
 
 
 def parse_text(text: str) -> dict:
@@ -91,18 +104,23 @@ def parse_text(text: str) -> dict:
     """
     try:
         msg = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise ProtocolError(CLOSE_BAD_MESSAGE, f"malformed JSON: {e.msg if hasattr(e, 'msg') else e}") from None
+    except json.JSONDecodeError as e:
+        raise ProtocolError(CLOSE_BAD_MESSAGE, f"malformed JSON: {e.msg}") from None
+    except (ValueError, RecursionError):  # a number of more than 4300 digits, nesting too deep
+        raise ProtocolError(CLOSE_BAD_MESSAGE, "malformed JSON: a number too long or nesting too deep") from None
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
         raise ProtocolError(CLOSE_BAD_MESSAGE, 'a message must be a JSON object with a string "type"')
     return msg
 
 
-def parse_start(msg: dict, server_langs: list[str]) -> StartRequest:
-    """Validate a ``start`` message against the server's languages.
+def parse_start(msg: dict, server_langs: list[str], max_rate: float = DEFAULT_MAX_RATE) -> StartRequest:
+    """Validate a ``start`` message against the server's languages and ``--max-rate``.
+
+    Types are checked before values, so any JSON value in any field gives a :class:`ProtocolError`.
 
     Raises:
-        ProtocolError: a field of the wrong type (4400); an unsupported rate, format or language (4415).
+        ProtocolError: a field of the wrong type (4400); an unsupported sample rate, sample format,
+            language or a declared ``rate`` outside ``(0, max_rate]`` (4415).
     """
     langs = msg.get("langs", list(server_langs))
     if isinstance(langs, str):
@@ -120,10 +138,18 @@ def parse_start(msg: dict, server_langs: list[str]) -> StartRequest:
         raise ProtocolError(CLOSE_UNSUPPORTED, f"start: sample_rate {rate} not supported "
                                                f"(supported: {','.join(map(str, SUPPORTED_SAMPLE_RATES))})")
     fmt = msg.get("sample_format", "int16")
+    if not isinstance(fmt, str):
+        raise ProtocolError(CLOSE_BAD_MESSAGE, 'start: "sample_format" must be a string')
     if fmt not in SAMPLE_FORMATS:
-        raise ProtocolError(CLOSE_UNSUPPORTED, f"start: sample_format {str(fmt)[:20]!r} not supported "
+        raise ProtocolError(CLOSE_UNSUPPORTED, f"start: sample_format {fmt[:20]!r} not supported "
                                                f"(supported: {', '.join(SAMPLE_FORMATS)})")
-    return StartRequest(tuple(dict.fromkeys(langs)), rate, fmt)
+    pace = msg.get("rate", 1)
+    if isinstance(pace, bool) or not isinstance(pace, (int, float)):
+        raise ProtocolError(CLOSE_BAD_MESSAGE, 'start: "rate" must be a number (audio seconds per second)')
+    if not 0 < pace <= max_rate:  # also refuses NaN
+        raise ProtocolError(CLOSE_UNSUPPORTED, f"start: rate {str(pace)[:20]} outside (0, {max_rate:g}] "
+                                               "(--max-rate)")
+    return StartRequest(tuple(dict.fromkeys(langs)), rate, fmt, float(pace))
 
 
 def decode_audio(data: bytes, sample_format: str) -> np.ndarray:

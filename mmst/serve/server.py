@@ -9,9 +9,16 @@ server's defences against bad clients.
 Each connection gets its own :class:`~mmst.serve.session.StreamSession` (its own long-form driver);
 the model is shared read-only; compute runs on the :class:`~mmst.serve.batching.TickScheduler`'s
 thread. Faults close ONE connection with a code and a reason (:mod:`mmst.serve.protocol`), never the
-server: malformed or unknown messages, audio before ``start``, partial samples, unsupported rates,
-oversized messages, a full server (``max_clients``), a wrong token, a slow reader (bounded send
-queue), a translator error.
+server: malformed or unknown messages (any JSON value in any field), audio before ``start``, partial
+samples, unsupported rates, oversized messages, a full server (``max_clients``), too many streams from
+one address (``max_clients_per_ip``), a wrong token, a slow reader (bounded send queue), a client
+sending faster than its declared pace (``max_ahead_s``), an idle client (``idle_timeout_s``), a
+translator error. Client errors are logged on one line each, rate-limited, never with a traceback.
+
+On an open network: WebSocket handshakes from a browser page of another origin are refused (403)
+unless the origin is allowed (``allow_origins``; the server's own origins always are, and clients that
+send no ``Origin``, i.e. programs, too); ``token`` guards the WebSocket, ``/stats.json`` and
+``/config.json``; ``GET /healthz`` (no token) says whether the scheduling loop runs.
 """
 
 from __future__ import annotations
@@ -19,8 +26,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ipaddress
+import itertools
 import json
 import logging
+import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,15 +45,18 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from .batching import TickScheduler
+from .batching import DEFAULT_MAX_STEP_SAMPLES, TickScheduler
 from .protocol import (
     CLOSE_BAD_MESSAGE,
+    CLOSE_IDLE,
     CLOSE_INTERNAL_ERROR,
     CLOSE_NORMAL,
     CLOSE_SERVER_FULL,
     CLOSE_SLOW_READER,
+    CLOSE_TOO_FAST,
     CLOSE_UNAUTHORIZED,
     DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_RATE,
     SAMPLE_FORMATS,
     SUPPORTED_SAMPLE_RATES,
     ProtocolError,
@@ -68,6 +82,50 @@ STATIC_FILES = {
 CSP = "default-src 'self'; connect-src 'self' ws: wss:; media-src 'self' blob:; img-src 'self' data:"
 
 _END = object()  # send queue: summary, then close
+_STREAM_COUNTER = itertools.count(1)  # stream ids: unique within a process, time-stamped across processes
+
+
+def new_stream_id() -> str:
+    """A stream id unique across server runs: UTC time stamp (ms) + a process-wide counter, e.g.
+    ``20261201-101502.123-000007`` (also the ``--save-audio`` file name)."""
+    t = time.time()
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}-{next(_STREAM_COUNTER):06d}"
+
+
+class RateLimitedLog:
+    """At most ``burst`` log lines per ``window_s`` seconds (client errors: a client cannot flood the
+    log); the count of lines dropped is added to the next line that passes.
+
+    Args:
+        logger: where the lines go.
+        burst: lines allowed per window.
+        window_s: window length (s).
+        clock: monotonic clock (s).
+    """
+
+    def __init__(self, logger: logging.Logger, burst: int = 20, window_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.logger, self.burst, self.window_s, self.clock = logger, int(burst), float(window_s), clock
+        self._start = -float("inf")
+        self._n = 0
+        self.dropped = 0
+        self._lock = threading.Lock()
+
+    def log(self, level: int, msg: str, *args: Any) -> bool:
+        """Log ``msg % args`` at ``level`` unless this window's lines are used up; True when logged."""
+        with self._lock:
+            now = self.clock()
+            if now - self._start >= self.window_s:
+                self._start, self._n = now, 0
+            if self._n >= self.burst:
+                self.dropped += 1
+                return False
+            self._n += 1
+            dropped, self.dropped = self.dropped, 0
+        if dropped:
+            msg += f" ({dropped} similar line(s) not logged)"
+        self.logger.log(level, msg, *args)
+        return True
 
 
 @dataclass
@@ -82,8 +140,19 @@ class ServerConfig:
         max_message_bytes: largest WebSocket message (close code 1009 above).
         send_queue: events waiting for one client; a client that lets it fill is a slow reader (4408).
         start_timeout_s: the ``start`` message must arrive within this time (4400).
-        save_audio_dir: write each stream's received 16 kHz PCM to ``DIR/<stream id>.wav``.
+        save_audio_dir: write each stream's received 16 kHz PCM to ``DIR/<stream id>.wav``, as it is
+            computed (``.wav.part`` until the stream closes).
         batching: ``"tick"`` or ``"off"`` (:mod:`mmst.serve.batching`).
+        max_ahead_s: seconds of audio a stream may be ahead of its declared pace (``rate`` times the
+            wall-clock time since its ``start``); more closes it with 4429.
+        max_rate: the fastest pace a client may declare in ``start`` (audio seconds per second).
+        idle_timeout_s: a stream that sends nothing for this long (before its ``end``) is closed (4410).
+        max_clients_per_ip: streams open at once from one address (loopback addresses exempt); more are
+            refused with 1013.
+        trusted_proxy: address of a reverse proxy whose ``X-Forwarded-For`` names the client (its last
+            entry); other peers' headers are ignored.
+        allow_origins: browser origins (``https://host[:port]``) allowed besides the server's own.
+        max_step_samples: most audio (16 kHz samples) one step of a stream computes.
     """
 
     langs: list[str]
@@ -94,15 +163,23 @@ class ServerConfig:
     start_timeout_s: float = 10.0
     save_audio_dir: Path | None = None
     batching: str = "tick"
+    max_ahead_s: float = 10.0
+    max_rate: float = DEFAULT_MAX_RATE
+    idle_timeout_s: float = 30.0
+    max_clients_per_ip: int = 4
+    trusted_proxy: str | None = None
+    allow_origins: list[str] = field(default_factory=list)
+    max_step_samples: int = DEFAULT_MAX_STEP_SAMPLES
     info: dict = field(default_factory=dict)
 
 
 class _Client:
     """One open connection: its session, send queue and sender task."""
 
-    def __init__(self, ws: ServerConnection, send_queue: int, stream_id: str) -> None:
+    def __init__(self, ws: ServerConnection, send_queue: int, stream_id: str, address: str) -> None:
         self.ws = ws
         self.stream_id = stream_id
+        self.address = address  # the client's address (X-Forwarded-For behind the trusted proxy)
         self.session: StreamSession | None = None
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=send_queue)
         self.sender: asyncio.Task | None = None
@@ -131,18 +208,22 @@ class TranslationServer:
         self.scheduler: TickScheduler | None = None
         self.n_connections = 0
         self.refused = 0
+        self._per_ip: dict[str, int] = {}
+        self._origins: set[str] = {_norm_origin(o) for o in config.allow_origins}
+        self.client_log = RateLimitedLog(logger)
 
     # ------------------------------------------------------------------ lifecycle
     @contextlib.asynccontextmanager
     async def running(self, host: str = "127.0.0.1", port: int = 8765):
         """Serve on ``host:port`` inside the ``async with`` block; yields the websockets ``Server``
         (``server.sockets[0].getsockname()[1]`` is the port when 0 was asked)."""
-        self.scheduler = TickScheduler(self._deliver, self.config.batching)
+        self.scheduler = TickScheduler(self._deliver, self.config.batching, self.config.max_step_samples)
         self.scheduler.start()
         try:
             async with serve(self._handler, host, port, process_request=self._process_request,
                              max_size=self.config.max_message_bytes, compression=None,
                              max_queue=64) as server:
+                self._origins |= own_origins(host, server.sockets[0].getsockname()[1])
                 yield server
         finally:
             await self.scheduler.stop()
@@ -151,13 +232,29 @@ class TranslationServer:
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path
         if path == "/ws":
+            origin = request.headers.get("Origin")
+            if origin is not None and _norm_origin(origin) not in self._origins:
+                self.refused += 1
+                self.client_log.log(logging.WARNING, "refused a WebSocket handshake from origin %r (peer %s); "
+                                    "allow it with --allow-origin", origin[:100], _peer(connection))
+                return _response(HTTPStatus.FORBIDDEN, b"origin not allowed (mmst-serve --allow-origin)\n",
+                                 "text/plain; charset=utf-8")
             return None  # WebSocket handshake
+        if path == "/healthz":
+            h = self.scheduler.health() if self.scheduler else {"loop": "not started"}
+            body = {"loop": h["loop"], "errors": h.get("errors", 0), "streams": len(self.clients)}
+            return _response(HTTPStatus.OK if h["loop"] == "running" else HTTPStatus.SERVICE_UNAVAILABLE,
+                             json.dumps(body).encode(), "application/json")
+        if path in ("/config.json", "/stats.json") and not self._authorized(request):
+            return _response(HTTPStatus.UNAUTHORIZED, b"missing or wrong token (?token= or Authorization: Bearer)\n",
+                             "text/plain; charset=utf-8")
         if path == "/config.json":
             from mmst.simultaneous.detok import CHAR_LANGS
 
             body = json.dumps({"langs": self.config.langs, "char_langs": [x for x in self.config.langs if x in CHAR_LANGS],
                                "sample_rates": list(SUPPORTED_SAMPLE_RATES),
                                "sample_formats": list(SAMPLE_FORMATS), "token_required": bool(self.config.token),
+                               "max_rate": self.config.max_rate, "max_ahead_s": self.config.max_ahead_s,
                                **self.config.info}).encode()
             return _response(HTTPStatus.OK, body, "application/json")
         if path == "/stats.json":
@@ -173,39 +270,63 @@ class TranslationServer:
         calls made and the stream requests they served (requests / calls = mean streams per call)."""
         s = self.scheduler
         return {"streams": len(self.clients), "connections": self.n_connections, "refused": self.refused,
+                "health": s.health() if s else {"loop": "not started"},
                 "ticks": s.ticks if s else 0, "steps": s.steps if s else 0,
                 "compute_s": round(s.busy_s, 3) if s else 0.0, "batching": self.config.batching,
                 "stacked": {kind: {"calls": c, "requests": r} for kind, (c, r) in s.stack.by_kind.items()} if s else {}}
 
     # ------------------------------------------------------------------ WebSocket
-    def _authorized(self, ws: ServerConnection) -> bool:
+    def _authorized(self, req: Request | None) -> bool:
+        """The request carries the token (``?token=`` or ``Authorization: Bearer``), or none is set."""
         if not self.config.token:
             return True
-        req = ws.request
         given = (parse_qs(urlsplit(req.path).query).get("token") or [""])[0] if req else ""
         auth = req.headers.get("Authorization", "") if req else ""
         if not given and auth.lower().startswith("bearer "):
             given = auth[7:].strip()
         return hmac.compare_digest(given.encode(), self.config.token.encode())
 
+    def client_address(self, ws: ServerConnection) -> str:
+        """The peer's address, or the last ``X-Forwarded-For`` entry when the peer is the trusted proxy."""
+        peer = _peer(ws)
+        if self.config.trusted_proxy and peer == self.config.trusted_proxy and ws.request is not None:
+            fwd = ws.request.headers.get("X-Forwarded-For", "")
+            last = fwd.split(",")[-1].strip()
+            if last:
+                return last[:100]
+        return peer
+
     async def _handler(self, ws: ServerConnection) -> None:
         self.n_connections += 1
-        if not self._authorized(ws):
+        address = self.client_address(ws)
+        if not self._authorized(ws.request):
             self.refused += 1
+            self.client_log.log(logging.INFO, "%s: refused: missing or wrong token", address)
             await ws.close(CLOSE_UNAUTHORIZED, "unauthorized: missing or wrong token")
             return
         if len(self.clients) >= self.config.max_clients:
             self.refused += 1
+            self.client_log.log(logging.INFO, "%s: refused: server full", address)
             await ws.close(CLOSE_SERVER_FULL, clip_reason(
                 f"server full: {len(self.clients)} streams open (--max-clients {self.config.max_clients}); "
                 "try again later"))
             return
-        client = _Client(ws, self.config.send_queue, f"stream{self.n_connections:06d}")
+        limited = not _is_loopback(address)
+        if limited and self._per_ip.get(address, 0) >= self.config.max_clients_per_ip:
+            self.refused += 1
+            self.client_log.log(logging.INFO, "%s: refused: too many streams from this address", address)
+            await ws.close(CLOSE_SERVER_FULL, clip_reason(
+                f"{self._per_ip[address]} streams already open from your address "
+                f"(--max-clients-per-ip {self.config.max_clients_per_ip}); try again later"))
+            return
+        client = _Client(ws, self.config.send_queue, new_stream_id(), address)
         self.clients.add(client)
+        if limited:
+            self._per_ip[address] = self._per_ip.get(address, 0) + 1
         try:
             await self._serve_client(client)
         except ProtocolError as e:
-            logger.info("%s: closed: %s", client.stream_id, e.reason)
+            self.client_log.log(logging.INFO, "%s: closed (%d): %s", client.stream_id, e.code, e.reason)
             await self._close(client, e.code, e.reason)
         except ConnectionClosed:
             pass
@@ -213,6 +334,12 @@ class TranslationServer:
             logger.exception("%s: internal error", client.stream_id)
             await self._close(client, CLOSE_INTERNAL_ERROR, "internal server error (logged)")
         finally:
+            if limited:
+                n = self._per_ip.get(address, 1) - 1
+                if n > 0:
+                    self._per_ip[address] = n
+                else:
+                    self._per_ip.pop(address, None)
             await self._drop(client)
 
     async def _serve_client(self, client: _Client) -> None:
@@ -227,7 +354,7 @@ class TranslationServer:
         msg = parse_text(first)
         if msg["type"] != "start":
             raise ProtocolError(CLOSE_BAD_MESSAGE, f"expected a start message, got type {msg['type'][:30]!r}")
-        req = parse_start(msg, self.config.langs)
+        req = parse_start(msg, self.config.langs, self.config.max_rate)
         driver = await asyncio.get_running_loop().run_in_executor(None, self.make_driver, list(req.langs))
         save = (self.config.save_audio_dir / f"{client.stream_id}.wav") if self.config.save_audio_dir else None
         session = StreamSession(driver, req, save_path=save, clock=self.clock)
@@ -235,15 +362,29 @@ class TranslationServer:
         self._by_session[session] = client
         client.sender = asyncio.get_running_loop().create_task(self._sender(client))
         await ws.send(json.dumps({"type": "ready", "stream": client.stream_id, "langs": list(req.langs),
-                                  "sample_rate": req.sample_rate, "sample_format": req.sample_format}))
+                                  "sample_rate": req.sample_rate, "sample_format": req.sample_format,
+                                  "rate": req.rate, "max_ahead_s": self.config.max_ahead_s}))
         self.scheduler.add(session)
-        async for message in ws:
+        idle = self.config.idle_timeout_s
+        while True:
+            try:
+                # before ``end`` a client must keep sending; after it, it only waits for its results
+                message = await (ws.recv() if session.ended else asyncio.wait_for(ws.recv(), idle))
+            except asyncio.TimeoutError:  # noqa: UP041 - not the builtin TimeoutError on Python 3.10
+                raise ProtocolError(CLOSE_IDLE, f"idle: no audio for {idle:g} s (--idle-timeout-s)") from None
+            except ConnectionClosed:
+                return  # closed by the sender after the summary, or by the client: _drop frees it
             if client.closing:
                 return
             if isinstance(message, bytes):
                 if session.ended:
                     raise ProtocolError(CLOSE_BAD_MESSAGE, "audio after the end message")
-                session.add_audio(decode_audio(message, req.sample_format))
+                x = decode_audio(message, req.sample_format)
+                ahead = session.ahead_s() + x.size / req.sample_rate
+                if ahead > self.config.max_ahead_s:
+                    raise ProtocolError(CLOSE_TOO_FAST, f"too fast: audio {ahead:.1f} s ahead of {req.rate:g}x real "
+                                                        f"time (--max-ahead-s {self.config.max_ahead_s:g})")
+                session.add_audio(x)
                 await self.scheduler.notify(session)
                 continue
             msg = parse_text(message)
@@ -255,7 +396,6 @@ class TranslationServer:
                 raise ProtocolError(CLOSE_BAD_MESSAGE, "start sent twice")
             else:
                 raise ProtocolError(CLOSE_BAD_MESSAGE, f"unknown message type {msg['type'][:40]!r}")
-        # the connection is closed (by the sender after the summary, or by the client): _drop frees it
 
     def _deliver(self, session: StreamSession, events: list, error: BaseException | None) -> None:
         """Scheduler callback (event loop): queue a step's events; close on error or a full queue."""
@@ -263,7 +403,9 @@ class TranslationServer:
         if client is None or client.closing:
             return
         if error is not None:
-            self._close_soon(client, CLOSE_INTERNAL_ERROR, f"translation failed: {type(error).__name__}")
+            logger.error("%s: translation failed: %s: %s", client.stream_id, type(error).__name__, str(error)[:200])
+            logger.debug("%s: traceback", client.stream_id, exc_info=error)
+            self._close_soon(client, CLOSE_INTERNAL_ERROR, f"translation failed: {type(error).__name__}", log=False)
             return
         try:
             for ev in events:
@@ -293,13 +435,14 @@ class TranslationServer:
                     session.latencies_ms.append(added)
             await ws.send(json.dumps(ev, ensure_ascii=False))
 
-    def _close_soon(self, client: _Client, code: int, reason: str) -> None:
+    def _close_soon(self, client: _Client, code: int, reason: str, log: bool = True) -> None:
         if client.closing:
             return
         client.closing = True
         if client.session is not None:
             self.scheduler.remove(client.session)
-        logger.info("%s: closing: %s", client.stream_id, reason)
+        if log:
+            self.client_log.log(logging.INFO, "%s: closing (%d): %s", client.stream_id, code, reason)
         asyncio.get_running_loop().create_task(client.ws.close(code, clip_reason(reason)))
 
     async def _close(self, client: _Client, code: int, reason: str) -> None:
@@ -319,15 +462,15 @@ class TranslationServer:
         if session is not None:
             self.scheduler.remove(session)
             self._by_session.pop(session, None)
+            if session.save_path is not None:  # on the compute thread, after this stream's last step
+                try:
+                    await self.scheduler.run(session.close_save)
+                except (OSError, RuntimeError) as e:
+                    logger.warning("%s: cannot save audio: %s", client.stream_id, e)
             release = getattr(self.make_driver, "release", None)
             if release is not None:  # after any step of this driver still running on the compute thread
                 await self.scheduler.run(release, session.driver)
             session.driver = None
-            if session.save_path is not None:
-                try:
-                    await asyncio.get_running_loop().run_in_executor(None, session.save)
-                except OSError as e:
-                    logger.warning("%s: cannot save audio: %s", client.stream_id, e)
         client.session = None
         while not client.queue.empty():
             client.queue.get_nowait()
@@ -338,3 +481,36 @@ def _response(status: HTTPStatus, body: bytes, content_type: str) -> Response:
                        ("Content-Security-Policy", CSP), ("Cache-Control", "no-store"),
                        ("X-Content-Type-Options", "nosniff")])
     return Response(status.value, status.phrase, headers, body)
+
+
+def _peer(connection: ServerConnection) -> str:
+    addr = connection.remote_address
+    return str(addr[0]) if isinstance(addr, tuple) and addr else str(addr)
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _norm_origin(origin: str) -> str:
+    """``Scheme://host[:port]`` lower-cased, without a trailing slash or the scheme's default port."""
+    o = origin.strip().rstrip("/").lower()
+    for scheme, port in (("http://", ":80"), ("https://", ":443")):
+        if o.startswith(scheme) and o.endswith(port):
+            o = o[: -len(port)]
+    return o
+
+
+def own_origins(host: str, port: int) -> set[str]:
+    """The origins of the server's own page when it listens on ``host:port``: ``http://NAME:PORT`` for
+    the host it was given, ``localhost``, ``127.0.0.1`` and ``[::1]``, and, when it listens on every
+    interface, the machine's host name and fully qualified name."""
+    names = {"localhost", "127.0.0.1", "[::1]"}
+    if host in ("", "0.0.0.0", "::"):
+        names |= {socket.gethostname(), socket.getfqdn()}
+    elif host:
+        names.add(f"[{host}]" if ":" in host else host)
+    return {_norm_origin(f"http://{n}:{port}") for n in names if n}

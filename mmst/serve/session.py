@@ -36,12 +36,16 @@ class StreamSession:
         driver: a long-form translator: ``push(samples (n,) float32 16 kHz) -> [events]``,
             ``finish() -> [events]`` (events are ``LongFormWord`` / ``SegmentEnd``).
         request: the client's validated ``start`` message.
-        save_path: write the 16 kHz float32 PCM fed to the driver to this wav when the session
-            closes (None = keep nothing).
+        save_path: write the received 16 kHz float32 PCM to this wav, incrementally as the compute
+            takes it (the file is ``<save_path>.part`` until :meth:`close_save` renames it; None = keep
+            nothing).
         clock: monotonic clock in seconds (tests pass a fake one).
 
     Attributes:
+        t_start: clock time of the ``start`` message (the session's creation): the origin of pacing.
         t0: clock time of the first audio frame (None before it).
+        received_s: seconds of audio received (at the client's rate, before resampling).
+        last_audio_t: clock time of the last audio frame (or of ``start``), for the idle timeout.
         latencies_ms: added latency of every word sent so far (filled by the server's sender).
     """
 
@@ -64,7 +68,10 @@ class StreamSession:
         self.n_samples = 0  # 16 kHz samples received (after resampling)
         self._mark_samples: list[int] = []  # per received frame: samples received up to its end
         self._mark_times: list[float] = []  # per received frame: its receive time (clock)
-        self._saved: list[np.ndarray] = []
+        self._save_file = None  # soundfile.SoundFile, opened on the first write
+        self.t_start = clock()
+        self.last_audio_t = self.t_start
+        self._in_samples = 0  # samples received at the client's rate
         self.compute_s = 0.0
         self.words: dict[str, int] = {lang: 0 for lang in request.langs}
         self.segments = 0
@@ -82,7 +89,9 @@ class StreamSession:
         t = self.clock() if recv_time is None else recv_time
         if self.t0 is None:
             self.t0 = t
+        self.last_audio_t = t
         x = np.asarray(samples, dtype=np.float32).reshape(-1)
+        self._in_samples += x.size
         if self._resampler is not None:
             x = self._resampler.resample_chunk(x)
         self._queue(x, t)
@@ -92,8 +101,6 @@ class StreamSession:
         with self._lock:
             if x.size:
                 self._pending.append(x)
-                if self.save_path is not None:
-                    self._saved.append(x)
             self.n_samples += x.size
             if recv_time is not None:
                 self._mark_samples.append(self.n_samples)
@@ -112,6 +119,17 @@ class StreamSession:
         """True once the client sent ``end``."""
         return self._ended
 
+    @property
+    def received_s(self) -> float:
+        """Seconds of audio received so far."""
+        return self._in_samples / self.request.sample_rate
+
+    def ahead_s(self, now: float | None = None) -> float:
+        """How far the received audio is ahead of the declared pace: ``received_s - rate * (now -
+        t_start)`` seconds (negative = behind; the server closes a stream past ``--max-ahead-s``)."""
+        now = self.clock() if now is None else now
+        return self.received_s - self.request.rate * (now - self.t_start)
+
     def has_work(self) -> bool:
         """Audio is waiting, or the stream ended and is not finished yet."""
         return bool(self._pending) or (self._ended and not self.finished)
@@ -127,32 +145,54 @@ class StreamSession:
             return self._mark_times[min(i, len(self._mark_times) - 1)]
 
     # ------------------------------------------------------------------ compute side (scheduler thread)
-    def take_pending(self, max_frames: int | None = None) -> np.ndarray:
-        """The queued 16 kHz samples (all, or the oldest ``max_frames`` frames), concatenated and removed
-        from the queue (empty when none)."""
+    def take_pending(self, max_frames: int | None = None, max_samples: int | None = None) -> np.ndarray:
+        """The queued 16 kHz samples, oldest first, concatenated and removed from the queue (empty when
+        none): all of them, or at most ``max_frames`` received frames and at most ``max_samples`` samples
+        (a frame longer than that is split; its rest stays queued). Taken samples are appended to the
+        ``save_path`` wav."""
         with self._lock:
             n = len(self._pending) if max_frames is None else max_frames
             parts, self._pending = self._pending[:n], self._pending[n:]
+            if max_samples is not None:
+                kept, total = [], 0
+                for i, p in enumerate(parts):
+                    room = max_samples - total
+                    if p.size > room:
+                        if room > 0:
+                            kept.append(p[:room])
+                        self._pending = ([p[room:]] if room > 0 else [p]) + parts[i + 1:] + self._pending
+                        break
+                    kept.append(p)
+                    total += p.size
+                parts = kept
         if not parts:
             return np.zeros(0, np.float32)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        x = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        self._write_saved(x)
+        return x
 
-    def step(self, samples: np.ndarray | None = None) -> list[dict]:
+    def pending_samples(self) -> int:
+        """16 kHz samples queued and not yet computed."""
+        with self._lock:
+            return sum(p.size for p in self._pending)
+
+    def step(self, samples: np.ndarray | None = None, max_samples: int | None = None) -> list[dict]:
         """Push ``samples`` (default: everything queued) through the driver, every model call on its
         own; finish the stream when the client ended it and nothing is left. Returns protocol events
         (``word`` events carry an extra ``_recv_t`` key, the receive time used for the added latency,
         which the server strips). Its duration is added to :attr:`compute_s`."""
         t = time.perf_counter()
         try:
-            return run_alone(self.step_steps(samples))
+            return run_alone(self.step_steps(samples, max_samples))
         finally:
             self.compute_s += time.perf_counter() - t
 
-    def step_steps(self, samples: np.ndarray | None = None) -> Steps:
+    def step_steps(self, samples: np.ndarray | None = None, max_samples: int | None = None) -> Steps:
         """:meth:`step` as a generator of compute requests (:mod:`mmst.models.stacked`), for a scheduler
         that stacks the requests of several sessions (it adds this session's share of the compute to
-        :attr:`compute_s`); same value as :meth:`step`."""
-        x = self.take_pending() if samples is None else samples
+        :attr:`compute_s`); same value as :meth:`step`. ``max_samples`` bounds the queued audio taken
+        (the scheduler's per-step bound: a backlog is computed over several steps)."""
+        x = self.take_pending(max_samples=max_samples) if samples is None else samples
         events = list((yield from steps_of(self.driver, "push", x))) if x.size else []
         if self._ended and not self._pending and not self.finished:
             events += list((yield from steps_of(self.driver, "finish")))
@@ -183,16 +223,31 @@ class StreamSession:
                 "rtf": round(self.compute_s * 1000.0 / audio_ms, 4) if audio_ms else None,
                 "added_latency_ms": pct}
 
-    def save(self) -> Path | None:
-        """Write the received 16 kHz PCM (float32 wav, exact samples) to ``save_path``; returns the path."""
+    def _write_saved(self, x: np.ndarray) -> None:
+        """Append ``x`` (16 kHz float32) to ``<save_path>.part`` (opened on the first call)."""
+        if self.save_path is None:
+            return
+        if self._save_file is None:
+            import soundfile as sf
+
+            self.save_path.parent.mkdir(parents=True, exist_ok=True)
+            self._save_file = sf.SoundFile(self._part_path(), "w", MODEL_SAMPLE_RATE, 1, subtype="FLOAT",
+                                           format="WAV")
+        if x.size:
+            self._save_file.write(x)
+            self._save_file.flush()
+
+    def _part_path(self) -> Path:
+        return self.save_path.with_name(self.save_path.name + ".part")
+
+    def close_save(self) -> Path | None:
+        """Write what is still queued to the saved wav, close it and rename ``<save_path>.part`` to
+        ``save_path`` (float32 wav, exactly the received samples); returns the path (None when not saving).
+        Call after the last step of the session."""
         if self.save_path is None:
             return None
-        import soundfile as sf
-
-        from mmst.atomic import atomic_path
-
-        x = np.concatenate(self._saved) if self._saved else np.zeros(0, np.float32)
-        self.save_path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(self.save_path) as tmp:
-            sf.write(tmp, x, MODEL_SAMPLE_RATE, subtype="FLOAT", format="WAV")
+        self.take_pending()  # the audio never computed (a client that left) is kept too
+        self._write_saved(np.zeros(0, np.float32))
+        self._save_file.close()
+        self._part_path().replace(self.save_path)
         return self.save_path

@@ -13,10 +13,18 @@ languages), as if the segment were one utterance:
 - at the segment's *end* it gets the audio up to the end sample with ``finished=True`` and writes
   what its policies still hold (until EOS or the length cap), then a :class:`SegmentEnd` follows.
 
-A segmenter with ``eager = True`` (Silero VAD: fixed windows from the stream start) reads the audio as it
-is pushed, and each chunk takes the boundaries decided inside it (``detected_sample`` up to the chunk's
-end): the same boundaries as feeding it chunk by chunk, and a server can stack its windows with other
-streams' (:mod:`mmst.models.stacked`). :meth:`LongFormTranslator.push_steps` /
+A push is processed chunk by chunk, whatever its size, so memory does not grow with the push. A
+segmenter with ``eager = True`` (Silero VAD: fixed windows from the stream start) reads each piece of
+audio as it is pushed (at most one chunk at a time), and each chunk takes the boundaries decided inside
+it (``detected_sample`` up to the chunk's end): the same boundaries as feeding it chunk by chunk, and a
+server can stack its windows with other streams' (:mod:`mmst.models.stacked`). The segmenter's compute
+for a chunk's audio counts in that chunk's processing time (``compute_s``, ``time_ca_ms``).
+
+A segmenter with a cap (``max_segment_samples`` and ``cut_lookback_samples``, as
+:class:`~mmst.simultaneous.vad.StreamingVad`) may cut a long segment up to ``cut_lookback_samples``
+before the cap. The audio of that span is held back from the translator until the segment ends or is
+cut, so every sample of a capped talk is fed exactly once: the part before the cut to the segment it
+ends, the rest to the next one. :meth:`LongFormTranslator.push_steps` /
 :meth:`~LongFormTranslator.finish_steps` are ``push`` / ``finish`` as generators of compute requests.
 
 Encoder and decoder state is NOT carried across segments: the models are trained on sentences,
@@ -33,6 +41,8 @@ Times (ms since the stream start, float):
   processed from ``max(t_c, end of the previous chunk's processing)``, and its words are out when
   the translator call that wrote them returns. A system slower than real time accumulates lag
   here; one faster than real time has ``time_ca_ms - time_ms`` = the processing time of one chunk.
+  A chunk's processing time includes the segmenter's compute on its audio (run when that audio was
+  pushed) and the translator's.
 
 What a caller (e.g. a live server) may rely on:
 
@@ -250,14 +260,17 @@ class LongFormTranslator:
         self.max_segment_s = float(max_segment_s)
         self.chunk_ms = float(chunk_ms)
         self.chunk_samples = max(1, int(round(chunk_ms * SAMPLE_RATE / 1000.0)))
-        self.lookback_samples = int(lookback_ms * SAMPLE_RATE / 1000.0) + self.chunk_samples
+        self._cap_samples = getattr(self.vad, "max_segment_samples", None)
+        self._cut_lookback = int(getattr(self.vad, "cut_lookback_samples", 0) or 0)
+        self.lookback_samples = int(lookback_ms * SAMPLE_RATE / 1000.0) + 2 * self.chunk_samples + self._cut_lookback
         self.reset()
 
     def reset(self) -> None:
         """Start a new stream (segmenter, translator, clocks and counters)."""
         self.vad.reset()
         self.translator.reset()
-        self._pending = np.zeros(0, dtype=np.float32)
+        self._pending: list[np.ndarray] = []  # pushed audio of the incomplete chunk
+        self._pending_len = 0
         self._vad_ahead: deque[VadEvent] = deque()  # eager segmenter: events not yet consumed by a chunk
         self._recent = _RecentAudio(self.lookback_samples)
         self.num_samples = 0  # samples pushed
@@ -266,7 +279,9 @@ class LongFormTranslator:
         self._seg_start: int | None = None
         self._fed = 0  # absolute sample up to which the open segment was fed
         self._free_at_ms = 0.0  # computation-aware clock: when the previous chunk's processing ended
-        self.compute_s = 0.0  # wall-clock seconds spent processing
+        self.compute_s = 0.0  # wall-clock seconds spent processing (segmenter included)
+        self.vad_compute_s = 0.0  # of which in the segmenter
+        self._vad_pending_s = 0.0  # segmenter seconds on the incomplete chunk's audio
         self._finished = False
 
     @property
@@ -297,17 +312,25 @@ class LongFormTranslator:
             raise ValueError(f"audio must be 1-D float32 mono 16 kHz (n,), got shape {x.shape}")
         x = x.astype(np.float32, copy=False)
         self.num_samples += x.size
-        if getattr(self.vad, "eager", False) and x.size:
-            # the segmenter reads the audio as it comes (its windows do not depend on the chunking); a
-            # chunk then takes the events decided inside it, as if it had fed the segmenter itself
-            self._vad_ahead.extend((yield from steps_of(self.vad, "accept", x)))
-        buf = np.concatenate([self._pending, x]) if self._pending.size else x
+        eager = getattr(self.vad, "eager", False)
         out: list[LongFormWord | SegmentEnd] = []
         n = self.chunk_samples
-        k = buf.size // n
-        for i in range(k):
-            out += yield from self._process(buf[i * n:(i + 1) * n].copy(), last=False)
-        self._pending = buf[k * n:].copy()
+        pos = 0
+        while pos < x.size:  # one chunk at a time: memory and segmenter calls bounded for any push
+            piece = x[pos:pos + n - self._pending_len]
+            pos += piece.size
+            if eager:
+                # the segmenter reads the audio as it comes (its windows do not depend on the chunking); a
+                # chunk then takes the events decided inside it, as if it had fed the segmenter itself
+                t0 = time.perf_counter()
+                self._vad_ahead.extend((yield from steps_of(self.vad, "accept", piece)))
+                self._vad_pending_s += time.perf_counter() - t0
+            self._pending.append(piece if piece.size == n else piece.copy())  # the caller may reuse its buffer
+            self._pending_len += piece.size
+            if self._pending_len == n:
+                chunk = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0].copy()
+                self._pending, self._pending_len = [], 0
+                out += yield from self._process(chunk, last=False)
         return out
 
     def finish(self) -> list[LongFormWord | SegmentEnd]:
@@ -322,31 +345,38 @@ class LongFormTranslator:
         """:meth:`finish` as a generator of compute requests (see :meth:`push_steps`)."""
         if self._finished:
             return []
-        out = yield from self._process(self._pending, last=True)
-        self._pending = np.zeros(0, dtype=np.float32)
+        chunk = np.concatenate(self._pending) if self._pending else np.zeros(0, dtype=np.float32)
+        self._pending, self._pending_len = [], 0
+        out = yield from self._process(chunk, last=True)
         self._finished = True
         return out
 
     # ------------------------------------------------------------------ internals
     def _process(self, chunk: np.ndarray, last: bool) -> Steps:
         t_start = time.perf_counter()
+        eager = getattr(self.vad, "eager", False)
+        vad_s, self._vad_pending_s = self._vad_pending_s, 0.0  # the segmenter's time on this chunk's audio
         arrival_ms = (self._processed + chunk.size) * 1000.0 / SAMPLE_RATE
         begin_ms = max(arrival_ms, self._free_at_ms)  # real-time simulation: when processing may start
         self._recent.append(chunk)
         self._processed += chunk.size
         now = self._processed
-        if getattr(self.vad, "eager", False):
+        if eager:
             events = []
             while self._vad_ahead and self._vad_ahead[0].detected_sample <= now:
                 events.append(self._vad_ahead.popleft())
         else:
+            t0 = time.perf_counter()
             events = (yield from steps_of(self.vad, "accept", chunk)) if chunk.size else []
+            vad_s += time.perf_counter() - t0
         if last:
+            t0 = time.perf_counter()
             events += self.vad.finish()
+            vad_s += time.perf_counter() - t0
         out: list[LongFormWord | SegmentEnd] = []
 
         def clock_ca() -> float:
-            return begin_ms + (time.perf_counter() - t_start) * 1000.0
+            return begin_ms + (time.perf_counter() - t_start) * 1000.0 + (vad_s if eager else 0.0) * 1000.0
 
         for ev in events:
             if ev.kind == "start":
@@ -354,15 +384,21 @@ class LongFormTranslator:
                     yield from self._close(ev.sample, now, False, out, clock_ca)
                 self.translator.reset()
                 self._seg_start = ev.sample
-                self._fed = max(ev.sample, self._recent.first)
+                # a forced start continues the segment just cut: from where that one's audio stopped
+                self._fed = max(ev.sample, self._recent.first, self._fed if ev.forced else 0)
                 self.num_segments += 1
             elif ev.kind == "end" and self._seg_start is not None:
                 yield from self._close(max(ev.sample, self._seg_start), now, ev.forced, out, clock_ca)
-        if self._seg_start is not None and self._fed < now:
-            yield from self._feed(self._recent.slice(self._fed, now), False, now, out, clock_ca)
-            self._fed = now
-        dt = time.perf_counter() - t_start
+        if self._seg_start is not None:
+            stop = now
+            if self._cap_samples is not None:  # hold back the span a cut of this segment may fall in
+                stop = min(now, max(self._fed, self._seg_start + self._cap_samples - self._cut_lookback))
+            if self._fed < stop:
+                yield from self._feed(self._recent.slice(self._fed, stop), False, now, out, clock_ca)
+                self._fed = stop
+        dt = time.perf_counter() - t_start + (vad_s if eager else 0.0)
         self.compute_s += dt
+        self.vad_compute_s += vad_s
         self._free_at_ms = begin_ms + dt * 1000.0
         return out
 

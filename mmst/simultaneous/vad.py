@@ -11,13 +11,28 @@ state; ``silero_vad.VADIterator`` turns the scores into events:
   placed ``speech_pad_ms`` after the first silent window. The end is reported ``min_silence_ms``
   after that window (the decision delay of the segmenter).
 
-On top of the iterator, a segment longer than ``max_segment_s`` (speech without pauses) is cut:
-an *end* and a *start* at the same sample (``forced=True``). The weights ship with the package
+On top of the iterator, a segment that reaches ``max_segment_s`` (speech without pauses) is cut
+(``forced=True`` events) at the best point of its last :data:`CUT_SEARCH_MS` (2 s; half the segment when
+``max_segment_s`` is under 4 s), decided when the segment reaches the cap:
+
+- if the iterator's silence timer is running (speech stopped less than ``min_silence_ms`` ago), the
+  segment *ends* where a pause would have ended it (the first silent window plus ``speech_pad_ms``). No
+  segment is opened then: if the speech resumes before the silence has lasted ``min_silence_ms``, a
+  *start* at that same sample follows (the gap belongs to the next segment, so no sample is left out);
+  if the silence lasts, the next segment starts at the next speech, as after any pause;
+- otherwise the segment ends, and the next one starts, in the middle of the lowest-energy
+  :data:`CUT_WINDOW_MS` (100 ms) window of that span (the quietest point: a gap between words), chosen
+  so that both sides contain a window of speech (probability ``>= threshold``).
+
+A segment therefore never exceeds ``max_segment_s`` and never holds only silence. Starts never fall
+before the previous end. Audio is read in blocks of at most :data:`VAD_BLOCK_WINDOWS` windows, so memory
+does not grow with the size of one :meth:`StreamingVad.accept` call. The weights ship with the package
 (``load_silero_vad(onnx=False)``: the bundled TorchScript model); nothing is downloaded.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +47,14 @@ VAD_CONTEXT_SAMPLES = 64
 #: Silero's LSTM state width (the state is ``(2, batch, VAD_STATE_SIZE)``)
 VAD_STATE_SIZE = 128
 SAMPLE_RATE = 16000
+#: span before the cap in which a forced cut looks for a pause or the quietest point, ms
+CUT_SEARCH_MS = 2000.0
+#: width of the energy window a forced cut is centred on, ms
+CUT_WINDOW_MS = 100.0
+#: hop between candidate energy windows, samples (10 ms)
+_CUT_HOP_SAMPLES = 160
+#: windows scored by one model request at most (2 s): bounds the front end's memory for any push
+VAD_BLOCK_WINDOWS = 64
 
 
 def _silero():
@@ -82,7 +105,8 @@ class StreamingVad:
         min_silence_ms: silence that ends a segment, ms (> 0). Pauses inside a sentence are usually
             shorter than 250 ms; a larger value merges sentences, a smaller one cuts them.
         speech_pad_ms: padding added to each side of a segment, ms (>= 0).
-        max_segment_s: longest segment in seconds (> 0); longer speech is cut there.
+        max_segment_s: longest segment in seconds (> 0); longer speech is cut at its best point of
+            the last 2 s (module docstring).
         model: a loaded Silero model (default :func:`load_vad_model`); it may be shared by many
             streams (the recurrent state is this object's), and streams sharing it can have their
             windows stacked into one call (:class:`VadWindows`).
@@ -121,6 +145,12 @@ class StreamingVad:
         self.min_silence_ms = float(min_silence_ms)
         self.speech_pad_ms = float(speech_pad_ms)
         self.max_segment_s = float(max_segment_s)
+        #: the cap, samples
+        self.max_segment_samples = int(round(self.max_segment_s * SAMPLE_RATE))
+        #: a forced cut falls at most this many samples before the cap (a caller may feed a segment's
+        #: audio up to ``start + max_segment_samples - cut_lookback_samples`` without passing a cut)
+        self.cut_lookback_samples = min(int(CUT_SEARCH_MS * SAMPLE_RATE / 1000), self.max_segment_samples // 2)
+        self._pad_samples = int(round(self.speech_pad_ms)) * SAMPLE_RATE // 1000
         self.model = model if model is not None else load_vad_model()
         self._prob = _GivenProb(self)
         self._it = VADIterator(self._prob, threshold=self.threshold, sampling_rate=SAMPLE_RATE,
@@ -134,6 +164,11 @@ class StreamingVad:
         self._pending = np.zeros(0, dtype=np.float32)
         self.num_samples = 0  # samples accepted
         self._seg_start: int | None = None
+        self._last_end = 0  # where the last segment ended: no start before it
+        self._resume_at: int | None = None  # a cut at a running silence timer: where speech may resume
+        # the recent windows (end sample, speech probability, samples): where a forced cut may fall
+        self._recent: deque[tuple[int, float, torch.Tensor]] = deque(
+            maxlen=self.cut_lookback_samples // VAD_WINDOW_SAMPLES + 3)
         self._finished = False
 
     @property
@@ -169,39 +204,83 @@ class StreamingVad:
         buf = np.concatenate([self._pending, x]) if self._pending.size else x
         n_win = buf.size // VAD_WINDOW_SAMPLES
         events: list[VadEvent] = []
-        if n_win:
-            wins = torch.from_numpy(np.ascontiguousarray(buf[: n_win * VAD_WINDOW_SAMPLES])).view(n_win, -1)
+        for b in range(0, n_win, VAD_BLOCK_WINDOWS):  # blocks of at most 2 s: bounded front-end memory
+            m = min(VAD_BLOCK_WINDOWS, n_win - b)
+            block = buf[b * VAD_WINDOW_SAMPLES:(b + m) * VAD_WINDOW_SAMPLES]
+            wins = torch.from_numpy(np.array(block, dtype=np.float32)).view(m, -1)  # (m, 512), a copy
             probs = yield VadWindows(self, wins)
             for win, prob in zip(wins, probs):
                 self._prob.value = prob
-                events += self._step(win)
+                events += self._step(win, float(prob))
         self._pending = buf[n_win * VAD_WINDOW_SAMPLES:].copy()
         return events
 
-    def _step(self, win: torch.Tensor) -> list[VadEvent]:
+    def _step(self, win: torch.Tensor, prob: float) -> list[VadEvent]:
         it = self._it
         res = it(win)
         now = it.current_sample
+        self._recent.append((now, prob, win))
         out: list[VadEvent] = []
-        if res is not None and "start" in res and self._seg_start is None:
-            self._seg_start = int(res["start"])
+        if self._resume_at is not None:  # closed at a running silence timer; the iterator is still in speech
+            if res is not None and "end" in res:  # the silence became a pause: nothing to resume
+                self._resume_at = None
+            elif prob >= self.threshold:  # speech resumed within min_silence_ms: the gap opens the next segment
+                self._seg_start, self._resume_at = self._resume_at, None
+                out.append(VadEvent("start", self._seg_start, now, forced=True))
+        elif res is not None and "start" in res and self._seg_start is None:
+            self._seg_start = max(int(res["start"]), self._last_end)
             out.append(VadEvent("start", self._seg_start, now))
         elif res is not None and "end" in res and self._seg_start is not None:
             end = max(int(res["end"]), self._seg_start)
             out.append(VadEvent("end", end, now))
-            self._seg_start = None
-        max_len = int(self.max_segment_s * SAMPLE_RATE)
-        if self._seg_start is not None and now - self._seg_start >= max_len:
-            cut = self._seg_start + max_len
-            out += [VadEvent("end", cut, now, forced=True), VadEvent("start", cut, now, forced=True)]
-            self._seg_start = cut
+            self._seg_start, self._last_end = None, end
+        if self._seg_start is not None and now - self._seg_start >= self.max_segment_samples:
+            out += self._cut(now)
         return out
+
+    def _cut(self, now: int) -> list[VadEvent]:
+        """The open segment reached the cap: cut it at its best point (module docstring)."""
+        start = self._seg_start
+        cap = start + self.max_segment_samples
+        lo = cap - self.cut_lookback_samples
+        it = self._it
+        if it.temp_end:  # silence timer running: end where a pause would (first silent window + pad)
+            cut = min(max(it.temp_end - VAD_WINDOW_SAMPLES + self._pad_samples, lo), cap)
+            self._seg_start, self._last_end, self._resume_at = None, cut, cut
+            return [VadEvent("end", cut, now, forced=True)]
+        cut = self._quietest_point(lo, cap)
+        self._seg_start = self._last_end = cut
+        return [VadEvent("end", cut, now, forced=True), VadEvent("start", cut, now, forced=True)]
+
+    def _quietest_point(self, lo: int, hi: int) -> int:
+        """Centre of the lowest-energy :data:`CUT_WINDOW_MS` window inside ``[lo, hi]`` (samples), leaving a
+        speech window (probability ``>= threshold``) after it when there is one; ties: the middle of the
+        run of equally quiet windows."""
+        first = self._recent[0][0] - VAD_WINDOW_SAMPLES  # absolute sample of the kept audio's start
+        audio = torch.cat([w for _, _, w in self._recent]).numpy().astype(np.float64)
+        width = int(CUT_WINDOW_MS * SAMPLE_RATE / 1000)
+        a, b = max(lo, first), hi
+        after = [e - VAD_WINDOW_SAMPLES for e, p, _ in self._recent if p >= self.threshold and e - VAD_WINDOW_SAMPLES >= a]
+        if after and min(b, max(after)) - a >= width:  # keep a window of speech after the cut
+            b = min(b, max(after))
+        if b - a < width:
+            return (a + b) // 2
+        c = np.concatenate([[0.0], np.cumsum(audio[a - first:b - first] ** 2)])
+        starts = np.arange(0, b - a - width + 1, _CUT_HOP_SAMPLES)
+        energy = c[starts + width] - c[starts]
+        low = energy <= energy.min() + 1e-9 * (c[-1] + 1e-12)  # equally quiet, up to float rounding
+        i = int(np.argmax(low))
+        j = i
+        while j + 1 < low.size and low[j + 1]:
+            j += 1
+        return a + int(starts[(i + j) // 2]) + width // 2
 
     def finish(self) -> list[VadEvent]:
         """End of stream: closes an open segment at the last sample (its ``end`` event), if any."""
         if self._finished:
             return []
         self._finished = True
+        self._resume_at = None
         if self._seg_start is None:
             return []
         end = max(self.num_samples, self._seg_start)
@@ -249,6 +328,15 @@ class VadWindows:
 
     def stack_key(self) -> tuple:
         return ("silero-vad", id(self.vad.model))
+
+    def save_state(self):
+        """A function that puts the segmenter's LSTM state and context back as they are now (both are
+        replaced, never changed in place): undoes this request after a failed stacked call."""
+        v, context, state = self.vad, self.vad._context, self.vad._state
+
+        def restore() -> None:
+            v._context, v._state = context, state
+        return restore
 
     def run(self) -> list[float]:
         """This stream's windows alone."""

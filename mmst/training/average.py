@@ -2,8 +2,8 @@
 
 Usage::
 
-    mmst-average-checkpoints --inputs exp/ckpt/checkpoint_900.pt exp/ckpt/checkpoint_1000.pt --output avg.pt
-    mmst-average-checkpoints --dir exp/ckpt --last 5 --output exp/ckpt/checkpoint_avg5.pt
+    mmst-average-checkpoints --inputs exp/ckpt/checkpoint_900.pt exp/ckpt/checkpoint_1000.pt --out avg.pt
+    mmst-average-checkpoints --save-dir exp/ckpt --last 5 --out exp/ckpt/checkpoint_avg5.pt
 
 Floating-point tensors are averaged in float64 and cast back to their dtype; integer tensors (e.g.
 counters) are taken from the last input. The output is a full mmst checkpoint: everything except
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import ArgumentParser
 from mmst.training.checkpoint import CheckpointError, atomic_save, list_numbered_checkpoints, load_checkpoint
 
 
@@ -83,12 +83,15 @@ def last_n_checkpoints(save_dir: str | Path, n: int) -> list[Path]:
 
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of ``mmst-average-checkpoints``."""
-    ap = argparse.ArgumentParser(prog="mmst-average-checkpoints", description=__doc__,
-                                 formatter_class=HelpFormatter)
+    ap = ArgumentParser(prog="mmst-average-checkpoints", description=__doc__)
     ap.add_argument("--inputs", nargs="+", default=None, help="checkpoint files to average")
-    ap.add_argument("--dir", default=None, help="directory with checkpoint_<update>.pt files (with --last)")
-    ap.add_argument("--last", type=int, default=None, help="average the N most recent checkpoint_<update>.pt of --dir")
-    ap.add_argument("--output", required=True, help="output checkpoint path (written atomically)")
+    ap.add_argument("--save-dir", default=None,
+                    help="training directory (mmst-train --save-dir) with checkpoint_<update>.pt files (with --last)")
+    ap.add_deprecated_alias("--dir", "--save-dir")
+    ap.add_argument("--last", type=int, default=None,
+                    help="average the N most recent checkpoint_<update>.pt of --save-dir")
+    ap.add_argument("--out", required=True, help="output checkpoint path (written atomically)")
+    ap.add_deprecated_alias("--output", "--out")
     return ap
 
 
@@ -96,22 +99,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point; returns the exit status (2 = usage error, 1 = checkpoint error)."""
     args = build_parser().parse_args(argv)
     if (args.inputs is None) == (args.last is None):
-        print("error: give either --inputs FILE... or --last N --dir DIR", file=sys.stderr)
+        print("error: give either --inputs FILE... or --last N --save-dir DIR", file=sys.stderr)
         return 2
     try:
         if args.last is not None:
-            if args.dir is None or args.last < 1:
-                print("error: --last N (N >= 1) needs --dir DIR", file=sys.stderr)
+            if args.save_dir is None or args.last < 1:
+                print("error: --last N (N >= 1) needs --save-dir DIR", file=sys.stderr)
                 return 2
-            paths: list[Any] = last_n_checkpoints(args.dir, args.last)
+            paths: list[Any] = last_n_checkpoints(args.save_dir, args.last)
         else:
             paths = list(args.inputs)
         out = average_checkpoints(paths)
-        atomic_save(out, args.output)
+        atomic_save(out, args.out)
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"averaged {len(paths)} checkpoints -> {args.output}: " + ", ".join(str(p) for p in paths))
+    print(f"averaged {len(paths)} checkpoints -> {args.out}: " + ", ".join(str(p) for p in paths))
     return 0
 
 

@@ -4,7 +4,7 @@ Usage::
 
     mmst-train --config FILE.yaml --data DATA --save-dir DIR [key=value ...]
 
-Every config key (see the list below, or ``docs/readme/training.md``) can be set in the YAML file
+Every config key (see the list below, or ``docs/training.md``) can be set in the YAML file
 and overridden on the command line with a dotted ``key=value`` (the value is parsed as YAML, e.g.
 ``optim.lr=1e-3``, ``waitk_lagging=[1,3,5,offline]``, ``model.overrides.dropout=0.2``). Unknown keys and
 out-of-range values are errors that name the key. Training resumes from ``DIR/checkpoint_last.pt`` when
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="mmst-train", description=__doc__.split("Exit status")[0],
                                  epilog=format_config_help(), formatter_class=HelpFormatter)
     ap.add_argument("--config", default=None, help="YAML config file (sections as in the key list below)")
-    ap.add_argument("--data", required=True, help="DATA directory written by data_prep/prep_multiway.py")
+    ap.add_argument("--data", required=True, help="DATA directory written by mmst-prep-multiway (or another mmst-prep-* command)")
     ap.add_argument("--save-dir", required=True, help="output directory: checkpoints, train_log.jsonl, tensorboard/")
     ap.add_argument("--distributed", default="none", choices=available_strategies(),
                     help="update strategy: none = single process (gradient accumulation); others come from "

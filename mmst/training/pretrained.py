@@ -39,6 +39,9 @@ from mmst.training.checkpoint import CHECKPOINT_FORMAT, CheckpointError
 
 logger = logging.getLogger(__name__)
 
+#: the reason recorded for a checkpoint key outside the encoder (a decoder, a CTC head: expected, not a problem)
+NOT_ENCODER = "not an encoder parameter of ours"
+
 _FAIRSEQ_RULES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^encoder\.subsample\.conv_layers\.(\d+)\.(weight|bias)$"), r"encoder.subsample.conv_layers.\1.\2"),
     (re.compile(r"^encoder\.transformer_layers\.(\d+)\.(.+)$"), r"encoder.layers.\1.\2"),
@@ -61,6 +64,30 @@ class PretrainedLoadReport:
     loaded: list[str] = field(default_factory=list)
     not_loaded: dict[str, str] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
+
+    def unused_prefixes(self) -> dict[str, int]:
+        """``{"decoders.*": n, ...}``: the checkpoint keys not used, counted by their first name component."""
+        out: dict[str, int] = {}
+        for k in sorted(self.not_loaded):
+            prefix = k.split(".", 1)[0] + ".*" if "." in k else k
+            out[prefix] = out.get(prefix, 0) + 1
+        return out
+
+    def log(self, path: str | Path) -> None:
+        """Log the report: one INFO line (tensors loaded; checkpoint keys not used, counted by prefix), the
+        unused keys one per line at DEBUG, and a WARNING for our encoder parameters the checkpoint did not
+        provide and for encoder keys it has that could not be used (name or shape)."""
+        unused = ", ".join(f"{p} {n}" for p, n in self.unused_prefixes().items())
+        logger.info("pretrained encoder (%s) %s: loaded %d tensors; %d checkpoint keys not used%s",
+                    self.source, path, len(self.loaded), len(self.not_loaded), f" ({unused})" if unused else "")
+        for k, why in sorted(self.not_loaded.items()):
+            logger.debug("  not used: %s (%s)", k, why)
+        bad = {k: why for k, why in self.not_loaded.items() if why != NOT_ENCODER}
+        if self.missing or bad:
+            logger.warning("pretrained encoder %s: %d encoder parameters missing (kept their initialisation)%s%s",
+                           path, len(self.missing), ": " + ", ".join(self.missing) if self.missing else "",
+                           "; encoder keys not usable: " + ", ".join(f"{k} ({why})" for k, why in sorted(bad.items()))
+                           if bad else "")
 
     def summary(self) -> str:
         """Multi-line human-readable report listing every key not loaded and every missing one."""
@@ -123,8 +150,8 @@ def load_pretrained_encoder(model: torch.nn.Module, path: str | Path, allow_unsa
         strict_shapes: a shape mismatch raises (True) or is reported as not loaded (False).
 
     Returns:
-        A :class:`PretrainedLoadReport`; its ``summary()`` is also logged at WARNING level when some
-        keys were not loaded.
+        A :class:`PretrainedLoadReport`, also logged (:meth:`PretrainedLoadReport.log`: one INFO line,
+        the unused keys at DEBUG, a WARNING for missing or unusable encoder keys).
 
     Raises:
         CheckpointError: unreadable file, no ``model`` state dict, no encoder key at all, or a shape
@@ -148,7 +175,7 @@ def load_pretrained_encoder(model: torch.nn.Module, path: str | Path, allow_unsa
         else:
             tgt = k if k.startswith("encoder.") else None
         if tgt is None:
-            report.not_loaded[k] = "not an encoder parameter of ours"
+            report.not_loaded[k] = NOT_ENCODER
             continue
         if tgt not in ours:
             report.not_loaded[k] = f"mapped to {tgt}, which our encoder does not have"
@@ -168,8 +195,5 @@ def load_pretrained_encoder(model: torch.nn.Module, path: str | Path, allow_unsa
             ours[name].copy_(v.to(ours[name].dtype))
     report.loaded = sorted(new)
     report.missing = sorted(k for k in enc_keys if k not in new)
-    if report.not_loaded or report.missing:
-        logger.warning(report.summary())
-    else:
-        logger.info(report.summary())
+    report.log(path)
     return report

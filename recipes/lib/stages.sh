@@ -5,6 +5,11 @@
 #   --name value   (dashes in the option map to underscores in the variable: --stop-stage -> stop_stage)
 #   --name=value
 # Unknown options are an error that names the option. `--help` prints the variables and their values.
+# Deprecated spellings still work, each with a one-line warning on stderr: underscores (--stop_stage) and
+# the renamed options of RECIPE_RENAMED (old variable -> new variable).
+declare -A RECIPE_RENAMED=([eval_k]=eval_waitk_lagging [longform_k]=longform_waitk_lagging
+  [max_utterances]=eval_max_utterances [threads]=eval_threads [eval_args]=eval_extra
+  [src]=src_file_code [tgt]=tgt_file_codes)
 #
 # run_stage N "title" command...: runs a numbered stage when stage <= N <= stop_stage, prints a banner,
 #   and skips it when its done-marker exists (unless --force true). Markers live in $exp_dir/.done/,
@@ -29,7 +34,15 @@ parse_options() {
     var="${name#--}"; var="${var//-/_}"
     local known=false
     for v in "${RECIPE_OPTIONS[@]}"; do [ "$v" = "$var" ] && known=true; done
+    if ! $known && [ -n "${RECIPE_RENAMED[$var]:-}" ]; then
+      for v in "${RECIPE_OPTIONS[@]}"; do [ "$v" = "${RECIPE_RENAMED[$var]}" ] && known=true; done
+      if $known; then
+        echo "$0: warning: $name is deprecated; use --${RECIPE_RENAMED[$var]//_/-}" >&2
+        var="${RECIPE_RENAMED[$var]}"; name="--${var//_/-}"
+      fi
+    fi
     if ! $known; then echo "$0: unknown option '$name' (see --help)" >&2; exit 2; fi
+    if [ "$name" != "--${var//_/-}" ]; then echo "$0: warning: $name is deprecated; use --${var//_/-}" >&2; fi
     printf -v "$var" '%s' "$value"
   done
 }

@@ -14,7 +14,7 @@
 # Layout (one model = one system, or one language of `bilingual`):
 #   $models_dir/<model>/seed<S>/   checkpoints (+ checkpoint_avg.pt, .train_done)
 #   $evals_dir/<model>/seed<S>/    eval/simultaneous_eval.py output (k sweep)
-# Globals read: tgt_langs seeds force avg_last eval_k eval_split eval_max_utterances
+# Globals read: tgt_langs seeds force avg_last eval_waitk_lagging eval_split eval_max_utterances
 #   source_segment_size eval_threads eval_extra async_delta async_order nproc
 
 # system_overrides NAME: print the mmst-train key=value overrides of a system (no data.tgt_langs).
@@ -128,7 +128,7 @@ average_dir() {
     echo "-- $dir/checkpoint_avg.pt (last $n) is newer than every checkpoint; skipping"; return 0
   fi
   echo "-- averaging the last $n checkpoints of $dir"
-  mmst-average-checkpoints --dir "$dir" --last "$n" --output "$dir/checkpoint_avg.pt"
+  mmst-average-checkpoints --save-dir "$dir" --last "$n" --out "$dir/checkpoint_avg.pt"
   echo "$n" > "$dir/.avg_last"
 }
 
@@ -145,9 +145,9 @@ eval_models() {
       if [ -f "$out/scores.json" ] && [ "$force" != "true" ]; then
         echo "-- $out already evaluated; skipping"; continue
       fi
-      echo "-- evaluating $model seed $seed (k = $eval_k) -> $out"
+      echo "-- evaluating $model seed $seed (k = $eval_waitk_lagging) -> $out"
       python eval/simultaneous_eval.py --checkpoint "$models_dir/$model/seed$seed/checkpoint_avg.pt" \
-        --data "$data_dir" --split "$eval_split" --tgt-langs "$langs" --waitk-lagging "$eval_k" \
+        --data "$data_dir" --split "$eval_split" --tgt-langs "$langs" --waitk-lagging "$eval_waitk_lagging" \
         --source-segment-size "$source_segment_size" --out "$out" --no-progress "${extra[@]}" < /dev/null
     done
   done < <(list_models)

@@ -48,13 +48,13 @@ speed_perturb=false          # true: train on speed-perturbed copies (--speed-fa
 speed_factors=0.9,1.0,1.1
 asr_pretrain=false           # true: pretrain the encoder on English ASR first (same data and augmentation)
 asr_config=recipes/synthetic/conf/asr_xs.yaml
-eval_k=1,3,5
+eval_waitk_lagging=1,3,5
 source_segment_size=320      # ms
 real_audio_tsv=""            # stage 5: a list of your recordings (id, audio, en, de, ...); empty = skip
 longform_minutes=2.5         # stage 6: length of the synthetic talk
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs difficulty num_train num_dev num_test
   num_test_unseen seed jobs config train_overrides specaugment speed_perturb speed_factors asr_pretrain
-  asr_config nproc eval_k source_segment_size real_audio_tsv longform_minutes)
+  asr_config nproc eval_waitk_lagging source_segment_size real_audio_tsv longform_minutes)
 parse_options "$@"
 
 raw=$exp_dir/raw
@@ -72,7 +72,7 @@ stage0() {
     --num-test-unseen "$num_test_unseen" --seed "$seed" --jobs "$jobs"
 }
 stage1() {
-  python data_prep/prep_multiway.py --root "$raw" --tgt-langs "$tgt_langs" --out "$data" --jobs "$jobs" \
+  python data_prep/prep_multiway.py --mustc-root "$raw" --tgt-langs "$tgt_langs" --out "$data" --jobs "$jobs" \
     --splits "$splits"
 }
 stage2() {
@@ -89,7 +89,7 @@ stage2() {
 }
 stage3() {
   python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
-    --split tst-COMMON --tgt-langs "$tgt_langs" --waitk-lagging "$eval_k" \
+    --split tst-COMMON --tgt-langs "$tgt_langs" --waitk-lagging "$eval_waitk_lagging" \
     --source-segment-size "$source_segment_size" --out "$eval_dir"
 }
 stage4() {
@@ -135,7 +135,7 @@ stage7() {
 run_stage 0 "generate the grammar corpus ($difficulty; en -> $tgt_langs)" stage0
 run_stage 1 "prep the multi-way corpus" stage1
 run_stage 2 "train the xs unified model (multi-k wait-k; SpecAugment $specaugment, speed perturbation $speed_perturb, ASR pretraining $asr_pretrain)" stage2
-run_stage 3 "evaluate on tst-COMMON at k = $eval_k with joint decoding" stage3
+run_stage 3 "evaluate on tst-COMMON at k = $eval_waitk_lagging with joint decoding" stage3
 run_stage 4 "tst-unseen at k = 3, results" stage4
 if [ -n "$real_audio_tsv" ]; then
   run_stage 5 "real speech: your recordings ($real_audio_tsv)" stage5

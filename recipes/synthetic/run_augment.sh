@@ -37,13 +37,13 @@ speed_factors=0.9,1.0,1.1
 train_overrides=""               # extra key=value overrides for every mmst-train run (ASR too)
 jobs=1                           # processes for the speed-perturbation features
 nproc=1
-eval_k=3
+eval_waitk_lagging=3
 eval_threads=""
 source_segment_size=320          # ms
 results=""                       # also write the report here as <results>.{md,json} (docs/results/augment), then
                                  # re-render the docs' results tables (tools/render_docs.py)
 RECIPE_OPTIONS=(stage stop_stage force data exp_dir systems seeds config asr_config specaugment speed_factors
-  train_overrides jobs nproc eval_k eval_threads source_segment_size results)
+  train_overrides jobs nproc eval_waitk_lagging eval_threads source_segment_size results)
 recipe_args=""                   # the command line as typed (quoted where needed), recorded in the report
 for a in "$@"; do
   if [[ "$a" =~ ^[A-Za-z0-9_./,:=+-]*$ ]]; then recipe_args+=" $a"; else recipe_args+=" ${a@Q}"; fi
@@ -116,9 +116,9 @@ stage4() {
           echo "-- $out already evaluated; skipping"; continue
         fi
         [ -f "$models_dir/$sys/seed$seed/.train_done" ] || { echo "-- $sys seed $seed not trained yet; skipping"; continue; }
-        echo "-- evaluating $sys seed $seed on $split (k = $eval_k) -> $out"
+        echo "-- evaluating $sys seed $seed on $split (k = $eval_waitk_lagging) -> $out"
         python eval/simultaneous_eval.py --checkpoint "$models_dir/$sys/seed$seed/checkpoint_best.pt" \
-          --data "$work_data" --split "$split" --tgt-langs "$tgt_langs" --waitk-lagging "$eval_k" \
+          --data "$work_data" --split "$split" --tgt-langs "$tgt_langs" --waitk-lagging "$eval_waitk_lagging" \
           --source-segment-size "$source_segment_size" --out "$out" --no-progress "${ex[@]}" < /dev/null
       done
     done
@@ -126,7 +126,7 @@ stage4() {
 }
 stage5() {
   python eval/unseen_gap.py --evals-dir "$evals_dir" --systems "$systems" --seeds "$seeds" --baseline none \
-    --k "$eval_k" --models-dir "$models_dir" --command "bash recipes/synthetic/run_augment.sh${recipe_args}" \
+    --waitk-lagging "$eval_waitk_lagging" --models-dir "$models_dir" --command "bash recipes/synthetic/run_augment.sh${recipe_args}" \
     --describe "none=no augmentation" --describe "specaugment=SpecAugment $specaugment" \
     --describe "speed=speed perturbation $speed_factors (prep-time copies, soxr)" \
     --describe "both=SpecAugment $specaugment + speed perturbation $speed_factors" \
@@ -142,5 +142,5 @@ stage5() {
 run_stage 1 "DATA links + speed-perturbed copies ($speed_factors)" stage1
 run_item_stage 2 "English ASR view + ASR pretraining (seeds $seeds)" stage2
 run_item_stage 3 "train $systems (seeds $seeds)" stage3
-run_item_stage 4 "evaluate on tst-COMMON and tst-unseen at k = $eval_k" stage4
+run_item_stage 4 "evaluate on tst-COMMON and tst-unseen at k = $eval_waitk_lagging" stage4
 run_item_stage 5 "tables and summary" stage5

@@ -45,14 +45,14 @@ jobs=1                       # processes for the speed-perturbation features
 nproc=1                      # >1: train with torchrun --nproc_per_node $nproc
 avg_last=10
 eval_split=tst-COMMON
-eval_k=1,3,5,7
+eval_waitk_lagging=1,3,5,7
 eval_max_utterances=0        # 0 = the whole split
 eval_threads=""
 eval_extra=""                # more eval/simultaneous_eval.py options
 source_segment_size=320      # ms
 RECIPE_OPTIONS=(stage stop_stage force data exp_dir tgt_langs systems async_delta async_order seeds config
   max_update train_overrides pretrained_encoder specaugment speed_perturb speed_factors asr_pretrain asr_config
-  jobs nproc avg_last eval_split eval_k eval_max_utterances
+  jobs nproc avg_last eval_split eval_waitk_lagging eval_max_utterances
   eval_threads eval_extra source_segment_size)
 parse_options "$@"
 
@@ -84,12 +84,12 @@ stage1() {
 stage2() { average_models; }
 stage3() { eval_models "$data"; }
 stage4() {
-  compare_models "$exp_dir/compare" "Synthetic corpus: sync vs async vs bilingual ($eval_split, k = $eval_k, seeds $seeds)"
+  compare_models "$exp_dir/compare" "Synthetic corpus: sync vs async vs bilingual ($eval_split, k = $eval_waitk_lagging, seeds $seeds)"
   echo
   echo "Table: $exp_dir/compare/comparison.md; plots: $exp_dir/compare/bleu_al_<lang>.png"
 }
 
 run_item_stage 1 "train $systems (seeds $seeds, languages $tgt_langs)" stage1
 run_item_stage 2 "average the last $avg_last checkpoints" stage2
-run_item_stage 3 "evaluate on $eval_split, k = $eval_k, joint decoding" stage3
+run_item_stage 3 "evaluate on $eval_split, k = $eval_waitk_lagging, joint decoding" stage3
 run_item_stage 4 "comparison table and BLEU-vs-AL plots" stage4

@@ -46,7 +46,7 @@ stage0() {
     --num-test-unseen "$num_test_unseen" --seed "$seed" --jobs "$jobs"
 }
 stage1() {
-  python data_prep/prep_multiway.py --root "$raw" --tgt-langs "$tgt_langs" --out "$data" --jobs "$jobs" \
+  python data_prep/prep_multiway.py --mustc-root "$raw" --tgt-langs "$tgt_langs" --out "$data" --jobs "$jobs" \
     --splits train,dev,tst-COMMON,tst-unseen
 }
 # shellcheck disable=SC2086

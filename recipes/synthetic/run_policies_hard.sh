@@ -25,9 +25,9 @@ force=false
 exp_dir=exp/synthetic_hard
 tgt_langs=de,es,fr,ja
 max_update=1500              # training budget when the models must be trained here
-max_utterances=0             # 0 = the whole tst-COMMON; else the first N utterances
+eval_max_utterances=0             # 0 = the whole tst-COMMON; else the first N utterances
 source_segment_size=320      # ms
-threads=1                    # torch threads per evaluation
+eval_threads=1                    # torch threads per evaluation
 jobs=2                       # evaluations run side by side (one per model)
 models=offline,multik
 checkpoint=checkpoint_last.pt
@@ -42,10 +42,10 @@ results_json=docs/results/policies_hard.json
 results_md=docs/results/policies_hard.md
 plot_dir=docs/images
 docs=docs/policies.md
-eval_args=""                 # extra options for every eval/simultaneous_eval.py call, e.g. "--max-len-a 0.12"
-RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs max_update max_utterances source_segment_size threads
+eval_extra=""                 # extra options for every eval/simultaneous_eval.py call, e.g. "--max-len-a 0.12"
+RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs max_update eval_max_utterances source_segment_size eval_threads
   jobs models checkpoint waitk_args alignatt_args edatt_args la_args holdn_args ctc_args policies results_json results_md
-  plot_dir docs eval_args)
+  plot_dir docs eval_extra)
 parse_options "$@"
 # this recipe shares $exp_dir with run_waitk_hard.sh (same corpus and models): its own stage markers
 marker_prefix=policies-
@@ -53,8 +53,8 @@ marker_prefix=policies-
 data=$exp_dir/data
 out=$exp_dir/policies
 limit=()
-[ "$max_utterances" -gt 0 ] && limit=(--max-utterances "$max_utterances")
-read -r -a extra <<< "$eval_args"
+[ "$eval_max_utterances" -gt 0 ] && limit=(--max-utterances "$eval_max_utterances")
+read -r -a extra <<< "$eval_extra"
 IFS=, read -r -a model_list <<< "$models"
 
 stage0() {
@@ -81,7 +81,7 @@ evaluate() {  # evaluate MODEL NAME [options...]: one eval/simultaneous_eval.py 
   fi
   nice -n 2 python eval/simultaneous_eval.py --checkpoint "$out/$m/checkpoint.pt" --data "$data" \
     --split tst-COMMON --tgt-langs "$tgt_langs" --max-len-a 1.0 --source-segment-size "$source_segment_size" \
-    --threads "$threads" --no-progress "${limit[@]}" "${extra[@]}" "$@" --out "$out/$m/$name" \
+    --threads "$eval_threads" --no-progress "${limit[@]}" "${extra[@]}" "$@" --out "$out/$m/$name" \
     > "$out/$m/$name.log" 2>&1 || { echo "$m/$name failed; see $out/$m/$name.log" >&2; return 1; }
   echo "$m/$name: $(grep -E 'BLEU' "$out/$m/$name.log" | tail -n 1)"
 }
@@ -106,9 +106,9 @@ sweeps_one() {
 }
 
 stage3() {
-  python eval/policy_results.py --root "$out" --models "$models" --ks 3,5 \
-    --description "offline=xs unified, full attention, trained offline" \
-    --description "multik=xs unified, chunk-causal encoder, multi-k wait-k training" \
+  python eval/policy_results.py --evals-dir "$out" --models "$models" --waitk-lagging 3,5 \
+    --describe "offline=xs unified, full attention, trained offline" \
+    --describe "multik=xs unified, chunk-causal encoder, multi-k wait-k training" \
     --checkpoint "offline=$out/offline/checkpoint.pt" --checkpoint "multik=$out/multik/checkpoint.pt" \
     --out-json "$results_json" --out-md "$results_md" --plot-dir "$plot_dir" --docs "$docs"
 }

@@ -28,13 +28,13 @@ seed=1
 jobs=2                       # processes for synthesis and feature extraction
 max_update=1500              # the shared budget
 train_jobs=2                 # 2: train both models at once with 1 thread each (2-core laptop)
-eval_k=1,3,5
+eval_waitk_lagging=1,3,5
 eval_max_utterances=0        # 0 = the whole test split
 source_segment_size=320      # ms
 train_overrides=""           # extra key=value overrides for both mmst-train runs, space separated
-eval_args=""                 # extra options for every eval/simultaneous_eval.py call, e.g. "--min-len 2"
+eval_extra=""                 # extra options for every eval/simultaneous_eval.py call, e.g. "--min-len 2"
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs num_train num_dev num_test seed jobs max_update
-  train_jobs eval_k eval_max_utterances source_segment_size train_overrides eval_args)
+  train_jobs eval_waitk_lagging eval_max_utterances source_segment_size train_overrides eval_extra)
 parse_options "$@"
 
 raw=$exp_dir/raw
@@ -55,7 +55,7 @@ stage0() {
     --num-train "$num_train" --num-dev "$num_dev" --num-test "$num_test" --seed "$seed" --jobs "$jobs"
 }
 stage1() {
-  python data_prep/prep_multiway.py --root "$raw" --tgt-langs "$tgt_langs" --out "$data" --jobs "$jobs"
+  python data_prep/prep_multiway.py --mustc-root "$raw" --tgt-langs "$tgt_langs" --out "$data" --jobs "$jobs"
 }
 stage2() {
   if [ "$train_jobs" -ge 2 ]; then
@@ -70,10 +70,10 @@ stage2() {
 stage3() {
   local name limit=() extra=()
   [ "$eval_max_utterances" -gt 0 ] && limit=(--max-utterances "$eval_max_utterances")
-  read -r -a extra <<< "$eval_args"
+  read -r -a extra <<< "$eval_extra"
   for name in offline multik; do
     python eval/simultaneous_eval.py --checkpoint "$exp_dir/models/$name/checkpoint_last.pt" --data "$data" \
-      --split tst-COMMON --tgt-langs "$tgt_langs" --waitk-lagging "$eval_k" --max-len-a 1.0 \
+      --split tst-COMMON --tgt-langs "$tgt_langs" --waitk-lagging "$eval_waitk_lagging" --max-len-a 1.0 \
       --source-segment-size "$source_segment_size" "${limit[@]}" "${extra[@]}" \
       --out "$exp_dir/eval/$name"
     python eval/simultaneous_eval.py --checkpoint "$exp_dir/models/$name/checkpoint_last.pt" --data "$data" \
@@ -92,5 +92,5 @@ stage4() {
 run_stage 0 "generate the hard grammar corpus (en -> $tgt_langs)" stage0
 run_stage 1 "prep the multi-way corpus" stage1
 run_stage 2 "train offline and multi-k xs unified models ($max_update updates each)" stage2
-run_stage 3 "evaluate at k = $eval_k and offline (greedy)" stage3
+run_stage 3 "evaluate at k = $eval_waitk_lagging and offline (greedy)" stage3
 run_stage 4 "comparison table" stage4

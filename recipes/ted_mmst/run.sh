@@ -14,7 +14,7 @@
 #   5  evaluate every model sweeping k on tst-COMMON with joint decoding (eval/simultaneous_eval.py)
 #   6  comparison table + BLEU-vs-AL plots (eval/compare_systems.py) -> $exp_dir/compare/comparison.md
 #   7  long form: every model on whole $eval_split talks, each talk one stream with VAD segmentation,
-#      wait-$longform_k, scored by mWER resegmentation (eval/longform_eval.py --mustc-root) ->
+#      wait-$longform_waitk_lagging, scored by mWER resegmentation (eval/longform_eval.py --mustc-root) ->
 #      $exp_dir/eval_longform/<model>/seed<seed>/scores.md
 # Smoke test: bash recipes/ted_mmst/run.sh --size xs ... (tests/test_recipe_ted_mmst.py).
 set -euo pipefail
@@ -50,12 +50,12 @@ speed_factors=0.9,1.0,1.1    # with --speed-perturb true
 nproc=1                      # >1: train with torchrun --nproc_per_node $nproc
 avg_last=10                  # checkpoints averaged (fewer if fewer exist)
 eval_split=tst-COMMON
-eval_k=1,3,5,7,9             # wait-k sweep (pre-decision chunks of 280 ms)
+eval_waitk_lagging=1,3,5,7,9             # wait-k sweep (pre-decision chunks of 280 ms)
 eval_max_utterances=0        # 0 = the whole split
 eval_threads=""              # torch threads of the evaluation (default: torch's choice)
 eval_extra=""                # more eval/simultaneous_eval.py options, e.g. "--max-len-b 50"
 source_segment_size=320      # ms
-longform_k=3                 # stage 7: wait-k lagging of the whole-talk evaluation
+longform_waitk_lagging=3                 # stage 7: wait-k lagging of the whole-talk evaluation
 longform_systems=""          # stage 7: systems to evaluate on whole talks (default: every --systems entry)
 longform_extra=""            # stage 7: more eval/longform_eval.py options, e.g. "--max-len-b 50"
 synth_num_train=400          # stage 0 corpus size (segments)
@@ -65,7 +65,7 @@ synth_segments_per_talk=6,12
 synth_seed=1
 RECIPE_OPTIONS=(stage stop_stage force exp_dir mustc_root tgt_langs size systems async_delta async_order seeds
   min_langs jobs asr_checkpoint max_update asr_max_update st_max_update train_overrides asr_overrides
-  st_overrides specaugment speed_perturb speed_factors nproc avg_last eval_split eval_k eval_max_utterances eval_threads eval_extra source_segment_size longform_k longform_systems longform_extra
+  st_overrides specaugment speed_perturb speed_factors nproc avg_last eval_split eval_waitk_lagging eval_max_utterances eval_threads eval_extra source_segment_size longform_waitk_lagging longform_systems longform_extra
   synth_num_train synth_num_dev synth_num_test synth_segments_per_talk synth_seed)
 parse_options "$@"
 
@@ -141,7 +141,7 @@ stage5() {
   eval_models "$data"
 }
 stage6() {
-  compare_models "$exp_dir/compare" "TED-MMST ($size) on $eval_split: wait-k sweep k = $eval_k"
+  compare_models "$exp_dir/compare" "TED-MMST ($size) on $eval_split: wait-k sweep k = $eval_waitk_lagging"
   echo
   echo "Table: $exp_dir/compare/comparison.md; plots: $exp_dir/compare/bleu_al_<lang>.png"
 }
@@ -156,10 +156,10 @@ stage7() {
       if [ -f "$out/scores.json" ] && [ "$force" != "true" ]; then
         echo "-- $out: whole-talk scores exist; skipping"; continue
       fi
-      echo "-- whole $eval_split talks: $model seed $seed (wait-$longform_k) -> $out"
+      echo "-- whole $eval_split talks: $model seed $seed (wait-$longform_waitk_lagging) -> $out"
       python eval/longform_eval.py --checkpoint "$models_dir/$model/seed$seed/checkpoint_avg.pt" \
         --data "$data" --mustc-root "$mustc_root" --split "$eval_split" --tgt-langs "$langs" \
-        --waitk-lagging "$longform_k" --source-segment-size "$source_segment_size" --out "$out" \
+        --waitk-lagging "$longform_waitk_lagging" --source-segment-size "$source_segment_size" --out "$out" \
         --no-progress "${extra[@]}" < /dev/null
       cat "$out/scores.md"
     done
@@ -171,6 +171,6 @@ run_stage 1 "multi-way MuST-C prep (en -> $tgt_langs)" stage1
 run_stage 2 "English ASR view + ASR pretraining (CTC + attention, $size)" stage2
 run_item_stage 3 "ST training ($systems; seeds $seeds) from the pretrained encoder" stage3
 run_item_stage 4 "average the last $avg_last checkpoints" stage4
-run_item_stage 5 "evaluate on $eval_split, k = $eval_k, joint decoding" stage5
+run_item_stage 5 "evaluate on $eval_split, k = $eval_waitk_lagging, joint decoding" stage5
 run_item_stage 6 "comparison table and BLEU-vs-AL plots" stage6
-run_item_stage 7 "whole $eval_split talks as streams (long form, wait-$longform_k)" stage7
+run_item_stage 7 "whole $eval_split talks as streams (long form, wait-$longform_waitk_lagging)" stage7

@@ -1,7 +1,7 @@
 """Compositional English -> {de, es, fr, it, nl, pt, ja} grammar with exact translations.
 
 The grammar samples an abstract sentence (clauses, noun phrases, prepositional phrases) and realises it
-in every language with language-specific rules (see ``docs/readme/synthetic.md``):
+in every language with language-specific rules (see ``docs/data-and-corpora.md``):
 
 * es/fr/it/pt: adjective after the noun (French ``grand/petit/jeune`` before it), gender agreement of
   articles and adjectives, article contraction (del/du/nel/no...), French/Italian elision (l'),

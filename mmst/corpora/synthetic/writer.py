@@ -6,7 +6,7 @@ Layout for every target language XX::
     OUT/en-XX/data/<split>/txt/<split>.yaml                 - {duration: s, offset: s, speaker_id: .., wav: ..}
     OUT/en-XX/data/<split>/txt/<split>.en / <split>.XX      line-aligned with the yaml
 
-and the same corpus as audio lists (the input of ``data_prep/prep_lists.py``; one row per segment of a
+and the same corpus as audio lists (the input of ``mmst-prep-lists``; one row per segment of a
 talk, every target language a column; ``audio`` relative to the list)::
 
     OUT/lists/<split>.tsv    id, audio, offset, duration, speaker, en, <lang>...

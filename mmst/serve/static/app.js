@@ -1,9 +1,13 @@
-// mmst live translation page: microphone or file -> 16 kHz float32 frames over WebSocket -> captions.
-// No external resource: everything comes from this server (see the Content-Security-Policy header).
+// mmst live translation page: microphone or file -> float32 frames at the capture's own rate over
+// WebSocket (the server resamples to 16 kHz with soxr) -> captions. Reconnects with backoff when the
+// connection drops. No external resource: everything comes from this server (Content-Security-Policy).
 "use strict";
 
-const state = { langs: [], charLangs: [], ws: null, ctx: null, node: null, source: null, stream: null, timer: null,
-                words: {}, summary: null, closeCode: null, closeReason: "", running: false };
+const state = { langs: [], charLangs: [], sampleRates: [], ws: null, ctx: null, node: null, source: null,
+                stream: null, timer: null, words: {}, summary: null, closeCode: null, closeReason: "",
+                running: false, rate: 16000, retries: 0, retryTimer: null, onReady: null };
+// close codes after which reconnecting cannot help (the client's own error, or a normal end)
+const FINAL_CODES = [1000, 1009, 4400, 4401, 4415, 4429];
 window.mmstState = state;  // read by the browser test
 const $ = (id) => document.getElementById(id);
 const token = new URLSearchParams(location.search).get("token");
@@ -36,9 +40,9 @@ function addWord(ev) {
   (state.words[ev.lang] = state.words[ev.lang] || []).push(ev);
   const lag = Math.max(0, ev.emit_ms - ev.start_ms);
   const last = cap.lastElementChild;
-  if (state.charLangs.includes(ev.lang) && last && last.dataset.start === String(ev.start_ms) &&
-      last.dataset.segment === String(ev.segment)) {
-    last.querySelector(".t").textContent += ev.text;  // characters of one write share one lag
+  const chars = state.charLangs.includes(ev.lang);
+  if (chars && last && last.dataset.start === String(ev.start_ms) && last.dataset.segment === String(ev.segment)) {
+    last.querySelector(".t").textContent += ev.text;  // characters of one write: one group, one lag
     return;
   }
   const w = document.createElement("span");
@@ -54,7 +58,23 @@ function addWord(ev) {
   w.dataset.segment = String(ev.segment);
   w.append(t, l);
   cap.append(w);
+  if (chars) hideOverlappingLag(w);
   cap.parentElement.scrollTop = cap.parentElement.scrollHeight;
+}
+
+// In ja/zh columns groups sit side by side without gaps, so a lag label (wider than one character)
+// would run into the next; a group whose label would overlap the previous visible one shows none
+// (its lag stays in the tooltip).
+function hideOverlappingLag(w) {
+  let prev = w.previousElementSibling;
+  while (prev && !(prev.classList.contains("w") && !prev.classList.contains("nolag"))) {
+    if (prev.classList.contains("seg-end")) return;
+    prev = prev.previousElementSibling;
+  }
+  if (!prev) return;
+  const a = prev.querySelector(".lag").getBoundingClientRect();
+  const b = w.querySelector(".lag").getBoundingClientRect();
+  if (Math.abs(a.top - b.top) < 1 && b.left < a.right + 2) w.classList.add("nolag");
 }
 
 function segmentEnd() {
@@ -72,13 +92,14 @@ function connect(onReady) {
   const ws = new WebSocket(url);
   ws.binaryType = "arraybuffer";
   state.ws = ws;
+  state.onReady = onReady;
   state.summary = null;
   state.closeCode = null;
-  ws.onopen = () => ws.send(JSON.stringify({ type: "start", langs: state.langs, sample_rate: 16000,
+  ws.onopen = () => ws.send(JSON.stringify({ type: "start", langs: state.langs, sample_rate: state.rate,
                                              sample_format: "float32" }));
   ws.onmessage = (e) => {
     const ev = JSON.parse(e.data);
-    if (ev.type === "ready") onReady();
+    if (ev.type === "ready") { state.retries = 0; onReady(); }
     else if (ev.type === "word") addWord(ev);
     else if (ev.type === "segment_end") segmentEnd();
     else if (ev.type === "summary") {
@@ -91,6 +112,14 @@ function connect(onReady) {
   ws.onclose = (e) => {
     state.closeCode = e.code;
     state.closeReason = e.reason;
+    if (state.running && state.stream && !FINAL_CODES.includes(e.code)) {  // live microphone: reconnect
+      const delay = Math.min(30, 2 ** state.retries) * 1000;
+      state.retries += 1;
+      setStatus(`connection lost (${e.code}); reconnecting in ${delay / 1000} s…`, false);
+      state.retryTimer = setTimeout(() => { state.retryTimer = null; if (state.running) connect(state.onReady); }, delay);
+      return;
+    }
+    state.running = false;
     stopCapture();
     setStatus(e.code === 1000 ? "finished" : `closed (${e.code}${e.reason ? ": " + e.reason : ""})`, false);
   };
@@ -108,17 +137,21 @@ async function startMic() {
   setStatus("asking for the microphone…", false);
   const stream = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1, echoCancellation: false,
                                                                       noiseSuppression: false, autoGainControl: false } });
-  const ctx = new AudioContext();
+  let ctx = new AudioContext();
+  if (!state.sampleRates.includes(ctx.sampleRate)) {  // a rate the server does not take: ask for 48 kHz
+    ctx.close();
+    ctx = new AudioContext({ sampleRate: 48000 });
+  }
   await ctx.audioWorklet.addModule("capture-worklet.js");
   const source = ctx.createMediaStreamSource(stream);
-  const node = new AudioWorkletNode(ctx, "capture-16k", { numberOfInputs: 1, numberOfOutputs: 0,
-                                                          channelCount: 1, channelCountMode: "explicit" });
-  Object.assign(state, { ctx, node, source, stream });
+  const node = new AudioWorkletNode(ctx, "capture", { numberOfInputs: 1, numberOfOutputs: 0,
+                                                      channelCount: 1, channelCountMode: "explicit" });
+  Object.assign(state, { ctx, node, source, stream, rate: ctx.sampleRate, retries: 0 });
+  node.port.onmessage = (e) => sendFrame(e.data);
   connect(() => {
+    if (!state.running) source.connect(node);
     state.running = true;
-    node.port.onmessage = (e) => sendFrame(e.data);
-    source.connect(node);
-    setStatus(`live (microphone at ${ctx.sampleRate} Hz → 16 kHz)`, true);
+    setStatus(`live (microphone at ${ctx.sampleRate} Hz; the server resamples to 16 kHz)`, true);
   });
   setButtons(true);
 }
@@ -129,9 +162,11 @@ async function startFile(file) {
   setStatus(`decoding ${file.name}…`, false);
   const buf = await file.arrayBuffer();
   const tmp = new AudioContext();
-  const decoded = await tmp.decodeAudioData(buf);
+  const decoded = await tmp.decodeAudioData(buf);  // at the context's rate
   tmp.close();
-  const off = new OfflineAudioContext(1, Math.ceil(decoded.duration * 16000), 16000);  // resamples, downmixes
+  const rate = state.sampleRates.includes(decoded.sampleRate) ? decoded.sampleRate : 48000;
+  state.rate = rate;
+  const off = new OfflineAudioContext(1, Math.ceil(decoded.duration * rate), rate);  // downmixes to mono
   const src = off.createBufferSource();
   src.buffer = decoded;
   src.connect(off.destination);
@@ -143,7 +178,7 @@ async function startFile(file) {
     setStatus(`live (${file.name}, real-time speed)`, true);
     const t0 = performance.now();
     state.timer = setInterval(() => {  // real time: send what the clock says has been "spoken"
-      const due = Math.min(pcm.length, Math.floor((performance.now() - t0) * 16));
+      const due = Math.min(pcm.length, Math.floor((performance.now() - t0) * rate / 1000));
       if (due > pos) { sendFrame(pcm.slice(pos, due)); pos = due; }
       if (pos >= pcm.length) stop();
     }, 100);
@@ -153,6 +188,7 @@ async function startFile(file) {
 
 function stopCapture() {
   if (state.timer) { clearInterval(state.timer); state.timer = null; }
+  if (state.retryTimer) { clearTimeout(state.retryTimer); state.retryTimer = null; }
   if (state.source) { state.source.disconnect(); state.source = null; }
   if (state.stream) { state.stream.getTracks().forEach((t) => t.stop()); state.stream = null; }
   if (state.ctx) { state.ctx.close(); state.ctx = null; }
@@ -181,12 +217,17 @@ function setButtons(live) {
 
 async function init() {
   try {
-    const cfg = await (await fetch("config.json")).json();
+    const resp = await fetch(token ? `config.json?token=${encodeURIComponent(token)}` : "config.json");
+    if (resp.status === 401) {
+      setStatus("this server needs ?token=… in the page address", false);
+      return;
+    }
+    const cfg = await resp.json();
     state.langs = cfg.langs;
     state.charLangs = cfg.char_langs || [];
+    state.sampleRates = cfg.sample_rates || [16000];
     buildColumns(state.langs);
     setStatus("ready", false);
-    if (cfg.token_required && !token) setStatus("this server needs ?token=… in the page address", false);
   } catch (e) {
     setStatus("cannot reach the server", false);
   }

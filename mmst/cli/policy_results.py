@@ -1,0 +1,140 @@
+"""Compare simultaneous policies at equal latency and write the results JSON, Markdown and plot.
+
+Reads ``EVALS/<model>/<policy>/scores.json`` (sweeps from ``mmst-eval --policy ...``) and
+``EVALS/<model>/offline/scores.json`` (offline greedy, optional), for every model of ``--models``.
+For each model, language and k in ``--waitk-lagging``: wait-k's own AL (and AL_CA) at k, and each adaptive policy's
+BLEU interpolated there on its sweep (``mmst.evaluation.policy_compare``). Writes:
+
+- ``--out-json``: ``{"summary": {...}, "provenance", "langs", "models", "equal_latency", "sweeps"}``;
+  ``summary`` counts, on the first model of ``--models`` (the offline-trained one), the languages where
+  some adaptive policy beats wait-k at wait-k's plain AL, per k, and names the best policy per language;
+- ``--out-md``: the same as tables; ``--plot-dir``: one BLEU-vs-AL/AL_CA figure per model;
+- ``--docs FILE``: replaces the text between ``<!-- policies-results:start -->`` and
+  ``<!-- policies-results:end -->`` in FILE with the summary tables.
+
+Usage::
+
+    mmst-policy-results --evals-dir exp/synthetic_hard/policies --models offline,multik \\
+        --out-json docs/results/policies_hard.json --out-md docs/results/policies_hard.md \\
+        --plot-dir docs/images --docs docs/policies.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mmst.cli_help import ArgumentParser
+
+START, END = "<!-- policies-results:start -->", "<!-- policies-results:end -->"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
+    p = ArgumentParser(prog="mmst-policy-results", description=__doc__)
+    p.add_argument("--evals-dir", required=True, help="folder with <model>/<policy>/scores.json")
+    p.add_deprecated_alias("--root", "--evals-dir")
+    p.add_argument("--models", default="offline,multik", help="model folders; the first is the offline-trained one")
+    p.add_argument("--policies", default="waitk,alignatt,edatt,la,holdn,ctc", help="policy folders to read")
+    p.add_argument("--waitk-lagging", default="3,5",
+                   help="comma-separated wait-k points whose latency the policies are compared at")
+    p.add_deprecated_alias("--ks", "--waitk-lagging")
+    p.add_argument("--describe", action="append", default=[], metavar="MODEL=TEXT",
+                   help="one line describing a model (repeatable)")
+    p.add_deprecated_alias("--description", "--describe")
+    p.add_argument("--checkpoint", action="append", default=[], metavar="MODEL=PATH",
+                   help="the checkpoint a model's sweeps decoded (its training updates go into the results)")
+    p.add_argument("--title", default="Simultaneous policies on the hard synthetic corpus")
+    p.add_argument("--out-json", default=None, help="results JSON (required)")
+    p.add_argument("--out-md", default=None, help="results Markdown (required)")
+    p.add_argument("--plot-dir", default=None, help="folder for <prefix>_<model>.png (required)")
+    p.add_argument("--plot-prefix", default="policies_hard", help="plot file name prefix")
+    p.add_argument("--docs", default=None, help="Markdown file whose marked section receives the summary tables")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (1 with a one-line error)."""
+    args = build_parser().parse_args(argv)
+    from mmst.evaluation.policy_compare import (
+        CompareError,
+        equal_latency,
+        load_sweep,
+        plot_policies,
+        provenance,
+        render_markdown,
+        summary,
+    )
+    from mmst.evaluation.report import replace_marked_block
+
+    if not (args.out_json and args.out_md and args.plot_dir):
+        print("error: --out-json, --out-md and --plot-dir are needed", file=sys.stderr)
+        return 1
+    root = Path(args.evals_dir)
+    models = [m for m in args.models.split(",") if m]
+    ks = [int(k) for k in args.waitk_lagging.split(",") if k]
+    desc = dict(d.split("=", 1) for d in args.describe if "=" in d)
+    out_md = Path(args.out_md)
+    try:
+        sweeps = {}
+        for m in models:
+            sweeps[m] = {}
+            for pol in args.policies.split(","):
+                if (root / m / pol / "scores.json").is_file():
+                    sweeps[m][pol] = load_sweep(root / m / pol)
+            if "waitk" not in sweeps[m]:
+                raise CompareError(f"{root / m / 'waitk'}: wait-k sweep missing")
+        first = next(iter(sweeps[models[0]].values()))
+        langs = sorted(first["points"][0]["per_lang"])
+        cfg = json.loads((root / models[0] / "waitk" / "scores.json").read_text())
+        point0 = next(iter(cfg["sweep"])) if "sweep" in cfg else None
+        pcfg = json.loads((root / models[0] / "waitk" / point0 / "scores.json").read_text())["config"] if point0 \
+            else cfg["config"]
+        eq = {m: {metric: equal_latency(sweeps[m], langs, ks, metric) for metric in ("AL", "AL_CA")} for m in models}
+    except (CompareError, OSError, KeyError, json.JSONDecodeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    res = {"summary": summary(eq[models[0]]["AL"]), "title": args.title, "provenance": provenance(),
+           "langs": langs, "ks": ks, "split": pcfg.get("split"), "n_utterances": pcfg.get("n_utterances"),
+           "segment_ms": pcfg.get("source_segment_size_ms"), "models": {}, "equal_latency": eq, "sweeps": sweeps}
+    for m in models:
+        info: dict = {"description": desc.get(m, "")}
+        ckpts = dict(c.split("=", 1) for c in args.checkpoint if "=" in c)
+        if m in ckpts and Path(ckpts[m]).is_file():
+            import torch
+
+            state = torch.load(ckpts[m], map_location="cpu", weights_only=False).get("train_state", {})
+            info["updates"] = state.get("num_updates")
+            info["checkpoint"] = ckpts[m]
+        off = root / m / "offline" / "scores.json"
+        if off.is_file():
+            per = json.loads(off.read_text()).get("per_lang", {})
+            info["offline_bleu"] = {lang: per.get(lang, {}).get("BLEU") for lang in langs}
+        png = Path(args.plot_dir) / f"{args.plot_prefix}_{m}.png"
+        plot_policies(sweeps[m], langs, png, f"{args.title}: {m} model")
+        info["plot"] = str(Path("..") / png.relative_to(png.parents[1])) if len(png.parents) > 1 else str(png)
+        res["models"][m] = info
+    from mmst.atomic import atomic_write_text
+
+    atomic_write_text(Path(args.out_json), json.dumps(res, indent=1, ensure_ascii=False) + "\n")
+    md = render_markdown(res)
+    atomic_write_text(out_md, md)
+    if args.docs:
+        section = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
+        body = (f"<!-- rendered by mmst-policy-results from {args.out_json}; do not edit -->\n"
+                f"Test set: {res['split']}, first {res['n_utterances']} utterances; results of "
+                f"{res['provenance']['date']} (commit `{res['provenance']['git_commit']}`).\n{section.rstrip()}\n\n"
+                f"Full tables: [{out_md.name}](results/{out_md.name}).")
+        try:
+            replace_marked_block(args.docs, START, END, body)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    print(f"wrote {args.out_json}, {out_md}" + (f", {args.docs}" if args.docs else ""))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

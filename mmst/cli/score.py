@@ -1,0 +1,122 @@
+"""Score a SimulEval 1.1 ``instances.log``: sacrebleu BLEU and SimulEval-1.1 latency metrics.
+
+Usage::
+
+    mmst-score --instances OUT/de/instances.log --tgt-langs de --computation-aware
+    mmst-score --instances simuleval_out/instances.log --tgt-langs ja --json
+
+Prints BLEU (with the sacrebleu signature), AL, LAAL, AP, DAL, ATD, StartOffset, EndOffset and,
+with ``--computation-aware``, the same metrics from ``elapsed`` (``AL_CA``, ...).  Unlike SimulEval
+1.1.4 (SimulEval issue 44), the plain metrics always come from ``delays``, so one run gives both.  The
+reference length in AL/LAAL/AP is its number of whitespace-separated words; SimulEval 1.1.4 counts
+``len(ref.split(" "))`` instead (``--simuleval-compat`` to reproduce it).
+``--json`` prints one JSON object ``{"BLEU": .., "AL": .., "AL_CA": .., ...}`` on stdout; notes and
+warnings go to stderr.  Empty hypotheses are reported, counted as "" in BLEU and left out of latency
+(as SimulEval does); a file where every hypothesis is empty is an error (exit status 1).
+Definitions: see ``mmst/evaluation/latency.py`` and ``docs/evaluation.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from mmst.cli_help import ArgumentParser
+from mmst.evaluation.instances import InstancesFormatError, read_instances
+from mmst.evaluation.latency import LATENCY_METRICS
+from mmst.evaluation.report import format_metrics_table
+from mmst.evaluation.scorer import ScoringError, score_instances
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options of ``mmst-score``."""
+    p = ArgumentParser(prog="mmst-score", description=__doc__)
+    p.add_argument("--instances", required=True, help="SimulEval 1.1 instances.log (one JSON per line)")
+    p.add_argument(
+        "--tgt-langs",
+        default=None,
+        help="the target language code (one: an instances.log holds one language); chooses the BLEU tokenizer "
+        "(zh: zh, ja: ja-mecab, else 13a) and the default latency unit (char for zh/ja, word otherwise)",
+    )
+    p.add_deprecated_alias("--tgt-lang", "--tgt-langs")
+    p.add_argument(
+        "--computation-aware",
+        action="store_true",
+        help="also report computation-aware metrics (<metric>_CA) computed from 'elapsed'",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object {metric: value} on stdout")
+    p.add_argument(
+        "--eval-latency-unit",
+        choices=["word", "char"],
+        default=None,
+        help="latency unit (default: char for zh/ja, word otherwise); must match how the log was written",
+    )
+    p.add_argument(
+        "--no-use-ref-len",
+        action="store_true",
+        help="use the hypothesis length instead of the reference length in AL/LAAL/AP (SimulEval option)",
+    )
+    p.add_argument(
+        "--simuleval-compat",
+        action="store_true",
+        help="count reference words as SimulEval 1.1.4 does, len(ref.split(' ')): repeated, leading or trailing "
+        "spaces add empty words and change AL/LAAL/AP; use it only to reproduce SimulEval's numbers "
+        "(default: whitespace-separated words, len(ref.split()))",
+    )
+    p.add_argument(
+        "--sacrebleu-tokenizer",
+        default=None,
+        help="override the sacrebleu tokenizer chosen from --tgt-langs (e.g. 13a, zh, ja-mecab, char, intl)",
+    )
+    p.add_argument(
+        "--input-type",
+        choices=["speech", "text"],
+        default="speech",
+        help="source type of the log (ATD pseudo-token size: 300 ms for speech, 1 token for text)",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit status (0 ok, 1 error)."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    if args.tgt_langs is not None and "," in args.tgt_langs:
+        p.error(f"--tgt-langs {args.tgt_langs}: give one language (an instances.log holds one)")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    try:
+        instances = read_instances(args.instances)
+        res = score_instances(
+            instances,
+            tgt_lang=args.tgt_langs,
+            latency_unit=args.eval_latency_unit,
+            computation_aware=args.computation_aware,
+            use_ref_len=not args.no_use_ref_len,
+            tokenize=args.sacrebleu_tokenizer,
+            input_type=args.input_type,
+            simuleval_compat=args.simuleval_compat,
+        )
+    except (OSError, InstancesFormatError, ScoringError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if res.missing_references:
+        print(f"note: {len(res.missing_references)} instances have no reference (left out of BLEU)", file=sys.stderr)
+    if res.bleu_note:
+        print(f"note: {res.bleu_note}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(res.metrics))
+        return 0
+    order = ["BLEU"] + list(LATENCY_METRICS)
+    print(f"instances: {res.n_instances} (latency over {res.n_scored_latency}); latency unit: {res.latency_unit}")
+    if res.bleu_signature:
+        print(f"sacrebleu: {res.bleu_signature}")
+    rows = {m: {"value": res.metrics.get(m), "computation-aware": res.metrics.get(f"{m}_CA")} for m in order}
+    cols = ["value", "computation-aware"] if args.computation_aware else ["value"]
+    print(format_metrics_table(rows, cols, ca=False, row_header="metric"))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
