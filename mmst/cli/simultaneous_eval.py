@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     if beam < 1:
         raise ValueError(f"--beam must be >= 1, got {beam}")
     langs = [x.strip() for x in args.tgt_langs.split(",") if x.strip()] if args.tgt_langs else None
-    system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, device=args.device)
+    system = load_system(args.model, data_dir=args.data, tgt_langs=langs, device=args.device)
     langs = list(system.tgt_langs)
     unknown = [lang for lang in per_lang if lang not in langs]
     if unknown:
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     if all(a.size == 0 for a in audios):
         raise LoadError(f"no readable audio in {args.split} ({len(utts)} utterances)")
     base_cfg = {
-        "checkpoint": str(args.checkpoint), "data": str(system.data_dir), "split": args.split, "tgt_langs": langs,
+        "checkpoint": str(args.model), "data": str(system.data_dir), "split": args.split, "tgt_langs": langs,
         "source_segment_size_ms": args.source_segment_size, "max_len_a": args.max_len_a,
         "max_len_b": args.max_len_b, "min_len": args.min_len, "latency_units": units,
         "offline": bool(args.offline), "joint_decoding": True, "fbank": system.fbank_kwargs,

@@ -225,7 +225,14 @@ class CheckpointSection:
                         min=0)
     resume: bool = _f(True, doc="resume from SAVE_DIR/checkpoint_last.pt when it exists")
     load_pretrained_encoder_from: str | None = _f(None, doc="initialise the encoder from this "
-                                                  "checkpoint (fairseq s2t_transformer or mmst)")
+                                                  "checkpoint (fairseq s2t_transformer or mmst); the rest of "
+                                                  "the model is built from model.* and starts from scratch")
+    init_from: str | None = _f(None, doc="start from this exported model folder (mmst-export) or mmst "
+                               "checkpoint: its architecture and ALL its weights (fine-tuning; model.* is "
+                               "ignored), fresh optimiser and schedule; the DATA must use its vocabularies "
+                               "(prepare it with --vocab-from MODEL_DIR). Not together with "
+                               "load_pretrained_encoder_from (which copies only encoder weights into the "
+                               "model.* model); a resumed run (checkpoint_last.pt) ignores both")
     allow_unsafe_pickle: bool = _f(False, doc="allow torch.load(weights_only=False) for a FOREIGN "
                                    "(fairseq) pretrained checkpoint that needs it; only for files "
                                    "you trust (same as TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1)")
@@ -292,6 +299,9 @@ class TrainConfig:
                               f"({self.optim.warmup_init_lr} > {self.optim.lr})")
         if self.model.vocab == "per_lang" and self.model.arch == "unified":
             raise ConfigError("model.vocab: 'per_lang' needs model.arch=separate (unified uses the joint vocab)")
+        if self.checkpoint.init_from and self.checkpoint.load_pretrained_encoder_from:
+            raise ConfigError("checkpoint.init_from and checkpoint.load_pretrained_encoder_from: give one (init_from "
+                              "loads the whole model, encoder included)")
         if self.valid.best_metric == "bleu" and self.valid.bleu_subset == 0:
             raise ConfigError("valid.best_metric: 'bleu' needs valid.bleu_subset > 0")
         if self.criterion.lang_weights is not None:

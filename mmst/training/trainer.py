@@ -619,16 +619,20 @@ def waveform_time_masks(augment: Any, speed_perturbed: bool) -> Any:
 
 
 def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, strategy: Any = None) -> Trainer:
-    """Build every component from ``cfg`` + DATA, resume from ``SAVE_DIR/checkpoint_last.pt`` if present.
+    """Build every component from ``cfg`` + DATA, resume from ``SAVE_DIR/checkpoint_last.pt`` if present,
+    else start from ``checkpoint.init_from`` (a model folder or checkpoint: its architecture and weights)
+    or from scratch (with ``checkpoint.load_pretrained_encoder_from``: the encoder's weights).
 
     Raises:
+        mmst.models.checkpoint.CheckpointError: an unreadable ``checkpoint.init_from`` model.
         LanguageMismatchError: the manifest languages differ from the checkpoint model's.
-        VocabMismatchError: the DATA vocab differs from the checkpoint's.
+        VocabMismatchError: the DATA vocab differs from the checkpoint's (or the ``init_from`` model's).
         mmst.training.config.ConfigError / ValueError: invalid model overrides (message names the key).
     """
     from mmst.data.dataset import MultiwayDataset, check_languages
     from mmst.losses import MultilingualCriterion
     from mmst.models import ModelConfig, build_model, model_config_for_size
+    from mmst.models.checkpoint import load_model
     from mmst.training.pretrained import load_pretrained_encoder
 
     data_dir, save_dir = Path(data_dir), Path(save_dir)
@@ -648,18 +652,23 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
 
     arch = cfg.model.arch
     model_cfg = None
+    vocab_mode = "per_lang" if cfg.model.vocab == "per_lang" else "joint"
+    init_model, init_info = None, None
     if resume_ckpt is not None and resume_ckpt.get("model_cfg"):
         model_cfg = ModelConfig.from_dict(resume_ckpt["model_cfg"])
         warn_override_changes(cfg, resume_ckpt, last)
         arch = model_cfg.arch
-    vocab_mode = "per_lang" if cfg.model.vocab == "per_lang" else "joint"
+    elif resume_ckpt is None and cfg.checkpoint.init_from:
+        init_model, init_info = load_model(cfg.checkpoint.init_from)  # a model folder or a checkpoint
+        model_cfg = ModelConfig.from_dict(init_info["model_cfg"])
+        arch, vocab_mode = model_cfg.arch, init_info.get("vocab_mode") or vocab_mode
     tgt_langs = cfg.data.tgt_langs
     if model_cfg is not None:
         from mmst.data.dataset import load_data_config
 
         data_langs = tgt_langs or list(load_data_config(data_dir)["tgt_langs"])
         check_languages(data_langs, model_cfg.tgt_langs, what=f"DATA {data_dir}",
-                        against="checkpoint model")
+                        against="checkpoint model" if init_model is None else f"model {cfg.checkpoint.init_from}")
         tgt_langs = list(model_cfg.tgt_langs)
     with_src = cfg.criterion.ctc_weight > 0
     input_kind = (model_cfg or ModelConfig(**cfg.model.overrides.as_dict())).input_kind
@@ -731,6 +740,12 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
         logger.info("resumed from %s at update %d (epoch %d, offset %d)", last, trainer.state.num_updates,
                     train_iter.epoch, train_iter.offset)
         trainer.log.log("event", trainer.state.num_updates, {"resumed_from": str(last)})
+    elif init_model is not None:
+        check_vocab_compat(init_info.get("vocab") or {}, vocab_info, where=f"model {cfg.checkpoint.init_from} "
+                           "(prepare the DATA with --vocab-from MODEL_DIR)")
+        model.load_state_dict(init_model.state_dict())
+        trainer.log.log("event", 0, {"init_from": str(cfg.checkpoint.init_from)})
+        logger.info("initialised every weight from %s", cfg.checkpoint.init_from)
     elif cfg.checkpoint.load_pretrained_encoder_from:
         rep = load_pretrained_encoder(model, cfg.checkpoint.load_pretrained_encoder_from,
                                       allow_unsafe_pickle=cfg.checkpoint.allow_unsafe_pickle)
