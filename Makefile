@@ -9,15 +9,16 @@ SHELL := bash
 
 .PHONY: setup test lint demo bench clean-venv
 
-## setup: create .venv, install mmst editable with [dev] extras (idempotent; seconds when nothing changed)
+## setup: create .venv, install mmst editable with [dev,hf] extras (idempotent; seconds when nothing changed)
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
-	@# torch comes first, pinned to the CPU build (2.13.0); then the project and its dev extras.
+	@# torch comes first, pinned to the CPU build (2.13.0); then the project, its dev extras and the hf extra
+	@# (transformers: the tests build tiny pretrained encoders; nothing is downloaded).
 	@$(PY) -m pip install -q "torch==2.13.0"
-	@$(PY) -m pip install -q -e ".[dev]" 2>&1 | { grep -vE "^WARNING: Location|BuildBackendWarning|^ *(!!|\*+|corresp|with strategy|Please be careful|name as your package)|^ *$$" || true; }
+	@$(PY) -m pip install -q -e ".[dev,hf]" 2>&1 | { grep -vE "^WARNING: Location|BuildBackendWarning|^ *(!!|\*+|corresp|with strategy|Please be careful|name as your package)|^ *$$" || true; }
 	@touch $(STAMP)
 	@echo "setup: .venv ready ($$($(PY) -c 'import torch; print("torch", torch.__version__)'))"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Dynamic int8 linear layers (``--quantize int8``) against fp32: streaming cost and BLEU, same run.
 
-Streams the utterances of a DATA split through a trained checkpoint (default: the quickstart's,
+Streams the utterances of a DATA split through a trained model (default: the quickstart's checkpoint,
 ``exp/synthetic``, from ``make demo``) under wait-k (``--waitk-lagging``, default 3), once with the
 fp32 model and once with :func:`mmst.models.quantize.quantize_model`, and writes ``docs/results/int8.json``:
 
@@ -44,8 +44,10 @@ MODES = ("none", "int8")
 def build_parser() -> ArgumentParser:
     """Command-line options."""
     p = ArgumentParser(prog="bench/bench_int8.py", description=__doc__)
-    p.add_argument("--checkpoint", default="exp/synthetic/model/checkpoint_best.pt", help="trained mmst checkpoint")
-    p.add_argument("--data", default=None, help="its DATA directory (default: the checkpoint's)")
+    p.add_argument("--model", "--checkpoint", dest="model", default="exp/synthetic/model/checkpoint_best.pt",
+                   help="a trained model: an exported model folder or a training checkpoint")
+    p.add_argument("--data", default=None,
+                   help="DATA directory of the streamed split (default: the one the checkpoint records)")
     p.add_argument("--split", default="tst-COMMON", help="DATA split streamed")
     p.add_argument("--tgt-langs", default=None, help="languages decoded jointly (default: all of the model's)")
     p.add_argument("--waitk-lagging", type=int, default=3, help="wait-k lagging k in pre-decision chunks")
@@ -95,8 +97,10 @@ def run(args) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     n_utts, reps = (2, 1) if args.quick else (args.max_utterances, args.reps)
     langs = args.tgt_langs.split(",") if args.tgt_langs else None
-    systems = {m: load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, quantize=m) for m in MODES}
+    systems = {m: load_system(args.model, data_dir=args.data, tgt_langs=langs, quantize=m) for m in MODES}
     langs = list(systems["none"].tgt_langs)
+    if systems["none"].data_dir is None:
+        raise SystemExit("bench_int8: a model folder needs --data (the DATA directory of the streamed split)")
     units = latency_units(langs)
     utts = load_utterances(systems["none"].data_dir, args.split, langs, n_utts)
     audios = [read_utterance_audio(u) for u in utts]
@@ -121,7 +125,7 @@ def run(args) -> dict[str, Any]:
         "summary": {"int8_over_fp32_rtf": rows["int8"]["rtf"] / rows["none"]["rtf"], f"int8_bleu_change_k{k}": change},
         "rows": {"fp32": rows["none"], "int8": rows["int8"]},
         "agreement": {lang: word_agreement(outputs["none"][lang], outputs["int8"][lang]) for lang in langs},
-        "config": {"checkpoint": str(args.checkpoint), "data": str(systems["none"].data_dir), "split": args.split,
+        "config": {"model": str(args.model), "data": str(systems["none"].data_dir), "split": args.split,
                    "tgt_langs": langs, "waitk_lagging": k, "source_segment_size_ms": args.source_segment_size,
                    "n_utterances": len(utts), "reps": reps, "threads": args.threads, "quick": bool(args.quick)},
     }
@@ -130,8 +134,8 @@ def run(args) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Run, print the summary, write the JSON."""
     args = build_parser().parse_args(argv)
-    if not Path(args.checkpoint).is_file():
-        print(f"bench_int8: no checkpoint {args.checkpoint} (run `make demo`, or pass --checkpoint)", file=sys.stderr)
+    if not Path(args.model).exists():
+        print(f"bench_int8: no model {args.model} (run `make demo`, or pass --model)", file=sys.stderr)
         return 1
     prov = run_record(depends_on=DEPENDS_ON)
     if args.note:

@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             x = soxr.resample(x, sr, 16000)
         talks.append(np.ascontiguousarray(x.mean(axis=1)[: int(args.seconds * 16000)], dtype=np.float32))
     ns = [int(n) for n in args.clients.split(",")]
-    base = ["--checkpoint", args.checkpoint, "--data", args.data, "--max-clients", str(max(ns + [1])),
+    base = ["--model", args.model, "--data", args.data, "--max-clients", str(max(ns + [1])),
             *args.server_args.split(), "--quantize", args.quantize]
     rows: dict[str, dict] = {}
     log_dir = Path(tempfile.mkdtemp(prefix="bench_serve_"))
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                     "batched_over_unbatched_cost_8_clients": ratio,
                     "max_realtime_clients": max(realtime) if realtime else 0},
         "rows": rows,
-        "config": {"checkpoint": args.checkpoint, "data": args.data, "quantize": args.quantize,
+        "config": {"checkpoint": args.model, "data": args.data, "quantize": args.quantize,
                    "seconds_per_client": args.seconds,
                    "talks": [str(w) for w in wavs], "frame_ms": 100, "sample_format": "int16",
                    "server_args": base[4:], "realtime_p95_ms": RT_P95_MS, "cpus": os.cpu_count(),

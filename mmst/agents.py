@@ -3,13 +3,14 @@
 Usage (SimulEval's own evaluator)::
 
     simuleval --agent-class mmst.agents.MMSTSpeechToTextAgent \\
-        --checkpoint CKPT --mmst-data DATA --tgt-lang de --waitk-lagging 3 \\
+        --model MODEL_DIR --tgt-lang de --waitk-lagging 3 \\
         --source SRC.list --target TGT.de.txt --source-segment-size 320 --output OUT
     simuleval --agent-class mmst.agents.MMSTSpeechToTextAgent ... --policy alignatt --policy-args frames=4
     simuleval --agent-class mmst.agents.MMSTSpeechToTextAgent ... --policy la --policy-args n=2 --beam 4
 
-Policies: ``--policy`` waitk | alignatt | edatt | la | holdn | ctc with ``--policy-args k=v,...``
-(FBK's ``--frame-num``, ``--extract-attn-from-layer``, ``--attn-threshold`` are accepted as aliases),
+Policies: ``--policy`` waitk | alignatt | edatt | la | holdn | ctcwaitk with ``--policy-args k=v,...``
+(FBK's ``--frame-num``, ``--extract-attn-from-layer``, ``--attn-threshold``, and ``--attn-compat`` are
+accepted as aliases),
 ``--policy-per-lang ja=alignatt:frames=4`` for one language; see ``docs/policies.md``.
 
 ``--source`` lists one audio file per line (any rate, mono or stereo), ``--target`` one reference
@@ -121,12 +122,16 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
     @staticmethod
     def add_args(parser: ArgumentParser) -> None:
         """Agent options (added to SimulEval's parser)."""
-        parser.add_argument("--checkpoint", type=str, default=None, help="mmst checkpoint (.pt)")
+        parser.add_argument("--model", type=str, default=None,
+                            help="an exported model folder (mmst-export), or a training checkpoint (.pt)")
+        parser.add_argument("--checkpoint", type=str, default=None, help="the same as --model (a checkpoint or a "
+                            "model folder)")
         parser.add_argument(
             "--mmst-data",
             type=str,
             default=None,
-            help="DATA directory (config.yaml, vocab, gcmvn); default: the data_dir stored in the checkpoint "
+            help="DATA directory (config.yaml, vocab, gcmvn) of a checkpoint; default: the data_dir stored in the "
+            "checkpoint; not needed with a model folder "
             "(named --mmst-data because SimulEval's own parser takes --data as a prefix of --dataloader)",
         )
         parser.add_argument(
@@ -239,13 +244,20 @@ def _parse_langs(value: str | None) -> list[str]:
 
 
 def build_translator_from_args(args: Namespace | None, tgt_langs: list[str]) -> Any:
-    """Load the checkpoint named by ``args.checkpoint`` and build the streaming translator.
+    """Load the model named by ``args.model`` (or ``args.checkpoint``: a model folder or a training
+    checkpoint) and build the streaming translator.
 
     Raises:
-        AgentConfigError: no ``--checkpoint``, languages not in the model, vocab mismatch.
+        AgentConfigError: no ``--model``, both ``--model`` and ``--checkpoint``, languages not in the model,
+            vocab mismatch, a bad model folder.
     """
-    if args is None or not getattr(args, "checkpoint", None):
-        raise AgentConfigError("--checkpoint is required")
+    model = getattr(args, "model", None) if args is not None else None
+    ckpt = getattr(args, "checkpoint", None) if args is not None else None
+    if model and ckpt and model != ckpt:
+        raise AgentConfigError("give --model or --checkpoint, not both")
+    model = model or ckpt
+    if not model:
+        raise AgentConfigError("--model is required (a model folder or a checkpoint)")
     from mmst.evaluation.loading import LoadError, load_streaming_translator
     from mmst.simultaneous.policy_spec import specs_from_args
 
@@ -262,7 +274,7 @@ def build_translator_from_args(args: Namespace | None, tgt_langs: list[str]) -> 
         raise AgentConfigError("--policy-per-lang needs --tgt-lang")
     try:
         return load_streaming_translator(
-            args.checkpoint,
+            model,
             data_dir=getattr(args, "mmst_data", None),
             tgt_langs=tgt_langs or None,
             waitk=waitk,

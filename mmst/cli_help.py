@@ -68,7 +68,7 @@ class ArgumentParser(argparse.ArgumentParser):
         return super().parse_known_intermixed_args(self._rewrite_deprecated(args), namespace)
 
 
-def add_quantize_argument(p: argparse.ArgumentParser) -> None:
+def add_quantize_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """Add ``--quantize none|int8``: run the model's linear layers in fp32 or dynamic int8
     (``mmst.models.quantize.quantize_model``; CPU only). Pass ``args.quantize`` to ``load_system``."""
     from mmst.models.quantize import QUANTIZE_CHOICES
@@ -80,27 +80,31 @@ def add_quantize_argument(p: argparse.ArgumentParser) -> None:
 
 def add_model_arguments(p: argparse.ArgumentParser, *, data_required: bool = False,
                         langs_default: str | None = "all of the model's") -> None:
-    """Add ``--checkpoint`` (required), ``--data``, ``--tgt-langs`` and ``--quantize``: the trained system a
-    script loads, the languages it decodes and the arithmetic of its linear layers
-    (``mmst.evaluation.loading.load_system``).
+    """Add ``--model`` (required; ``--checkpoint`` is the same option), ``--data``, ``--tgt-langs`` and
+    ``--quantize``: the trained system a script loads, the languages it decodes and the arithmetic of its
+    linear layers (``mmst.evaluation.loading.load_system``). Read the model back as ``args.model``.
 
     Args:
         p: the parser.
-        data_required: ``--data`` must be given (else it defaults to the DATA directory recorded in the
-            checkpoint).
+        data_required: ``--data`` must be given (else, with a checkpoint, it defaults to the DATA directory
+            recorded in the checkpoint; a model folder needs no DATA for its vocabularies).
         langs_default: which languages are decoded without ``--tgt-langs``, in words (the option's value is
             then ``None``); ``None``: no ``--tgt-langs`` option.
     """
-    p.add_argument("--checkpoint", required=True, help="mmst checkpoint (.pt)")
+    g = p.add_argument_group("model")
+    g.add_argument("--model", "--checkpoint", dest="model", required=True, metavar="MODEL",
+                   help="an exported model folder (mmst-export: vocabularies, CMVN and feature settings inside) "
+                        "or a training checkpoint (.pt, with the vocabularies and CMVN of --data)")
+    data_help = ("DATA directory: with a model folder, only where the test utterances come from; with a "
+                 "checkpoint, also its vocabularies and CMVN")
     if data_required:
-        p.add_argument("--data", required=True, help="DATA directory of the checkpoint (vocab, CMVN)")
+        g.add_argument("--data", required=True, help=data_help)
     else:
-        p.add_argument("--data", default=None,
-                       help="DATA directory (vocab, CMVN); default: the data_dir stored in the checkpoint")
+        g.add_argument("--data", default=None, help=data_help + " (default: the data_dir stored in the checkpoint)")
     if langs_default is not None:
-        p.add_argument("--tgt-langs", default=None,
+        g.add_argument("--tgt-langs", default=None,
                        help=f"comma-separated target languages (default: {langs_default})")
-    add_quantize_argument(p)
+    add_quantize_argument(g)
 
 
 def add_streaming_policy_arguments(p: argparse.ArgumentParser) -> None:

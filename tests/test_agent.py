@@ -146,7 +146,7 @@ def test_dataloader_stereo_and_lang_code(tmp_path: Path):
 
 
 def test_missing_checkpoint_is_clear_exit():
-    with pytest.raises(SystemExit, match="--checkpoint is required"):
+    with pytest.raises(SystemExit, match="--model is required"):
         MMSTSpeechToTextAgent.from_args(Namespace(tgt_lang="de", checkpoint=None))
 
 

@@ -139,7 +139,7 @@ def test_bench_stragglers_mmst_quick(tmp_path, tiny_feature_data):
 @pytest.mark.slow
 def test_bench_int8_quick(tmp_path, tiny_system):
     out = tmp_path / "int8.json"
-    stdout = _run(["bench/bench_int8.py", "--quick", "--checkpoint", str(tiny_system["ckpt"]),
+    stdout = _run(["bench/bench_int8.py", "--quick", "--model", str(tiny_system["ckpt"]),
                    "--data", str(tiny_system["data"]), "--tgt-langs", "de", "--out", str(out)])
     res = json.loads(out.read_text())
     rows = res["rows"]

@@ -109,7 +109,7 @@ def test_console_scripts_and_thin_wrappers():
         assert mod.build_parser().prog == name
         mains[getattr(mod, func)] = name
     wrappers = sorted((REPO / "eval").glob("*.py")) + sorted((REPO / "data_prep").glob("*.py"))
-    assert len(wrappers) == 14
+    assert len(wrappers) == 15
     for path in wrappers:
         main = _load(path).main
         assert main in mains, f"{path}: its main is no console script's"

@@ -97,7 +97,7 @@ def test_agent_passes_quantize_to_the_model(tiny_system):
 
     p = ArgumentParser()
     MMSTSpeechToTextAgent.add_args(p)
-    args = p.parse_args(["--checkpoint", str(tiny_system["ckpt"]), "--mmst-data", str(tiny_system["data"]),
+    args = p.parse_args(["--model", str(tiny_system["ckpt"]), "--mmst-data", str(tiny_system["data"]),
                          "--tgt-lang", "de", "--quantize", "int8"])
     tr = build_translator_from_args(args, ["de"])
     while not isinstance(tr, StreamingTranslator):

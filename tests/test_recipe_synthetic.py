@@ -1,5 +1,6 @@
 """recipes/synthetic/run.sh end to end at toy scale: every stage runs, is skipped on rerun, and writes
-the table, the plot and the real-speech outputs (the README's `make demo` path, minus the budget)."""
+the table, the plot, the real-speech outputs of a user list (--real-audio-tsv) and the exported model
+folder (the README's `make demo` path, minus the budget)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,21 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
+
+
+def _real_audio_list(d: Path) -> Path:
+    """Two speech-like clips with de and ja references, in the prep_audio_list.py format."""
+    import numpy as np
+    import soundfile as sf
+
+    d.mkdir(parents=True)
+    t = np.arange(24000) / 16000
+    for i in range(2):
+        x = 0.3 * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t)) * np.sin(2 * np.pi * (140 + 30 * i) * t)
+        sf.write(d / f"clip{i}.wav", x.astype(np.float32), 16000)
+    (d / "list.tsv").write_text("id\taudio\ten\tde\tja\n" + "".join(
+        f"r{i}\tclip{i}.wav\tthe cat\tdie katze\t猫\n" for i in range(2)), encoding="utf-8")
+    return d / "list.tsv"
 
 
 def _run(args: list[str], env: dict) -> subprocess.CompletedProcess:
@@ -31,6 +46,7 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
     exp = tmp_path / "exp"
     args = ["--exp-dir", str(exp), "--tgt-langs", "de,ja", "--num-train", "24", "--num-dev", "6",
             "--num-test", "6", "--num-test-unseen", "4", "--eval-waitk-lagging", "1,3", "--jobs", "1", "--longform-minutes", "0.3",
+            "--real-audio-tsv", str(_real_audio_list(tmp_path / "real")),
             # the augmentation switches: speed-perturbed copies, SpecAugment, ASR pretraining (same overrides)
             "--speed-perturb", "true", "--specaugment", "LB", "--asr-pretrain", "true",
             "--train-overrides", "optim.max_update=6 optim.warmup_updates=2 valid.interval_updates=3 "
@@ -58,11 +74,17 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
     # stage 6: a synthetic talk streamed as one stream, scored by resegmentation
     lf = json.loads((exp / "eval_longform" / "scores.json").read_text())
     assert lf["audio_s"] >= 18 and set(lf["per_lang"]) == {"de", "ja"} and "Long-form results" in p.stdout
-    if SHARED.is_dir():
-        fleurs = (exp / "eval_fleurs" / "scores.md").read_text()
-        assert "de" in fleurs and "ja" in fleurs
-        hyps = (exp / "eval_en_asr_only" / "hypotheses.jsonl").read_text().splitlines()
-        assert len(hyps) == 2 * 2  # two English-only clips x two target languages
+    # stage 5: the user's list, prepared with the training vocabulary and evaluated
+    real = json.loads((exp / "eval_real_audio" / "scores.json").read_text())
+    assert real["config"]["tgt_langs"] == ["de", "ja"] and real["timing"]["n_utterances"] == 2
+    # stage 7: the model folder, which loads and names the scores of stage 3
+    folder = exp / "model_export"
+    assert {"config.json", "model.safetensors", "gcmvn.npz", "spm_joint.model", "README.md"} <= {
+        q.name for q in folder.iterdir()}
+    assert "mmst-serve --model" in p.stdout and "## Scores" in (folder / "README.md").read_text()
+    from mmst.models.checkpoint import load_model
+
+    assert load_model(folder)[0].tgt_langs == ["de", "ja"]
     # rerun: every finished stage is skipped
     p2 = _run(args + ["--stop-stage", "2"], env)
     assert p2.returncode == 0, p2.stderr[-2000:]
@@ -78,6 +100,15 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
     assert json.loads((exp / "eval" / "scores.json").read_text())["config"]["waitk"] == 3
 
 
+def test_recipe_without_real_audio_list_says_how_in_one_line(tmp_path):
+    """Stage 5 without --real-audio-tsv prints one line and needs no shared data."""
+    p = _run(["--exp-dir", str(tmp_path / "exp"), "--stage", "5", "--stop-stage", "5"], dict(os.environ))
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = [ln for ln in p.stdout.splitlines() if "--real-audio-tsv" in ln]
+    assert len(lines) == 1 and "Stage 5 skipped" in lines[0]
+    assert not (tmp_path / "exp" / ".done" / "stage5").exists()
+
+
 def test_recipe_rejects_unknown_option():
     p = subprocess.run(["bash", "recipes/synthetic/run.sh", "--no-such-option", "1"], cwd=ROOT, text=True,
                        capture_output=True, timeout=60)
@@ -90,7 +121,7 @@ def test_recipe_help_lists_every_option():
                        capture_output=True, timeout=60)
     assert p.returncode == 0
     for opt in ("--stage", "--stop-stage", "--force", "--nproc", "--tgt-langs", "--eval-waitk-lagging", "--specaugment",
-                "--speed-perturb", "--asr-pretrain"):
+                "--speed-perturb", "--asr-pretrain", "--real-audio-tsv"):
         assert opt in p.stdout
 
 

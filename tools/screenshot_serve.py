@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     log = Path(tempfile.mkdtemp()) / "server.log"
     with contextlib.ExitStack() as stack:
         try:
-            _, port = stack.enter_context(server_process(["--checkpoint", args.checkpoint, "--data", args.data,
+            _, port = stack.enter_context(server_process(["--model", args.model, "--data", args.data,
                                                           "--quantize", args.quantize],
                                                          log, stop_timeout_s=60.0))
         except RuntimeError:

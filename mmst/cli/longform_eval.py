@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise ValueError(f"--tgt-langs {', '.join(missing)} without a --refs file")
     _, specs, per_lang = specs_from_args(args, [args.waitk_lagging])
-    system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, device=args.device,
+    system = load_system(args.model, data_dir=args.data, tgt_langs=langs, device=args.device,
                          quantize=args.quantize)
     langs = list(system.tgt_langs)
     if args.mustc_root:
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     policy = {lang: per_lang.get(lang, specs[0]) for lang in langs}
     tr = system.translator(args.waitk_lagging, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
                            beam=args.beam, policy=policy)
-    config = {"checkpoint": str(args.checkpoint), "data": str(system.data_dir), "tgt_langs": langs,
+    config = {"checkpoint": str(args.model), "data": str(system.data_dir), "tgt_langs": langs,
               "policy": {lang: p.describe() for lang, p in policy.items()}, "beam": args.beam,
               "source_segment_size_ms": args.source_segment_size, "max_segment_s": args.max_segment_s,
               "segmentation": "oracle" if args.oracle_segments else "silero-vad",

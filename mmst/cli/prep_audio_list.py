@@ -27,15 +27,12 @@ import logging
 import os
 import sys
 
-from tqdm import tqdm
-
 from mmst.cli_help import ArgumentParser
-from mmst.corpora.audiolist import AudioListError, check_audio, read_audio_list
+from mmst.corpora.audiolist import AudioListError, drop_bad_audio, read_audio_list
 from mmst.corpora.multiway import BuildError, build_from_rows, format_summary
 from mmst.data.corpus import load_data_config
 
 log = logging.getLogger("prep_audio_list")
-
 
 
 def build_parser() -> ArgumentParser:
@@ -77,32 +74,6 @@ def build_parser() -> ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The parsed command line (``None``: the process's arguments)."""
     return build_parser().parse_args(argv)
-
-
-def drop_bad_audio(rows: list[dict], skip_bad: bool, progress: bool = True) -> tuple[list[dict], list[dict]]:
-    """Decode every clip (:func:`mmst.corpora.audiolist.check_audio`); returns ``(good rows, skipped)``.
-
-    ``skipped`` holds ``{"id", "source", "reason"}`` per bad row (empty unless ``skip_bad``). Each
-    kept row loses its ``listed_duration_s`` key.
-
-    Raises:
-        AudioListError: bad clips and not ``skip_bad`` (the message lists every one).
-    """
-    good, bad = [], []
-    for r in tqdm(rows, desc="check audio", unit="clip", disable=not progress):
-        problem, warning = check_audio(r["wav"], r.pop("listed_duration_s", None))
-        if problem:
-            bad.append({"id": r["id"], "source": r["source"], "reason": problem})
-            continue
-        if warning:
-            log.warning("%s (id %s): %s", r["source"], r["id"], warning)
-        good.append(r)
-    if bad and not skip_bad:
-        lines = "\n".join(f"  {b['source']} (id {b['id']}): {b['reason']}" for b in bad)
-        raise AudioListError(f"{len(bad)} bad clip(s) (use --skip-bad to leave them out):\n{lines}")
-    for b in bad:
-        log.warning("skipped %s (id %s): %s", b["source"], b["id"], b["reason"])
-    return good, bad
 
 
 def main(argv: list[str] | None = None) -> int:

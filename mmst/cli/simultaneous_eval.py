@@ -8,8 +8,9 @@ Usage::
     mmst-eval ... --policy la --policy-args n=2 --beam 4 \\
         --policy-per-lang ja=alignatt:frames=4 --out OUT
 
-Policies (``--policy``; ``docs/policies.md``): ``waitk`` (k), ``alignatt`` (frames, layer, heads),
-``edatt`` (alpha, frames, layer, heads), ``la`` (n), ``holdn`` (n), ``ctc`` (k). Several values for one
+Policies (``--policy``; ``docs/policies.md``): ``waitk`` (k), ``alignatt`` (frames, layer, heads, compat),
+``edatt`` (alpha, frames, layer, heads, compat), ``la`` (n), ``holdn`` (n), ``ctcwaitk`` (k; ``ctc`` is its
+deprecated alias). Several values for one
 parameter (``--policy-args frames=2,4,6``, or ``--waitk-lagging 1,3,5`` for wait-k) sweep it in one run.
 
 A thin command line over :mod:`mmst.evaluation` (:mod:`~mmst.evaluation.utterances`,
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     if beam < 1:
         raise ValueError(f"--beam must be >= 1, got {beam}")
     langs = [x.strip() for x in args.tgt_langs.split(",") if x.strip()] if args.tgt_langs else None
-    system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, device=args.device,
+    system = load_system(args.model, data_dir=args.data, tgt_langs=langs, device=args.device,
                          quantize=args.quantize)
     langs = list(system.tgt_langs)
     unknown = [lang for lang in per_lang if lang not in langs]
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     if all(a.size == 0 for a in audios):
         raise LoadError(f"no readable audio in {args.split} ({len(utts)} utterances)")
     base_cfg = {
-        "checkpoint": str(args.checkpoint), "data": str(system.data_dir), "split": args.split, "tgt_langs": langs,
+        "checkpoint": str(args.model), "data": str(system.data_dir), "split": args.split, "tgt_langs": langs,
         "source_segment_size_ms": args.source_segment_size, "max_len_a": args.max_len_a,
         "max_len_b": args.max_len_b, "min_len": args.min_len, "latency_units": units,
         "offline": bool(args.offline), "joint_decoding": True, "fbank": system.fbank_kwargs,

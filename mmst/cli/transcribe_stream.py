@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         swept, specs, per_lang = specs_from_args(args, [waitk])
         if swept is not None:
             raise ValueError(f"give one value for {swept} (sweeps are for mmst-eval)")
-        system = load_system(args.checkpoint, args.data, langs, quantize=args.quantize)
+        system = load_system(args.model, args.data, langs, quantize=args.quantize)
         policy = None if waitk is None and args.policy is None else {
             lang: per_lang.get(lang, specs[0]) for lang in system.tgt_langs}
         translator = system.translator(waitk, max_len_b=args.max_len_b, beam=args.beam, policy=policy)

@@ -3,6 +3,10 @@
 One item = one English utterance with its translations in every target language:
 
 * fbank ``(T, 80)`` float32 read from ``fbank80.zip`` (raw) with global CMVN (``gcmvn.npz``) applied;
+  or, for waveform encoders (``input_kind="waveform"``, the pretrained encoders of
+  :mod:`mmst.models.hf_encoder`), the 16 kHz samples ``(N, 1)`` read on the fly from the row's
+  ``wav`` / ``offset`` / ``duration`` (the DATA's ``fbank.peak_normalize`` gain applied, causally, as the
+  streaming front end applies it); lengths for batching stay the manifest's ``n_frames``;
 * ``tokens[lang]``: SentencePiece ids of ``tgt_text_<lang>`` (no bos/eos), or ``None`` when the cell is
   empty (=> an all-pad row after collation, masked out of the loss);
 * ``src_tokens``: ids of ``src_text`` with the English vocab (``vocab.src``), for the CTC loss.
@@ -21,6 +25,11 @@ import numpy as np
 import torch
 
 from mmst.data.batching import Batch, collate
+
+#: what the model's encoder reads (``ModelConfig.input_kind``)
+INPUT_KINDS = ("fbank", "waveform")
+#: a segment may end this far past its audio file (shortened); the corpus builders' default ``end_tolerance_ms``
+WAV_END_TOLERANCE_S = 0.01
 
 
 class LanguageMismatchError(ValueError):
@@ -86,18 +95,20 @@ class MultiwayDataset(torch.utils.data.Dataset):
         with_src: tokenise ``src_text`` for CTC (needs ``vocab.src``).
         augment: training-time feature augmentation (:class:`mmst.data.augment.FeatureAugment`), applied
             per utterance after CMVN with the epoch set by :meth:`set_epoch`; ``None`` (validation,
-            inference) = features as stored.
+            inference) = features as stored. Fbank input only.
+        input_kind: ``"fbank"`` (default) or ``"waveform"`` (see the module docstring).
 
     Raises:
         FileNotFoundError: missing manifest / config / vocab / cmvn file (message names it).
         LanguageMismatchError: a requested language has no ``tgt_text_<lang>`` column.
-        ValueError: empty manifest (after filtering).
+        ValueError: empty manifest (after filtering); an unknown ``input_kind``; waveform input with an
+            ``augment`` or a manifest without a ``wav`` column.
     """
 
     def __init__(self, data_dir: str | Path, split: str, tgt_langs: Sequence[str] | None = None,
                  vocab_mode: str = "joint", start_token_ids: dict[str, int] | None = None,
                  lang_tag_start: bool = False, max_frames: int | None = None, cache_features: bool = False,
-                 with_src: bool = True, augment: Any = None) -> None:
+                 with_src: bool = True, augment: Any = None, input_kind: str = "fbank") -> None:
         from mmst.data.manifest import read_manifest, tgt_langs_of
         from mmst.data.vocab import Vocab
         from mmst.features import GlobalCMVN
@@ -111,6 +122,14 @@ class MultiwayDataset(torch.utils.data.Dataset):
         rows = read_manifest(manifest)
         if not rows:
             raise ValueError(f"{manifest}: no utterances")
+        if input_kind not in INPUT_KINDS:
+            raise ValueError(f"input_kind must be one of {INPUT_KINDS}, got {input_kind!r}")
+        if input_kind == "waveform" and augment is not None:
+            raise ValueError("waveform input: feature augmentation applies to fbank only (the pretrained "
+                             "encoder masks its own frames, HFSpeechEncoder.set_time_masking)")
+        if input_kind == "waveform" and "wav" not in rows[0]:
+            raise ValueError(f"{manifest}: no 'wav' column; waveform input reads the audio from wav/offset/duration")
+        self.input_kind = input_kind
         self.manifest_langs = tgt_langs_of(rows[0].keys())
         self.tgt_langs = list(tgt_langs) if tgt_langs is not None else list(self.data_cfg["tgt_langs"])
         missing = [lang for lang in self.tgt_langs if lang not in self.manifest_langs]
@@ -174,18 +193,41 @@ class MultiwayDataset(torch.utils.data.Dataset):
         return len(self.rows)
 
     def features(self, i: int) -> torch.Tensor:
-        """CMVN-normalised fbank of item ``i``: ``(T, 80)`` float32 tensor."""
+        """CMVN-normalised fbank of item ``i``: ``(T, 80)`` float32 tensor (waveform input: the samples
+        ``(N, 1)``, see :meth:`waveform`)."""
         if i in self._cache:
             return self._cache[i]
-        from mmst.data.store import read_feature
+        if self.input_kind == "waveform":
+            feats = self.waveform(i)[:, None]
+        else:
+            from mmst.data.store import read_feature
 
-        feats = read_feature(self.data_dir, self.rows[i]["audio"]).astype(np.float32, copy=False)
-        if self.cmvn is not None:
-            feats = self.cmvn(feats)
+            feats = read_feature(self.data_dir, self.rows[i]["audio"]).astype(np.float32, copy=False)
+            if self.cmvn is not None:
+                feats = self.cmvn(feats)
         t = torch.from_numpy(np.ascontiguousarray(feats, dtype=np.float32))
         if self.cache_features:
             self._cache[i] = t
         return t
+
+    def waveform(self, i: int) -> np.ndarray:
+        """16 kHz mono samples ``(N,)`` float32 of item ``i`` from its ``wav``/``offset``/``duration``, with
+        the DATA's ``fbank.peak_normalize`` gain (:func:`mmst.features.causal_peak_normalize`) when set.
+
+        Raises:
+            ValueError: an empty ``wav`` cell (names the manifest and utterance).
+            mmst.audio.AudioError: the file cannot be read or the segment lies outside it.
+        """
+        from mmst.audio import load_audio
+        from mmst.features import causal_peak_normalize
+
+        row = self.rows[i]
+        if not row.get("wav"):
+            raise ValueError(f"{self.data_dir / (self.split + '.tsv')}: utterance {row['id']}: field 'wav' is empty")
+        dur = float(row["duration"]) if row.get("duration") not in (None, "") else None
+        x = load_audio(row["wav"], float(row.get("offset") or 0.0), dur, end_tolerance_s=WAV_END_TOLERANCE_S)
+        peak = (self.data_cfg.get("fbank") or {}).get("peak_normalize")
+        return causal_peak_normalize(x, float(peak)) if peak is not None else x
 
     def tokens(self, i: int) -> dict[str, list[int] | None]:
         """Target token ids (no bos/eos) per language of item ``i``; ``None`` = empty cell."""
@@ -201,7 +243,8 @@ class MultiwayDataset(torch.utils.data.Dataset):
         return self.rows[i].get(f"tgt_text_{lang}", "")
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        """Item dict: ``index``, ``id``, ``fbank (T, 80)``, ``tokens {lang: list|None}``, ``src_tokens``.
+        """Item dict: ``index``, ``id``, ``fbank (T, 80)`` (waveform input: samples ``(N, 1)``),
+        ``tokens {lang: list|None}``, ``src_tokens``.
 
         ``fbank`` is augmented (a new tensor) when the dataset has an active ``augment``.
         """

@@ -179,14 +179,14 @@ _PARAM_CACHE: dict[str, int] = {}
 
 
 def count_parameters(checkpoint: str | os.PathLike[str]) -> int:
-    """Trainable parameters of the model in an mmst checkpoint (``model.num_parameters()``; tied
+    """Trainable parameters of the model in an mmst checkpoint or model folder (``model.num_parameters()``; tied
     embeddings once). Raises :class:`CompareError` when it cannot be loaded."""
     key = str(Path(checkpoint).resolve())
     if key not in _PARAM_CACHE:
-        from mmst.models.checkpoint import load_model_from_checkpoint
+        from mmst.models.checkpoint import load_model
 
         try:
-            model, _ = load_model_from_checkpoint(checkpoint)
+            model, _ = load_model(checkpoint)
         except Exception as e:  # noqa: BLE001 - any load failure becomes one message
             raise CompareError(f"cannot count parameters of {checkpoint}: {e}") from None
         n = model.num_parameters() if hasattr(model, "num_parameters") else sum(
@@ -296,7 +296,7 @@ def compare_systems(systems: Sequence[SystemRuns], *, metrics: Sequence[str] = D
                 c = gi_info.get("checkpoint")
                 if gi_info.get("num_parameters") is not None:
                     total += int(gi_info["num_parameters"])
-                elif c is not None and Path(c).is_file():
+                elif c is not None and Path(c).exists():
                     total += count_parameters(c)
                 else:
                     logger.warning("system %s: no checkpoint recorded/found (%s): parameter count unknown", s.name, c)

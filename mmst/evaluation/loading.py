@@ -1,9 +1,15 @@
-"""Load a checkpoint + DATA resources and build the streaming translator used by evaluation.
+"""Load a model (an exported model folder, or a checkpoint + its DATA resources) and build the streaming
+translator used by evaluation, the SimulEval agent and ``mmst-serve``.
+
+A model folder (``mmst-export``; :mod:`mmst.models.checkpoint`) carries its vocabularies, CMVN and
+feature settings; a DATA directory given with it only says where test utterances come from. A
+training checkpoint takes them from a DATA directory (``--data``, else the one it records).
 
 Checks done here turn configuration mistakes into one-line :class:`LoadError` messages (the CLIs
 print them without a traceback):
 
-- the checkpoint is missing or not an mmst checkpoint;
+- the model is missing, not an mmst model folder or checkpoint, or a file of the folder is missing or
+  does not fit (a tensor of the wrong shape);
 - a requested target language is not decoded by the model;
 - the DATA vocabulary differs from the one the checkpoint was trained with ("a checkpoint from
   another vocab"): SentencePiece model size and SHA-256 must match the checkpoint's fingerprints
@@ -37,22 +43,23 @@ def _resolve(data_dir: Path, p: str) -> Path:
 
 def load_checkpoint_model(checkpoint: str | Path, device: str = "cpu",
                           quantize: str = "none") -> tuple[Any, dict[str, Any]]:
-    """``(model in eval mode, checkpoint dict)`` from one of our checkpoints.
+    """``(model in eval mode, info)`` from a model folder or one of our checkpoints
+    (:func:`mmst.models.checkpoint.load_model`; ``info`` is the checkpoint dict or the folder's info).
 
     ``quantize``: ``none`` (fp32) or ``int8`` (dynamic int8 linear layers,
     :func:`mmst.models.quantize.quantize_model`; CPU only).
 
     Raises:
-        LoadError: missing/unreadable file, not an mmst checkpoint, incompatible weights; ``quantize``
+        LoadError: missing/unreadable file, not an mmst model, incompatible weights; ``quantize``
             unknown or ``int8`` on a non-CPU device.
     """
-    from mmst.models.checkpoint import CheckpointError, load_model_from_checkpoint
+    from mmst.models.checkpoint import CheckpointError, load_model
     from mmst.models.quantize import quantize_model
 
     try:
-        model, ckpt = load_model_from_checkpoint(checkpoint, map_location="cpu")
+        model, ckpt = load_model(checkpoint, map_location="cpu")
     except (CheckpointError, ValueError, RuntimeError, KeyError) as e:
-        raise LoadError(f"cannot load checkpoint {checkpoint}: {e}") from None
+        raise LoadError(f"cannot load model {checkpoint}: {e}") from None
     model.to(device)
     model.eval()
     try:
@@ -106,23 +113,33 @@ def select_langs(model_langs: list[str], requested: list[str] | None) -> list[st
     return seen
 
 
-def load_target_vocabs(data_dir: Path, ckpt: dict[str, Any], model: Any, langs: list[str]) -> dict[str, Any]:
-    """``{lang: mmst.data.vocab.Vocab}`` from DATA, checked against the checkpoint.
+def _data_config(data_dir: Path, dcfg: dict[str, Any] | None) -> dict[str, Any]:
+    if dcfg is not None:
+        return dcfg
+    from mmst.data.dataset import load_data_config
+
+    try:
+        return load_data_config(data_dir)
+    except (FileNotFoundError, ValueError) as e:
+        raise LoadError(str(e)) from None
+
+
+def load_target_vocabs(data_dir: Path, ckpt: dict[str, Any], model: Any, langs: list[str],
+                       dcfg: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``{lang: mmst.data.vocab.Vocab}`` from DATA (or a model folder), checked against the checkpoint.
 
     The vocab mode (``joint`` / ``per_lang``) is the checkpoint's ``vocab_mode`` (default ``joint``).
+    ``dcfg``: the configuration naming the files (paths relative to ``data_dir``); default
+    ``DATA/config.yaml``.
 
     Raises:
         LoadError: missing vocab file, or a vocab that differs from the checkpoint's (size/SHA-256),
             or whose size differs from the model's output layer.
     """
-    from mmst.data.dataset import load_data_config
     from mmst.data.vocab import Vocab, vocab_fingerprint
     from mmst.models.checkpoint import VocabMismatchError, check_vocab_compat
 
-    try:
-        dcfg = load_data_config(data_dir)
-    except (FileNotFoundError, ValueError) as e:
-        raise LoadError(str(e)) from None
+    dcfg = _data_config(data_dir, dcfg)
     vcfg = dcfg.get("vocab") or {}
     mode = ckpt.get("vocab_mode") or ("per_lang" if model.cfg.vocab_sizes else "joint")
     paths: dict[str, Path] = {}
@@ -162,15 +179,12 @@ def load_target_vocabs(data_dir: Path, ckpt: dict[str, Any], model: Any, langs: 
     return vocabs
 
 
-def load_cmvn(data_dir: Path) -> Any:
-    """``mmst.features.GlobalCMVN`` from ``DATA/config.yaml``'s ``gcmvn`` (None when absent, with a warning)."""
-    from mmst.data.dataset import load_data_config
+def load_cmvn(data_dir: Path, dcfg: dict[str, Any] | None = None) -> Any:
+    """``mmst.features.GlobalCMVN`` from the ``gcmvn`` entry of ``dcfg`` (default ``DATA/config.yaml``;
+    paths relative to ``data_dir``); None when absent, with a warning."""
     from mmst.features import GlobalCMVN
 
-    try:
-        dcfg = load_data_config(data_dir)
-    except (FileNotFoundError, ValueError) as e:
-        raise LoadError(str(e)) from None
+    dcfg = _data_config(data_dir, dcfg)
     p = dcfg.get("gcmvn") or dcfg.get("global_cmvn")
     if isinstance(p, dict):
         p = p.get("stats_npz_path")
@@ -184,12 +198,13 @@ def load_cmvn(data_dir: Path) -> Any:
 
 
 class EvalSystem:
-    """A loaded checkpoint with its DATA resources; builds :class:`mmst.simultaneous.StreamingTranslator` s.
+    """A loaded model with its resources; builds :class:`mmst.simultaneous.StreamingTranslator` s.
 
     Attributes:
         model: the ``MMSTModel`` (eval mode, on ``device``).
-        ckpt: the checkpoint dict.
-        data_dir: DATA directory used for vocab and CMVN.
+        ckpt: the checkpoint dict (or a model folder's info, :func:`mmst.models.checkpoint.load_model_dir`).
+        data_dir: DATA directory of the test utterances (and, for a checkpoint, of vocab and CMVN);
+            ``None`` for a model folder loaded without one.
         tgt_langs: selected target languages (validated against the model).
         vocabs: ``{lang: Vocab}``; ``cmvn``: ``GlobalCMVN`` or None.
     """
@@ -263,11 +278,12 @@ def load_system(
     device: str = "cpu",
     quantize: str = "none",
 ) -> EvalSystem:
-    """Load checkpoint, DATA vocab (checked against the checkpoint) and CMVN.
+    """Load a model and its vocabularies (checked against it) and CMVN.
 
     Args:
-        checkpoint: mmst checkpoint path.
-        data_dir: DATA directory; default the checkpoint's ``data_dir``.
+        checkpoint: a model folder (``mmst-export``) or an mmst checkpoint.
+        data_dir: a model folder: the DATA directory of the test utterances only (may be ``None``); a
+            checkpoint: its DATA directory (vocab, CMVN, features), default the one it records.
         tgt_langs: languages to decode (default: all of the model's).
         device: torch device.
         quantize: ``none`` or ``int8`` (``--quantize``; see :func:`mmst.models.quantize.quantize_model`).
@@ -277,12 +293,15 @@ def load_system(
     """
     model, ckpt = load_checkpoint_model(checkpoint, device, quantize)
     langs = select_langs(list(model.tgt_langs), tgt_langs)
-    ddir = resolve_data_dir(checkpoint, data_dir, ckpt)
-    vocabs = load_target_vocabs(ddir, ckpt, model, langs)
-    cmvn = load_cmvn(ddir)
-    from mmst.data.dataset import load_data_config
-
-    return EvalSystem(model, ckpt, ddir, langs, vocabs, cmvn, load_data_config(ddir))
+    if ckpt.get("model_dir"):  # a model folder carries its own vocabularies, CMVN and feature settings
+        res_dir, dcfg = Path(ckpt["model_dir"]), ckpt["data_config"]
+        ddir = Path(data_dir) if data_dir is not None else None
+    else:
+        ddir = res_dir = resolve_data_dir(checkpoint, data_dir, ckpt)
+        dcfg = _data_config(res_dir, None)
+    vocabs = load_target_vocabs(res_dir, ckpt, model, langs, dcfg)
+    cmvn = load_cmvn(res_dir, dcfg)
+    return EvalSystem(model, ckpt, ddir, langs, vocabs, cmvn, dcfg)
 
 
 def load_streaming_translator(

@@ -19,24 +19,28 @@ AUDIO_COLUMNS = ("id", "wav", "offset", "duration")
 """Manifest columns needed to re-read an utterance's audio."""
 
 
-def load_utterances(data_dir: str | Path, split: str, langs: list[str], limit: int | None = None) -> list[dict[str, Any]]:
+def load_utterances(data_dir: str | Path | None, split: str, langs: list[str],
+                    limit: int | None = None) -> list[dict[str, Any]]:
     """Rows of ``DATA/<split>.tsv`` as ``{"id", "wav", "offset", "duration", "refs": {lang: str | None}}``.
 
     A language without a reference column, or an utterance with an empty reference, is kept with
     ``None`` (left out of BLEU, with a warning).
 
     Args:
-        data_dir: DATA directory.
+        data_dir: DATA directory (``None``: a model folder was loaded without ``--data``; an error).
         split: manifest split name.
         langs: target languages whose ``tgt_text_<lang>`` columns are the references.
         limit: keep the first ``limit`` rows (``None``/0 = all).
 
     Raises:
-        LoadError: missing manifest, no rows, a missing audio column, or no reference column for any
-            requested language (the message names the file).
+        LoadError: no DATA directory, missing manifest, no rows, a missing audio column, or no reference
+            column for any requested language (the message names the file).
     """
     from mmst.data.manifest import read_manifest
 
+    if data_dir is None:
+        raise LoadError(f"no DATA directory for the {split} utterances: with --model MODEL_DIR, --data DATA "
+                        "names the prepared test data (the model folder holds no utterances)")
     path = Path(data_dir) / f"{split}.tsv"
     if not path.is_file():
         raise LoadError(f"manifest not found: {path} (is --data/--split right?)")

@@ -67,11 +67,12 @@ class MMSTModel(nn.Module):
 
     arch = "base"
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, encoder: nn.Module | None = None) -> None:
         super().__init__()
         cfg.validate()
         self.cfg = cfg
-        self.encoder = SpeechEncoder(cfg)
+        # the speech encoder (mmst.models.registry.build_encoder); mmst's own by default
+        self.encoder = encoder if encoder is not None else SpeechEncoder(cfg)
         self.ctc_proj = init_linear(nn.Linear(cfg.d_model, cfg.src_vocab_size)) if cfg.src_vocab_size else None
 
     # ------------------------------------------------------------------ properties
@@ -117,7 +118,10 @@ class MMSTModel(nn.Module):
 
     # ------------------------------------------------------------------ encoder
     def encode(self, fbank: torch.Tensor, fbank_lengths: torch.Tensor) -> EncoderOut:
-        """``fbank (B, T, 80)`` (CMVN applied), ``fbank_lengths (B,)`` frames -> :class:`EncoderOut`."""
+        """``fbank (B, T, 80)`` (CMVN applied), ``fbank_lengths (B,)`` frames -> :class:`EncoderOut`.
+
+        For a waveform encoder (``cfg.input_kind == "waveform"``) the same arguments carry 16 kHz samples
+        ``(B, T, 1)`` and their lengths in samples."""
         return self.encoder(fbank, fbank_lengths)
 
     def ctc_output(self, encoder_out: EncoderOut) -> torch.Tensor | None:
@@ -148,8 +152,9 @@ class MMSTModel(nn.Module):
         """Sync joint forward: encoder once, all languages decoded from the same states.
 
         Args:
-            fbank: ``(B, T, 80)`` float, CMVN applied, zero padded.
-            fbank_lengths: ``(B,)`` frames.
+            fbank: ``(B, T, 80)`` float, CMVN applied, zero padded (waveform encoders: ``(B, T, 1)``
+                16 kHz samples).
+            fbank_lengths: ``(B,)`` frames (waveform encoders: samples).
             prev_output_tokens: ``{lang: (B, L_lang)}`` = [start_token_id(lang)] + tokens, pad=1.
             waitk: lagging k in pre-decision chunks (training mask), or None for offline.
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ARCHS = ("separate", "unified")
+ENCODER_TYPES = ("transformer", "hf")
+HF_FREEZE = ("all", "feature_extractor", "none")
 ENCODER_ATTENTION_MODES = ("chunk-causal", "offline")
 STRATEGIES = ("sync", "async")
 
@@ -64,6 +66,19 @@ class ModelConfig:
         async_delta: lag step between consecutive async languages, in chunks (>= 0).
         cross_lang_attn: async only: attend other languages' earlier elements (False + delta 0 = sync).
         size: the named size this config was built from (informational).
+        encoder_type: ``"transformer"`` (mmst's own fbank encoder, default) or ``"hf"`` (a pretrained
+            Hugging Face speech encoder on the raw 16 kHz waveform, :mod:`mmst.models.hf_encoder`; needs
+            ``pip install -e .[hf]`` and ``encoder_attention="offline"``). With ``"hf"``, ``encoder_layers``,
+            ``ffn_dim`` and ``input_dim`` are unused; ``conv_kernel_sizes`` / ``conv_channels`` are the
+            length adapter's stride-2 convolutions (1 to 3 of them) over the pretrained encoder's frames.
+        hf_encoder_path: ``"hf"`` only: a folder written by ``save_pretrained`` (Wav2Vec2Model,
+            HubertModel, WavLMModel or WhisperModel weights in safetensors), or a hub id where the machine
+            can download. Needed again when a checkpoint of the model is loaded.
+        hf_freeze: ``"hf"`` only: ``"all"`` (the pretrained encoder is frozen, run in eval mode),
+            ``"feature_extractor"`` (its convolutional front end is frozen; default) or ``"none"``.
+        hf_layer: ``"hf"`` only: which hidden state feeds the adapter: ``-1`` (the last, default), ``N``
+            (0 = the embeddings before the first layer, N = the output of layer N), or ``"weighted"``
+            (a learned softmax-weighted sum of all hidden states, as in SUPERB, Yang et al. 2021).
     """
 
     arch: str = "unified"
@@ -95,6 +110,16 @@ class ModelConfig:
     async_delta: int = 1
     cross_lang_attn: bool = True
     size: str = "custom"
+    encoder_type: str = "transformer"
+    hf_encoder_path: str | None = None
+    hf_freeze: str = "feature_extractor"
+    hf_layer: int | str = -1
+
+    @property
+    def input_kind(self) -> str:
+        """What the encoder reads: ``"fbank"`` (10 ms log-mel frames, CMVN applied) or ``"waveform"``
+        (16 kHz samples in [-1, 1], for ``encoder_type="hf"``)."""
+        return "waveform" if self.encoder_type == "hf" else "fbank"
 
     # ------------------------------------------------------------------ helpers
     def lang_vocab_size(self, lang: str) -> int:
@@ -165,6 +190,20 @@ class ModelConfig:
             bad("async_order", f"must be a permutation of tgt_langs {self.tgt_langs}")
         if self.async_delta < 0:
             bad("async_delta", "must be >= 0")
+        if self.encoder_type not in ENCODER_TYPES:
+            bad("encoder_type", f"must be one of {ENCODER_TYPES}")
+        if self.hf_freeze not in HF_FREEZE:
+            bad("hf_freeze", f"must be one of {HF_FREEZE}")
+        if not (isinstance(self.hf_layer, int) and self.hf_layer >= -1) and self.hf_layer != "weighted":
+            bad("hf_layer", "must be -1 (last), a hidden-state index N >= 0 or 'weighted'")
+        if self.encoder_type == "hf":
+            if not self.hf_encoder_path:
+                bad("hf_encoder_path", "encoder_type 'hf' needs a save_pretrained folder (or a hub id)")
+            if self.encoder_attention != "offline":
+                bad("encoder_attention", "a pretrained Hugging Face encoder attends the whole input: "
+                    "set encoder_attention: offline")
+            if not 1 <= len(self.conv_kernel_sizes) <= 3:
+                bad("conv_kernel_sizes", "the length adapter of an 'hf' encoder has 1 to 3 convolutions")
         return self
 
     def to_dict(self) -> dict[str, Any]:

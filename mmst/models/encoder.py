@@ -233,6 +233,16 @@ class SpeechEncoder(nn.Module):
             x = layer(x, mask)
         return EncoderOut(self.layer_norm(x), pad, n)
 
+    input_kind = "fbank"  # reads 10 ms log-mel frames (a waveform encoder says "waveform")
+
+    def num_states(self, num_inputs: int, finished: bool) -> int:
+        """States of ``num_inputs`` fbank frames: all (``finished``: the last see the zero padding), else
+        those whose conv receptive field lies inside the frames received."""
+        n = int(num_inputs)
+        for k in self.subsample.kernel_sizes:
+            n = _conv_out_len(n, k, finished=finished)
+        return n
+
     def stream(self) -> EncoderStream:
         """A new :class:`EncoderStream` (chunk-causal mode only) for one utterance."""
         return EncoderStream(self)

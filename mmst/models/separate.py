@@ -18,8 +18,8 @@ class SeparateDecoderModel(MMSTModel):
 
     arch = "separate"
 
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg: ModelConfig, encoder: nn.Module | None = None) -> None:
+        super().__init__(cfg, encoder)
         self.decoders = nn.ModuleDict({lang: TransformerDecoder(cfg, cfg.lang_vocab_size(lang)) for lang in cfg.tgt_langs})
 
     def decoder_for(self, lang: str) -> TransformerDecoder:

@@ -46,8 +46,8 @@ class UnifiedDecoderModel(MMSTModel):
 
     arch = "unified"
 
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__(cfg)
+    def __init__(self, cfg: ModelConfig, encoder: nn.Module | None = None) -> None:
+        super().__init__(cfg, encoder)
         self.decoder = TransformerDecoder(cfg, cfg.vocab_size)
         self.is_async = cfg.strategy == "async"
         if self.is_async:

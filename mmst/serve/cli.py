@@ -2,8 +2,8 @@
 
 Usage::
 
-    mmst-serve --checkpoint exp/synthetic/model/checkpoint_best.pt --data exp/synthetic/data
-    mmst-serve --checkpoint CKPT --data DATA --tgt-langs de,es --policy alignatt --policy-args frames=4 \\
+    mmst-serve --model exp/synthetic/model_export
+    mmst-serve --model MODEL_DIR --tgt-langs de,es --policy alignatt --policy-args frames=4 \\
         --host 0.0.0.0 --port 8765 --max-clients 16 --token SECRET
 
 Then open http://127.0.0.1:8765/ (microphone or an audio file; one caption column per language), or
@@ -11,8 +11,8 @@ stream from a program with the protocol in ``docs/serving.md`` (``ws://HOST:PORT
 
 Each stream is segmented by Silero VAD and translated by the long-form driver
 (:mod:`mmst.simultaneous.longform`) with the chosen policy. The server listens on 127.0.0.1 unless
-``--host`` says otherwise. Exit status: 0 on Ctrl-C, 1 with a one-line error for a bad checkpoint,
-DATA, language or policy, 2 for bad options.
+``--host`` says otherwise. Exit status: 0 on Ctrl-C, 1 with a one-line error for a bad model
+(folder or checkpoint), DATA, language or policy, 2 for bad options.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def make_driver_factory(args: argparse.Namespace) -> tuple[Any, list[str]]:
     from .drivers import DriverPool
 
     langs = [x.strip() for x in args.tgt_langs.split(",") if x.strip()] if args.tgt_langs else None
-    system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs, device=args.device,
+    system = load_system(args.model, data_dir=args.data, tgt_langs=langs, device=args.device,
                          quantize=args.quantize)
     swept, specs, per_lang = specs_from_args(args, [args.waitk_lagging])
     if len(specs) != 1:
@@ -150,7 +150,7 @@ async def _serve(args: argparse.Namespace, make_driver, langs: list[str]) -> Non
                        max_clients_per_ip=args.max_clients_per_ip, trusted_proxy=args.trusted_proxy,
                        allow_origins=list(args.allow_origin),
                        max_step_samples=max(1, int(round(args.source_segment_size * 16))),
-                       info={"checkpoint": Path(args.checkpoint).name})
+                       info={"checkpoint": Path(args.model).name})
     server = TranslationServer(make_driver, cfg)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

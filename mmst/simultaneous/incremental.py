@@ -11,6 +11,12 @@ Two encoder modes:
 In both modes the usable states are those of complete chunks (a chunk is complete once the conv
 receptive field of its last state has arrived, see :mod:`mmst.models.encoder`), plus, once the source
 is finished, everything.
+
+Waveform encoders (``model.encoder.input_kind == "waveform"``: the pretrained encoders of
+:mod:`mmst.models.hf_encoder`) are offline: they always re-encode, from the received 16 kHz samples (no
+fbank, no CMVN). The re-encoded span is the current utterance, which the long-form driver bounds by its
+``max_segment_s`` (:mod:`.longform`), so the cost of one re-encoding grows within a segment up to that cap
+(Whisper's encoder always reads its whole 30 s window: constant cost).
 """
 
 from __future__ import annotations
@@ -18,7 +24,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mmst.models.encoder import _conv_out_len
 from mmst.models.stacked import Steps, run_alone
 
 ENCODER_MODES = ("auto", "incremental", "reencode")
@@ -49,6 +54,7 @@ class StreamingFrontEnd:
         self.model = model
         self.cmvn = cmvn
         self.mode = mode
+        self.waveform = getattr(model.encoder, "input_kind", "fbank") == "waveform"
         self.sample_rate = sample_rate
         self.ratio = model.pre_decision_ratio
         self.reset()
@@ -62,7 +68,7 @@ class StreamingFrontEnd:
         self.finished = False
         self.version = 0  # incremented whenever previously returned states may have changed
         self._stream = self.model.encoder.stream() if self.mode == "incremental" else None
-        self._frames: list[np.ndarray] = []
+        self._frames: list[np.ndarray] = []  # fbank frames, or samples for a waveform encoder
         self._num_frames = 0
         self._encoded_frames = -1
         self._states: torch.Tensor | None = None
@@ -86,6 +92,12 @@ class StreamingFrontEnd:
             raise ValueError("source already finished; call reset() for a new utterance")
         x = np.asarray(samples, dtype=np.float32).reshape(-1)
         self.num_samples += x.size
+        if self.waveform:
+            self.finished = finished
+            self._num_frames += x.size
+            if x.size:
+                self._frames.append(x)
+            return
         self.fbank.accept_waveform(x)
         if finished:
             self.fbank.input_finished()
@@ -104,9 +116,7 @@ class StreamingFrontEnd:
         """Usable encoder states now (complete chunks; all once finished)."""
         if self._stream is not None:
             return self._stream.num_states
-        n = self._num_frames
-        for k in self.model.encoder.subsample.kernel_sizes:
-            n = _conv_out_len(n, k, finished=self.finished)
+        n = self.model.encoder.num_states(self._num_frames, self.finished)
         return n if self.finished else (n // self.ratio) * self.ratio
 
     @property
@@ -126,6 +136,8 @@ class StreamingFrontEnd:
                 self._states = torch.zeros(1, 0, self.model.cfg.d_model, device=p.device, dtype=p.dtype)
             else:
                 feats = torch.from_numpy(np.concatenate(self._frames, 0)).to(p.device, p.dtype)[None]
+                if self.waveform:
+                    feats = feats[..., None]  # (1, T, 1) samples
                 enc = self.model.encode(feats, torch.tensor([feats.size(1)], device=p.device))
                 self._states = enc.states
             self._encoded_frames = self._num_frames

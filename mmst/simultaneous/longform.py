@@ -236,8 +236,12 @@ class LongFormTranslator:
         chunk_ms: processing chunk in ms (> 0): audio is segmented and translated every ``chunk_ms``.
         lookback_ms: recent audio kept to start a segment before the window that triggered it (ms).
 
+    An offline encoder (a pretrained one, :mod:`mmst.models.hf_encoder`) re-encodes the current segment
+    at every chunk, so ``max_segment_s`` also bounds the cost of one chunk.
+
     Raises:
-        ValueError: ``chunk_ms`` or ``max_segment_s`` not positive.
+        ValueError: ``chunk_ms`` or ``max_segment_s`` not positive; segments longer than the encoder's
+            input window (Whisper).
 
     Usage::
 
@@ -257,6 +261,12 @@ class LongFormTranslator:
             raise ValueError(f"max_segment_s must be > 0, got {max_segment_s}")
         self.translator = translator
         self.vad = vad if vad is not None else StreamingVad(max_segment_s=max_segment_s)
+        model = getattr(translator, "model", None)
+        window = getattr(getattr(model, "encoder", None), "max_input_samples", None)
+        seg_s = float(getattr(self.vad, "max_segment_s", max_segment_s))
+        if window is not None and seg_s * SAMPLE_RATE > window:
+            raise ValueError(f"max_segment_s={seg_s:g}: the model's encoder reads at most {window / SAMPLE_RATE:g} s "
+                             f"(Whisper's window); set --max-segment-s at most {window / SAMPLE_RATE:g}")
         self.max_segment_s = float(max_segment_s)
         self.chunk_ms = float(chunk_ms)
         self.chunk_samples = max(1, int(round(chunk_ms * SAMPLE_RATE / 1000.0)))

@@ -169,6 +169,9 @@ class OptimSection:
                              "(per-parameter, the earlier default); all are deterministic, their results "
                              "differ in the last bits",
                              choices=["fused", "foreach", "for-loop"])
+    layer_lr_decay: float = _f(1.0, doc="layer-wise learning-rate decay of a pretrained encoder "
+                               "(model.overrides.encoder_type: hf): a layer n below the top trains at lr * "
+                               "layer_lr_decay ** n, its front end at the lowest rate; 1 = off", min=0.0, max=1.0)
     update_freq: int = _f(1, doc="gradient accumulation: micro-batches per update", min=1)
     max_update: int = _f(10000, doc="stop after this many updates", min=1)
     max_epoch: int = _f(0, doc="stop after this many epochs (0 = no limit)", min=0)
@@ -222,7 +225,14 @@ class CheckpointSection:
                         min=0)
     resume: bool = _f(True, doc="resume from SAVE_DIR/checkpoint_last.pt when it exists")
     load_pretrained_encoder_from: str | None = _f(None, doc="initialise the encoder from this "
-                                                  "checkpoint (fairseq s2t_transformer or mmst)")
+                                                  "checkpoint (fairseq s2t_transformer or mmst); the rest of "
+                                                  "the model is built from model.* and starts from scratch")
+    init_from: str | None = _f(None, doc="start from this exported model folder (mmst-export) or mmst "
+                               "checkpoint: its architecture and ALL its weights (fine-tuning; model.* is "
+                               "ignored), fresh optimiser and schedule; the DATA must use its vocabularies "
+                               "(prepare it with --vocab-from MODEL_DIR). Not together with "
+                               "load_pretrained_encoder_from (which copies only encoder weights into the "
+                               "model.* model); a resumed run (checkpoint_last.pt) ignores both")
     allow_unsafe_pickle: bool = _f(False, doc="allow torch.load(weights_only=False) for a FOREIGN "
                                    "(fairseq) pretrained checkpoint that needs it; only for files "
                                    "you trust (same as TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1)")
@@ -293,6 +303,9 @@ class TrainConfig:
                               f"({self.optim.warmup_init_lr} > {self.optim.lr})")
         if self.model.vocab == "per_lang" and self.model.arch == "unified":
             raise ConfigError("model.vocab: 'per_lang' needs model.arch=separate (unified uses the joint vocab)")
+        if self.checkpoint.init_from and self.checkpoint.load_pretrained_encoder_from:
+            raise ConfigError("checkpoint.init_from and checkpoint.load_pretrained_encoder_from: give one (init_from "
+                              "loads the whole model, encoder included)")
         if self.valid.best_metric == "bleu" and self.valid.bleu_subset == 0:
             raise ConfigError("valid.best_metric: 'bleu' needs valid.bleu_subset > 0")
         if self.criterion.lang_weights is not None:

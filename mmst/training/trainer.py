@@ -46,8 +46,13 @@ from mmst.training.checkpoint import (
     set_rng_state,
 )
 from mmst.training.compile import TrainingCompiler
-from mmst.training.config import TrainConfig, config_to_dict, normalize_waitk_list
-from mmst.training.optim import InverseSqrtSchedule, build_optimizer, set_optimizer_implementation
+from mmst.training.config import ConfigError, TrainConfig, config_to_dict, normalize_waitk_list
+from mmst.training.optim import (
+    InverseSqrtSchedule,
+    build_optimizer,
+    layerwise_param_groups,
+    set_optimizer_implementation,
+)
 from mmst.training.step import bf16_warning
 from mmst.training.strategy import SingleProcessStrategy, UpdateResult
 
@@ -600,17 +605,41 @@ def training_augmentation(cfg: TrainConfig, data_dir: str | Path) -> tuple[str, 
     return split, augment
 
 
-def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, strategy: Any = None) -> Trainer:
-    """Build every component from ``cfg`` + DATA, resume from ``SAVE_DIR/checkpoint_last.pt`` if present.
+def waveform_time_masks(augment: Any, speed_perturbed: bool) -> Any:
+    """The SpecAugment time masks of ``augment`` for a waveform (pretrained) encoder, which applies them
+    to its own frames (:meth:`mmst.models.hf_encoder.HFSpeechEncoder.set_time_masking`); None when off.
 
     Raises:
+        ConfigError: frequency masks or time warping (they need fbank features), or speed perturbation
+            (its copies exist as fbank only).
+    """
+    if speed_perturbed:
+        raise ConfigError("data.augment.speed_perturb: the speed-perturbed copies are fbank features; a "
+                          "waveform encoder (encoder_type: hf) reads the original audio (remove speed_perturb)")
+    spec = None if augment is None else augment.specaugment
+    if spec is None:
+        return None
+    if spec.freq_mask_N or spec.time_warp_W:
+        raise ConfigError("data.augment.specaugment: a waveform encoder (encoder_type: hf) takes time masks "
+                          "only (set freq_mask_N: 0 and time_warp_W: 0)")
+    return spec if spec.time_mask_N else None
+
+
+def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, strategy: Any = None) -> Trainer:
+    """Build every component from ``cfg`` + DATA, resume from ``SAVE_DIR/checkpoint_last.pt`` if present,
+    else start from ``checkpoint.init_from`` (a model folder or checkpoint: its architecture and weights)
+    or from scratch (with ``checkpoint.load_pretrained_encoder_from``: the encoder's weights).
+
+    Raises:
+        mmst.models.checkpoint.CheckpointError: an unreadable ``checkpoint.init_from`` model.
         LanguageMismatchError: the manifest languages differ from the checkpoint model's.
-        VocabMismatchError: the DATA vocab differs from the checkpoint's.
+        VocabMismatchError: the DATA vocab differs from the checkpoint's (or the ``init_from`` model's).
         mmst.training.config.ConfigError / ValueError: invalid model overrides (message names the key).
     """
     from mmst.data.dataset import MultiwayDataset, check_languages
     from mmst.losses import MultilingualCriterion
     from mmst.models import ModelConfig, build_model, model_config_for_size
+    from mmst.models.checkpoint import load_model
     from mmst.training.pretrained import load_pretrained_encoder
 
     data_dir, save_dir = Path(data_dir), Path(save_dir)
@@ -630,22 +659,32 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
 
     arch = cfg.model.arch
     model_cfg = None
+    vocab_mode = "per_lang" if cfg.model.vocab == "per_lang" else "joint"
+    init_model, init_info = None, None
     if resume_ckpt is not None and resume_ckpt.get("model_cfg"):
         model_cfg = ModelConfig.from_dict(resume_ckpt["model_cfg"])
         warn_override_changes(cfg, resume_ckpt, last)
         arch = model_cfg.arch
-    vocab_mode = "per_lang" if cfg.model.vocab == "per_lang" else "joint"
+    elif resume_ckpt is None and cfg.checkpoint.init_from:
+        init_model, init_info = load_model(cfg.checkpoint.init_from)  # a model folder or a checkpoint
+        model_cfg = ModelConfig.from_dict(init_info["model_cfg"])
+        arch, vocab_mode = model_cfg.arch, init_info.get("vocab_mode") or vocab_mode
     tgt_langs = cfg.data.tgt_langs
     if model_cfg is not None:
         from mmst.data.dataset import load_data_config
 
         data_langs = tgt_langs or list(load_data_config(data_dir)["tgt_langs"])
         check_languages(data_langs, model_cfg.tgt_langs, what=f"DATA {data_dir}",
-                        against="checkpoint model")
+                        against="checkpoint model" if init_model is None else f"model {cfg.checkpoint.init_from}")
         tgt_langs = list(model_cfg.tgt_langs)
     with_src = cfg.criterion.ctc_weight > 0
-    common = dict(tgt_langs=tgt_langs, vocab_mode=vocab_mode, lang_tag_start=(arch == "unified"), with_src=with_src)
+    input_kind = (model_cfg or ModelConfig(**cfg.model.overrides.as_dict())).input_kind
+    common = dict(tgt_langs=tgt_langs, vocab_mode=vocab_mode, lang_tag_start=(arch == "unified"), with_src=with_src,
+                  input_kind=input_kind)
     train_split, augment = training_augmentation(cfg, data_dir)
+    time_mask = None
+    if input_kind == "waveform":  # SpecAugment's time masks move to the pretrained encoder's frames
+        time_mask, augment = waveform_time_masks(augment, train_split != cfg.data.train_subset), None
     train_ds = MultiwayDataset(data_dir, train_split, max_frames=min(cfg.data.max_frames, cfg.data.max_tokens),
                                cache_features=cfg.data.cache_features, augment=augment, **common)
     if train_ds.n_dropped:
@@ -673,6 +712,8 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
         except (TypeError, ValueError) as e:
             raise ValueError(f"model.overrides: {e}") from e
     model = build_model(model_cfg)
+    if time_mask is not None:
+        model.encoder.set_time_masking(time_mask.time_mask_N, time_mask.time_mask_T, time_mask.time_mask_p)
     check_languages(train_ds.tgt_langs, model.tgt_langs, what=f"manifest {train_ds.split}.tsv")
     for ds in (train_ds, valid_ds):  # the model decides the first decoder input (bos or <lang:xx>)
         if ds is not None:
@@ -681,7 +722,11 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
     criterion = MultilingualCriterion(label_smoothing=cfg.criterion.label_smoothing,
                                       lang_weights=cfg.criterion.lang_weights, ctc_weight=cfg.criterion.ctc_weight,
                                       pad_id=model_cfg.pad_id)
-    optimizer = build_optimizer(model.parameters(), cfg.optim.lr, cfg.optim.betas, cfg.optim.eps,
+    try:
+        groups = layerwise_param_groups(model, cfg.optim.layer_lr_decay)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    optimizer = build_optimizer(groups, cfg.optim.lr, cfg.optim.betas, cfg.optim.eps,
                                 cfg.optim.weight_decay, cfg.optim.implementation)
     scheduler = InverseSqrtSchedule(optimizer, cfg.optim.lr, cfg.optim.warmup_updates, cfg.optim.warmup_init_lr)
     train_iter = EpochBatchIterator(train_ds, train_ds.n_frames, train_ds.collater, cfg.data.max_tokens,
@@ -703,6 +748,12 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
         logger.info("resumed from %s at update %d (epoch %d, offset %d)", last, trainer.state.num_updates,
                     train_iter.epoch, train_iter.offset)
         trainer.log.log("event", trainer.state.num_updates, {"resumed_from": str(last)})
+    elif init_model is not None:
+        check_vocab_compat(init_info.get("vocab") or {}, vocab_info, where=f"model {cfg.checkpoint.init_from} "
+                           "(prepare the DATA with --vocab-from MODEL_DIR)")
+        model.load_state_dict(init_model.state_dict())
+        trainer.log.log("event", 0, {"init_from": str(cfg.checkpoint.init_from)})
+        logger.info("initialised every weight from %s", cfg.checkpoint.init_from)
     elif cfg.checkpoint.load_pretrained_encoder_from:
         rep = load_pretrained_encoder(model, cfg.checkpoint.load_pretrained_encoder_from,
                                       allow_unsafe_pickle=cfg.checkpoint.allow_unsafe_pickle)

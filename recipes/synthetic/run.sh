@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Quickstart recipe: synthetic grammar corpus (English espeak speech -> de, es, fr, ja),
 # multi-way prep, a multi-k wait-k `xs` unified model, joint-decoding evaluation at k = 1, 3, 5,
-# then the same model on real FLEURS speech. `make demo` runs it. Two test sets: tst-COMMON (voices
-# heard in training) and tst-unseen (espeak accents and variants never heard in training). Stages:
+# then (opt-in) the same model on your own recordings, and the model exported as a self-contained folder.
+# `make demo` runs it. Two test sets: tst-COMMON (voices heard in training) and tst-unseen (espeak accents
+# and variants never heard in training). Stages:
 #   0  generate the grammar corpus (data_prep/synthesize_corpus.py)
 #   1  prep the multi-way corpus (data_prep/prep_multiway.py)
 #   2  train the xs unified model with multi-k wait-k (mmst-train, conf/train_xs.yaml); with
@@ -11,10 +12,15 @@
 #      the same augmentation (docs/augmentation.md)
 #   3  evaluate on tst-COMMON at k = 1,3,5 with joint decoding (eval/simultaneous_eval.py)
 #   4  evaluate on tst-unseen at k = 3, print the results tables and the path of latency_quality.png
-#   5  real speech: FLEURS clips (prep_audio_list.py + simultaneous_eval.py) and the English-only clips
+#   5  real speech (opt-in): with --real-audio-tsv LIST, your recordings in the prep_audio_list.py format
+#      (id, audio, en, de, ...) prepared with the training vocabulary and CMVN and evaluated at wait-3
+#      (prep_audio_list.py + simultaneous_eval.py); without it, one line on how to use it
 #   6  long form: a --longform-minutes synthetic talk (tst-COMMON utterances joined with 300-800 ms
 #      pauses; data_prep/make_long_talk.py) streamed as one stream with VAD segmentation, wait-3, and
 #      scored by mWER resegmentation (eval/longform_eval.py; docs/longform.md)
+#   7  export the model as a self-contained folder, $exp_dir/model_export (mmst-export: config.json,
+#      model.safetensors, SentencePiece models, CMVN, README.md model card with the stage-3 scores);
+#      serve it with `mmst-serve --model $exp_dir/model_export`
 set -euo pipefail
 cd "$(dirname "$0")/../.."   # repository root
 source recipes/lib/stages.sh
@@ -23,7 +29,7 @@ source recipes/lib/augment.sh
 
 # ---- options (each can be overridden: --name value) --------------------------------------------
 stage=0
-stop_stage=6
+stop_stage=7
 force=false                  # redo finished stages
 exp_dir=exp/synthetic        # everything this recipe writes
 tgt_langs=de,es,fr,ja
@@ -44,11 +50,11 @@ asr_pretrain=false           # true: pretrain the encoder on English ASR first (
 asr_config=recipes/synthetic/conf/asr_xs.yaml
 eval_waitk_lagging=1,3,5
 source_segment_size=320      # ms
-shared_data=../shared/data   # real FLEURS / English clips (skipped when absent)
+real_audio_tsv=""            # stage 5: a list of your recordings (id, audio, en, de, ...); empty = skip
 longform_minutes=2.5         # stage 6: length of the synthetic talk
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs difficulty num_train num_dev num_test
   num_test_unseen seed jobs config train_overrides specaugment speed_perturb speed_factors asr_pretrain
-  asr_config nproc eval_waitk_lagging source_segment_size shared_data longform_minutes)
+  asr_config nproc eval_waitk_lagging source_segment_size real_audio_tsv longform_minutes)
 parse_options "$@"
 
 raw=$exp_dir/raw
@@ -103,7 +109,8 @@ stage4() {
   echo "BLEU-vs-AL plot: $eval_dir/latency_quality.png"
 }
 stage5() {
-  eval_real_speech "$model_dir/checkpoint_best.pt" "$data" "$exp_dir/"
+  eval_audio_list "$model_dir/checkpoint_best.pt" "$data" "$real_audio_tsv" "$exp_dir/real_audio" \
+    "${eval_dir}_real_audio"
 }
 stage6() {
   python data_prep/make_long_talk.py --data "$data" --split tst-COMMON --minutes "$longform_minutes" \
@@ -119,10 +126,21 @@ stage6() {
   cat "${eval_dir}_longform/scores.md"
 }
 
+stage7() {
+  mmst-export --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" --scores "$eval_dir" \
+    --out "$exp_dir/model_export"
+  echo "Serve it: mmst-serve --model $exp_dir/model_export"
+}
+
 run_stage 0 "generate the grammar corpus ($difficulty; en -> $tgt_langs)" stage0
 run_stage 1 "prep the multi-way corpus" stage1
 run_stage 2 "train the xs unified model (multi-k wait-k; SpecAugment $specaugment, speed perturbation $speed_perturb, ASR pretraining $asr_pretrain)" stage2
 run_stage 3 "evaluate on tst-COMMON at k = $eval_waitk_lagging with joint decoding" stage3
 run_stage 4 "tst-unseen at k = 3, results" stage4
-run_stage 5 "real speech: FLEURS + English-only clips" stage5
+if [ -n "$real_audio_tsv" ]; then
+  run_stage 5 "real speech: your recordings ($real_audio_tsv)" stage5
+elif [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ]; then
+  echo "== Stage 5 skipped: pass --real-audio-tsv LIST (TSV: id, audio, en, de, ...; see docs/data-and-corpora.md) to evaluate the model on your own recordings"
+fi
 run_stage 6 "long form: a ${longform_minutes}-minute synthetic talk as one stream" stage6
+run_stage 7 "export the model folder ($exp_dir/model_export)" stage7

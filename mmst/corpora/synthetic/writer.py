@@ -6,6 +6,11 @@ Layout for every target language XX::
     OUT/en-XX/data/<split>/txt/<split>.yaml                 - {duration: s, offset: s, speaker_id: .., wav: ..}
     OUT/en-XX/data/<split>/txt/<split>.en / <split>.XX      line-aligned with the yaml
 
+and the same corpus as audio lists (the input of ``mmst-prep-lists``; one row per segment of a
+talk, every target language a column; ``audio`` relative to the list)::
+
+    OUT/lists/<split>.tsv    id, audio, offset, duration, speaker, en, <lang>...
+
 All pairs share the same talks and segments. Each talk wav is written once to
 ``OUT/_synth/wav/<split>/<talk>.wav`` and hard-linked into every ``en-XX`` pair (copied if the file
 system refuses hard links). ``OUT/_synth/`` also holds ``config.json`` (generation parameters) and one
@@ -293,18 +298,24 @@ def synthesize_corpus(out_dir: str | Path, tgt_langs: Sequence[str], segments: d
         segs = segments.get(split, [])
         if split == UNSEEN_SPLIT and not segs:
             continue
-        yaml_lines, idx = [], []
+        yaml_lines, idx, list_rows = [], [], []
         for t in st:
             meta = json.loads((meta_dir / f"{t['talk']}.json").read_text())["segments"]
             sp = Speaker(**t["speaker"])
             for j, (off, n) in enumerate(meta):
                 yaml_lines.append(f"- {{duration: {_fmt(n / SAMPLE_RATE)}, offset: {_fmt(off / SAMPLE_RATE)}, "
                                   f"speaker_id: {sp.speaker_id}, wav: {t['talk']}.wav}}")
-                idx.append(t["first"] + j)
+                i = t["first"] + j
+                list_rows.append([f"{t['talk']}_{j}", f"../_synth/wav/{split}/{t['talk']}.wav", _fmt(off / SAMPLE_RATE),
+                                  _fmt(n / SAMPLE_RATE), sp.speaker_id, segs[i]["en"]] + [segs[i][lang] for lang in tgt_langs])
+                idx.append(i)
                 total_s += n / SAMPLE_RATE
         counts[split] = len(yaml_lines)
         if not st:
             continue
+        header = ["id", "audio", "offset", "duration", "speaker", "en", *tgt_langs]
+        atomic_write_text(out / "lists" / f"{split}.tsv",
+                          "".join("\t".join(c.replace("\t", " ") for c in r) + "\n" for r in [header, *list_rows]))
         for lang in tgt_langs:
             base = out / f"en-{lang}" / "data" / split
             for t in st:
