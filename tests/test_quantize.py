@@ -103,3 +103,25 @@ def test_agent_passes_quantize_to_the_model(tiny_system):
     while not isinstance(tr, StreamingTranslator):
         tr = tr.inner
     assert any(isinstance(m, Int8DynamicLinear) for m in tr.model.modules())
+
+
+def test_hf_encoders_stay_fp32_and_the_rest_is_quantized(tmp_path):
+    """With a pretrained Hugging Face encoder (``encoder_type: hf``) only mmst's own linear layers (length
+    adapter, decoder) become int8: WavLM's attention reads its projections' weights directly."""
+    pytest.importorskip("transformers")
+    from hf_fixtures import hf_model, write_tiny_hf
+    from test_hf_encoder import HF_TYPES, speech, wave_batch
+
+    for kind in HF_TYPES:
+        m = hf_model(write_tiny_hf(kind, tmp_path / kind)).eval()
+        x, n = wave_batch(speech(0.8))
+        with torch.no_grad():
+            ref = m.encode(x, n).states
+            quantize_model(m, "int8")
+            got = m.encode(x, n).states
+        left = [name.rpartition(".")[0] for name, mod in m.named_modules() if isinstance(mod, nn.Linear)]
+        owners = {type(m.get_submodule(p)).__module__.split(".")[0] for p in left}
+        assert left and owners == {"transformers"}, kind  # every fp32 linear layer is the pretrained encoder's
+        assert any(isinstance(mod, Int8DynamicLinear) for mod in m.decoder.modules()), kind
+        assert got.shape == ref.shape
+        assert float((got - ref).norm() / ref.norm()) < 0.05, kind

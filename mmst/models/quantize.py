@@ -96,10 +96,13 @@ def int8_error_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_model(model: nn.Module, mode: str = "int8") -> nn.Module:
-    """Replace every ``nn.Linear`` of ``model`` (in place) by an :class:`Int8DynamicLinear`; returns ``model``.
+    """Replace the ``nn.Linear`` layers of mmst's own modules in ``model`` (in place) by
+    :class:`Int8DynamicLinear`; returns ``model``.
 
     ``mode="none"`` returns ``model`` unchanged. A linear layer whose weight is shared with an embedding
-    (a tied output projection) gets its own int8 copy; the embedding stays fp32.
+    (a tied output projection) gets its own int8 copy; the embedding stays fp32. The layers inside a
+    pretrained Hugging Face encoder (``encoder_type: hf``) stay fp32: its code may read their weights
+    directly (WavLM's attention passes them to ``F.multi_head_attention_forward``).
 
     Raises:
         ValueError: ``mode`` is not one of :data:`QUANTIZE_CHOICES`, or the model is not on the CPU
@@ -112,9 +115,9 @@ def quantize_model(model: nn.Module, mode: str = "int8") -> nn.Module:
     devices = {p.device.type for p in model.parameters()}
     if devices - {"cpu"}:
         raise ValueError(f"--quantize int8 runs on the CPU; the model is on {', '.join(sorted(devices))}")
-    targets = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
-    for name, lin in targets:
+    for name, lin in [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear) and n]:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, Int8DynamicLinear(lin))
+        if type(parent).__module__.split(".")[0] == "mmst":
+            setattr(parent, attr, Int8DynamicLinear(lin))
     return model
