@@ -70,6 +70,17 @@ def test_compile_true_pads_batches_and_reports_the_padding(tiny_feature_data, tm
     assert comp.window_stats() == {"compile_graphs": 0.0}  # the window restarts
 
 
+def test_compile_true_through_the_trainer_pads_validation_too(tiny_feature_data, tmp_path, monkeypatch):
+    import mmst.training.compile as c
+
+    monkeypatch.setattr(c, "inductor_problem", lambda device: None)
+    tr = build_trainer(load_config(None, [*TINY, "optim.max_update=1", "compile=true"]), tiny_feature_data, tmp_path)
+    assert tr.compiler.mode is True and tr.validator.prepare is not None
+    batch = tr.validator._batches(range(4))[0]
+    assert tr.validator.prepare(batch).fbank.shape[1] == bucket_length(batch.fbank.shape[1])
+    assert tr.compiler.window_stats() == {"compile_graphs": 0.0}  # validation padding is not counted
+
+
 def test_compile_key_is_checked():
     assert load_config(None, ["compile=blocks"]).compile == "blocks"
     assert load_config(None, ["compile=true"]).compile is True

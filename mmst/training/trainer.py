@@ -21,6 +21,7 @@ micro-batch index)``. On CPU a resumed run reproduces an uninterrupted one bit f
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -45,7 +46,7 @@ from mmst.training.checkpoint import (
     remove_stale_temp_files,
     set_rng_state,
 )
-from mmst.training.compile import TrainingCompiler
+from mmst.training.compile import TrainingCompiler, pad_batch_to_buckets
 from mmst.training.config import ConfigError, TrainConfig, config_to_dict, normalize_waitk_list
 from mmst.training.optim import (
     InverseSqrtSchedule,
@@ -193,6 +194,9 @@ class Validator:
     criterion: Any
     cfg: TrainConfig
     device: torch.device
+    #: what the loss pass does to a batch first (``compile: true``: ``pad_batch_to_buckets``, so validation
+    #: meets the training graphs' length buckets); None = nothing
+    prepare: Any = None
 
     def _batches(self, indices: Sequence[int]) -> list[Batch]:
         lengths = self.dataset.n_frames[list(indices)]
@@ -211,7 +215,8 @@ class Validator:
         acc: dict[str, float] = {}
         n = len(self.dataset)
         for batch in self._batches(list(range(n))):
-            _, st = compute_loss(model, batch.to(self.device), self.criterion, vk, precision=self.cfg.precision)
+            b = self.prepare(batch) if self.prepare is not None else batch
+            _, st = compute_loss(model, b.to(self.device), self.criterion, vk, precision=self.cfg.precision)
             for k, v in st.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     acc[k] = acc.get(k, 0.0) + float(v)
@@ -736,6 +741,8 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
              "vocab_mode": vocab_mode}
     validator = Validator(valid_ds, criterion, cfg, device) if valid_ds is not None else None
     compiler = TrainingCompiler(cfg.compile, model, criterion, device, model_cfg.pad_id)
+    if validator is not None and compiler.mode is True:  # the same buckets, not counted in bucket_pad_pct
+        validator.prepare = functools.partial(pad_batch_to_buckets, pad_id=model_cfg.pad_id)
     trainer = Trainer(cfg, model, criterion, optimizer, scheduler, train_iter, save_dir, device, validator,
                       strategy, extra, compiler=compiler)
     if resume_ckpt is not None:
