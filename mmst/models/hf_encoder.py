@@ -87,29 +87,38 @@ class HFSpeechEncoder(nn.Module):
         state_ms: duration of one output state, ``frame_ms * 2 ** len(conv_kernel_sizes)``.
         max_input_samples: Whisper's window in samples (longer input is an error); None = unbounded.
 
+    Args:
+        cfg: the model config (``hf_encoder_path``, ``hf_freeze``, ``hf_layer``, adapter sizes).
+        pretrained_weights: read the pretrained weights from ``hf_encoder_path`` (training from the
+            folder); False builds the encoder from the folder's ``config.json`` alone, for a model whose
+            every weight is loaded next (a training checkpoint, an exported model folder).
+
     Raises:
         ImportError / OSError: the folder cannot be read by ``transformers``.
+        FileNotFoundError: ``pretrained_weights`` and a local folder without ``model.safetensors``.
         ValueError: an unsupported model type.
     """
 
     input_kind = "waveform"
     attention = "offline"
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, pretrained_weights: bool = True) -> None:
         super().__init__()
         path = str(cfg.hf_encoder_path)
         hf_cfg = load_hf_config(path)
         self.model_type = hf_cfg.model_type
         cls = getattr(transformers, HF_MODEL_CLASSES[self.model_type])
+        if pretrained_weights:
+            _check_has_weights(path)
         if self.model_type == "whisper":
-            self.hf = cls.from_pretrained(path, config=hf_cfg, use_safetensors=True).get_encoder()
+            self.hf = _hf_module(cls, path, hf_cfg, pretrained_weights).get_encoder()
             self.feature_extractor = _whisper_feature_extractor(path, hf_cfg)
             self.frame_ms = 2 * self.feature_extractor.hop_length * 1000.0 / SAMPLE_RATE
             self.max_input_samples: int | None = 2 * hf_cfg.max_source_positions * self.feature_extractor.hop_length
             hidden = hf_cfg.d_model
         else:
             hf_cfg.apply_spec_augment = False  # masking is mmst's (set_time_masking)
-            self.hf = cls.from_pretrained(path, config=hf_cfg, use_safetensors=True)
+            self.hf = _hf_module(cls, path, hf_cfg, pretrained_weights)
             self.feature_extractor = None
             self.frame_ms = math.prod(hf_cfg.conv_stride) * 1000.0 / SAMPLE_RATE
             self.max_input_samples = None
@@ -179,6 +188,15 @@ class HFSpeechEncoder(nn.Module):
         out.append(([p for p in rest if id(p) in top], 0))
         out.append(([p for p in rest if id(p) not in top], n))
         return [(ps, depth) for ps, depth in out if ps]
+
+    def save_config(self, folder: str | Path) -> None:
+        """Write the pretrained encoder's ``transformers`` config to ``folder`` with ``save_pretrained``
+        (``config.json``; Whisper also its ``preprocessor_config.json``): what :class:`HFSpeechEncoder`
+        needs, with ``pretrained_weights=False``, to rebuild this encoder without its original folder.
+        The weights are not written (an exported model holds them in its ``model.safetensors``)."""
+        self.hf.config.save_pretrained(folder)
+        if self.feature_extractor is not None:
+            self.feature_extractor.save_pretrained(folder)
 
     # ------------------------------------------------------------------ lengths
     def hf_lengths(self, samples: torch.Tensor) -> torch.Tensor:
@@ -276,6 +294,25 @@ class HFSpeechEncoder(nn.Module):
         x = F.dropout(self.proj(h), self.dropout, self.training)  # (B, F, D)
         x, s = self.subsample(x, n)  # (B, S, D)
         return EncoderOut(self.layer_norm(x), lengths_to_padding_mask(s, x.size(1)), s)
+
+
+def _check_has_weights(path: str) -> None:
+    """Raise ``FileNotFoundError`` when the local folder ``path`` has a config but no safetensors weights
+    (e.g. the ``hf_encoder/`` of an exported model folder, whose weights are in the model's own file)."""
+    d = Path(path)
+    if d.is_dir() and not any((d / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json")):
+        raise FileNotFoundError(
+            f"hf_encoder_path {path}: no model.safetensors (a pretrained encoder is read from safetensors only; "
+            "the hf_encoder/ folder of an exported mmst model holds only the config: start from the model "
+            "folder with checkpoint.init_from=MODEL_DIR)")
+
+
+def _hf_module(cls, path: str, hf_cfg, pretrained_weights: bool):
+    """``cls`` with the weights of ``path`` (``use_safetensors=True``), or built from ``hf_cfg`` alone
+    (its weights initialised at random, to be overwritten by the caller) in eval mode like a loaded one."""
+    if pretrained_weights:
+        return cls.from_pretrained(path, config=hf_cfg, use_safetensors=True)
+    return cls(hf_cfg).eval()
 
 
 def _whisper_feature_extractor(path: str, hf_cfg):
