@@ -63,6 +63,37 @@ HF_MODEL_CLASSES = {
     "whisper": "WhisperModel",
 }
 
+#: ``model_type`` -> the ``transformers`` config class (random encoders of :data:`HF_SIZES`).
+HF_CONFIG_CLASSES = {"wav2vec2": "Wav2Vec2Config", "hubert": "HubertConfig", "wavlm": "WavLMConfig"}
+
+#: Named sizes of random pretrained-style encoders that :func:`write_random_encoder` writes (to pretrain
+#: here, e.g. ``recipes/synthetic/run_backbones.sh``). ``wav2vec2-tiny``: the wav2vec 2.0 architecture
+#: (Baevski et al. 2020) at CPU scale, 20 ms frames (conv strides 5 x 4 x 4 x 4 = 320 samples),
+#: 4 layers of width 144 (about 1.2M parameters).
+HF_SIZES: dict[str, dict] = {
+    "wav2vec2-tiny": dict(model_type="wav2vec2", hidden_size=144, num_hidden_layers=4, num_attention_heads=4,
+                          intermediate_size=576, conv_dim=(64, 64, 64, 64), conv_stride=(5, 4, 4, 4),
+                          conv_kernel=(10, 8, 8, 8), num_conv_pos_embeddings=32, num_conv_pos_embedding_groups=4,
+                          feat_extract_norm="layer", do_stable_layer_norm=True),
+}
+
+
+def write_random_encoder(folder: str | Path, size: str, seed: int = 0) -> Path:
+    """Write a randomly initialised encoder of the named ``size`` (:data:`HF_SIZES`) to ``folder`` with
+    ``save_pretrained`` (safetensors); returns ``folder``.
+
+    Raises:
+        ValueError: an unknown size (the message lists the known ones).
+    """
+    if size not in HF_SIZES:
+        raise ValueError(f"unknown encoder size {size!r}; known: {sorted(HF_SIZES)}")
+    spec = dict(HF_SIZES[size])
+    model_type = spec.pop("model_type")
+    torch.manual_seed(seed)
+    cfg = getattr(transformers, HF_CONFIG_CLASSES[model_type])(**spec)
+    getattr(transformers, HF_MODEL_CLASSES[model_type])(cfg).save_pretrained(folder, safe_serialization=True)
+    return Path(folder)
+
 
 def load_hf_config(path: str):
     """The ``transformers`` config of ``path``; raises ``ValueError`` naming the folder and the
@@ -117,6 +148,7 @@ class HFSpeechEncoder(nn.Module):
             self.max_input_samples: int | None = 2 * hf_cfg.max_source_positions * self.feature_extractor.hop_length
             hidden = hf_cfg.d_model
         else:
+            self._apply_spec_augment = hf_cfg.apply_spec_augment  # restored in the folders we write
             hf_cfg.apply_spec_augment = False  # masking is mmst's (set_time_masking)
             self.hf = _hf_module(cls, path, hf_cfg, pretrained_weights)
             self.feature_extractor = None
@@ -197,6 +229,26 @@ class HFSpeechEncoder(nn.Module):
         self.hf.config.save_pretrained(folder)
         if self.feature_extractor is not None:
             self.feature_extractor.save_pretrained(folder)
+
+    def save_pretrained(self, folder: str | Path) -> Path:
+        """Write the pretrained encoder, with its current (trained) weights, as a ``transformers`` folder
+        (``save_pretrained``, safetensors): the adapter and the decoders are not in it. Another model starts
+        from it with ``model.overrides.hf_encoder_path``; ``transformers`` loads it as the model class of
+        :data:`HF_MODEL_CLASSES`. Returns ``folder``.
+
+        Raises:
+            ValueError: a Whisper encoder (its folder would need the Whisper decoder as well).
+        """
+        if self.model_type == "whisper":
+            raise ValueError("writing a Whisper encoder alone as a Hugging Face folder is not supported "
+                             "(WhisperModel folders hold the decoder too)")
+        cfg = self.hf.config
+        cfg.apply_spec_augment, saved = self._apply_spec_augment, cfg.apply_spec_augment
+        try:
+            self.hf.save_pretrained(folder, safe_serialization=True)
+        finally:
+            cfg.apply_spec_augment = saved
+        return Path(folder)
 
     # ------------------------------------------------------------------ lengths
     def hf_lengths(self, samples: torch.Tensor) -> torch.Tensor:
