@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--describe", action="append", default=[], metavar="NAME=TEXT", help="system description")
     p.add_argument("--command", default="", help="the command that produced the results (recorded)")
     p.add_argument("--out", required=True, help="output prefix: writes OUT.json and OUT.md")
-    p.add_argument("--copy-to", default=None, help="also copy both files to this prefix (e.g. docs/results/backbones)")
+    p.add_argument("--copy-to", default=None, help="also copy both files to this prefix (committed results live under docs/results/)")
     return p
 
 

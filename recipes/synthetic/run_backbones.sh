@@ -14,7 +14,7 @@
 #   2  English ASR view of DATA, ASR pretraining of both encoders; the pretrained wav2vec 2.0-style encoder as a Hugging Face folder
 #   3  train the three ST systems
 #   4  evaluate checkpoint_best.pt on both test sets
-#   5  table and summary JSON (--results PREFIX also copies it, e.g. docs/results/backbones, and re-renders
+#   5  table and summary JSON (--results PREFIX also copies it (committed results: under docs/results/) and re-renders
 #      the docs)
 # Stages 2-4 skip finished items.
 set -euo pipefail
