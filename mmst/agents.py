@@ -8,8 +8,9 @@ Usage (SimulEval's own evaluator)::
     simuleval --agent-class mmst.agents.MMSTSpeechToTextAgent ... --policy alignatt --policy-args frames=4
     simuleval --agent-class mmst.agents.MMSTSpeechToTextAgent ... --policy la --policy-args n=2 --beam 4
 
-Policies: ``--policy`` waitk | alignatt | edatt | la | holdn | ctc with ``--policy-args k=v,...``
-(FBK's ``--frame-num``, ``--extract-attn-from-layer``, ``--attn-threshold`` are accepted as aliases),
+Policies: ``--policy`` waitk | alignatt | edatt | la | holdn | ctcwaitk with ``--policy-args k=v,...``
+(FBK's ``--frame-num``, ``--extract-attn-from-layer``, ``--attn-threshold``, and ``--attn-compat`` are
+accepted as aliases),
 ``--policy-per-lang ja=alignatt:frames=4`` for one language; see ``docs/policies.md``.
 
 ``--source`` lists one audio file per line (any rate, mono or stereo), ``--target`` one reference

@@ -68,35 +68,41 @@ def test_dropcompute_tau_inf_gives_exactly_ddp_gradients(tmp_path):
 def test_dropcompute_drops_slow_rank_without_hanging_and_never_cuts_a_micro_batch():
     res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "0.03", "--update-freq", "4",
                         "--steps", "6", "--measure-from", "0", "--straggler-delay", "const", "--record-micro",
-                        "--straggler-base-ms", "10", "--slow-rank", "1:4", *COMMON], 2, timeout_s=120)
+                        "--straggler-base-ms", "10", "--slow-rank", "1:4", "--virtual-clock", *COMMON], 2,
+                       timeout_s=120)
     _ok(res)
-    # rank 0: ~10 ms per micro-batch, checks pass at ~0, 10, 20 ms => 3 computed; rank 1: >= 40 ms of
-    # sleep per micro-batch; its first micro-batch runs past tau (a deadline cut would have ended it at
-    # 30 ms): to its end when its forward share (~1/3) ends before tau, or, on a loaded machine where the
-    # forward is slow, to the check between its forward and backward; the next check stops the step
+    # Simulated time (--virtual-clock): only the injected delays take time, so the schedule is exact.
+    # rank 0: 10 ms per micro-batch, checks at 0, 10, 20 ms pass => 3 computed (a 4th that starts at
+    # 30 - rounding is stopped by the check between its forward and its backward). rank 1: 10 ms x 4 =
+    # 40 ms, a third of it before the mid check (13.3 ms < 30: it goes on, a deadline cut would have
+    # ended it at 30 ms), so its first micro-batch runs to 40 ms and the next check stops the step.
     micro = res[0]["micro_times_s"]  # (rank, step, micro-batch), NaN = not started
     for step in micro[1]:
-        assert step[0] > 0.032 and all(math.isnan(x) for x in step[1:])
-    assert all(not math.isnan(x) for step in micro[0] for x in step[:2])
-    assert 0.3 < res[0]["drop_rate"] < 0.8
+        assert step[0] == pytest.approx(0.040, abs=1e-9) and all(math.isnan(x) for x in step[1:])
+    for step in micro[0]:
+        assert step[:3] == pytest.approx([0.010] * 3, abs=1e-9)
+    assert res[0]["drop_rate"] == pytest.approx(0.5, abs=1e-12)  # 1 - (3 + 1) / 8, every step
 
 
 @pytest.mark.slow
 def test_dropcompute_auto_threshold_is_finite_agreed_and_respects_max_drop_rate():
-    # W = 4 ranks, lognormal delays with CV 0.5 (sleeps dominate the tiny compute, so 4 ranks fit on 2 cores)
+    # W = 4 ranks, lognormal delays with CV 0.5, in simulated time (--virtual-clock): tau and the drops
+    # depend on the seeded delays only, not on how loaded the machine is
     cap, m, steps, rec = 0.15, 4, 16, 4
     res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "auto", "--auto-steps", str(rec),
                         "--update-freq", str(m), "--steps", str(steps), "--straggler-delay", "lognormal:cv=0.5",
-                        "--straggler-base-ms", "15", "--max-drop-rate", str(cap), *COMMON], 4, timeout_s=120)
+                        "--straggler-base-ms", "15", "--max-drop-rate", str(cap), "--virtual-clock", *COMMON], 4,
+                       timeout_s=120)
     _ok(res)
     taus = {res[r]["tau_s"] for r in range(4)}
     assert len(taus) == 1 and math.isfinite(taus.pop())  # chosen once, identical on every rank, not inf
-    assert res[0]["tau_info"]["comm_s"] > 0 and 0 < res[0]["tau_info"]["fwd_fraction"] < 1
+    # simulated time: the all-reduce takes none; the forward's share is the injected delay's
+    assert res[0]["tau_info"]["comm_s"] == 0.0 and 0 < res[0]["tau_info"]["fwd_fraction"] < 1
     # realised drop rate after the choice: within the cap plus the sampling error of the recorded
     # micro-batches (tau) and of the measured ones
     n_rec, n_meas = rec * 4 * m, (steps - rec) * 4 * m
     se = math.sqrt(cap * (1 - cap) * (1 / n_rec + 1 / n_meas))
-    assert res[0]["drop_rate"] <= cap + 3 * se
+    assert 0 < res[0]["drop_rate"] <= cap + 3 * se
 
 
 @pytest.mark.slow

@@ -170,7 +170,7 @@ def test_capture_on_and_off_same_tokens_in_stream(arch):
 
 
 # ---------------------------------------------------------------- streaming under every policy
-POLICY_CASES = ["waitk:k=2", "alignatt:frames=3", "edatt:alpha=0.4,frames=3", "la:n=2", "holdn:n=2", "ctc:k=2"]
+POLICY_CASES = ["waitk:k=2", "alignatt:frames=3", "edatt:alpha=0.4,frames=3", "la:n=2", "holdn:n=2", "ctcwaitk:k=2"]
 
 
 @pytest.mark.parametrize("arch", ["unified", "separate"])
@@ -205,18 +205,18 @@ def test_mixed_policies_per_language_equal_single_runs():
 
 
 def test_adaptive_policies_write_before_the_end_and_lag_differs():
-    m = make(seed=13)
+    m = make(seed=13)  # this untrained model never predicts EOS: every continuation runs to the cap
     wav = audio(2.4, seed=13)
     first = {}
     for pol in ("alignatt:frames=1", "alignatt:frames=6", "holdn:n=1", "holdn:n=6"):
         tr = StreamingTranslator(m, None, ["de"], cmvn=CMVN, max_len_b=25, policy=pol)
         tr.translate(wav, 160.0)
         d = tr.token_delays["de"]
-        assert d, pol
+        assert len(d) == 25, pol  # the cap at the end
         first[pol] = float(np.mean(d))
-    assert first["alignatt:frames=1"] <= first["alignatt:frames=6"]
-    assert first["holdn:n=1"] <= first["holdn:n=6"]
-    assert first["holdn:n=1"] < 2400.0
+        if pol.startswith("holdn"):  # a capped continuation is no hypothesis: nothing before the end
+            assert set(d) == {2400.0}, pol
+    assert first["alignatt:frames=1"] < first["alignatt:frames=6"] < 2400.0
 
 
 class _AlwaysWrite(AlignAttPolicy):

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from mmst.evaluation.policy_compare import CompareError, equal_latency, interpolate, load_sweep, summary
+from mmst.evaluation.instances import make_instance, write_instances
+from mmst.evaluation.policy_compare import (
+    CompareError,
+    bootstrap_difference,
+    equal_latency,
+    interpolate,
+    load_sweep,
+    summary,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
 
@@ -37,9 +45,9 @@ def test_equal_latency_and_summary():
     aa = _sweep("alignatt", "frames", [(2, {"de": (22, 1000, 1200), "ja": (10, 1300, 1500)}),
                                        (8, {"de": (30, 2000, 2300), "ja": (14, 1500, 1800)})])
     la = _sweep("la", "n", [(2, {"de": (18, 1400, 2000), "ja": (30, 1500, 1700)})])
-    eq = equal_latency({"waitk": waitk, "alignatt": aa, "la": la}, ["de", "ja"], (3, 5))
+    eq = equal_latency({"waitk": waitk, "alignatt": aa, "la": la}, ["de", "ja"], (3, 5), "AL")
     de3 = eq["k3"]["de"]
-    assert de3["waitk"] == {"latency": 1500.0, "BLEU": 20.0}
+    assert de3["waitk"] == {"latency": 1500.0, "BLEU": 20.0, "AL": 1500, "length_ratio": None, "flagged": False}
     assert de3["adaptive"]["alignatt"] == pytest.approx(26.0)  # 22 + 8 * 500 / 1000
     assert de3["adaptive"]["la"] is None  # a single point at 1400 ms: 1500 is outside its range
     assert de3["best"] == "alignatt" and de3["beats_waitk"] == ["alignatt"]
@@ -47,7 +55,7 @@ def test_equal_latency_and_summary():
     assert ja3["adaptive"]["alignatt"] == pytest.approx(12.0) and ja3["best"] == "waitk" and ja3["beats_waitk"] == []
     assert eq["k5"]["de"]["adaptive"]["alignatt"] is None  # 2200 ms beyond alignatt's 2000 ms
     s = summary(eq)
-    assert s == {"langs_adaptive_beats_waitk_offline_model": {"k3": 1, "k5": 0},
+    assert s == {"metric": "LAAL", "langs_adaptive_beats_waitk_offline_model": {"k3": 1, "k5": 0},
                  "best_policy_per_lang": {"de": {"k3": "alignatt", "k5": "waitk"}, "ja": {"k3": "waitk", "k5": "waitk"}}}
     eq_ca = equal_latency({"waitk": waitk, "alignatt": aa}, ["de"], (3,), "AL_CA")
     assert eq_ca["k3"]["de"]["waitk"]["latency"] == 1700.0
@@ -70,3 +78,90 @@ def test_load_sweep_reads_eval_output(tmp_path):
     with pytest.raises(CompareError, match="not found"):
         load_sweep(tmp_path / "none")
 
+
+
+# ---------------------------------------------------------------- LAAL summary, flags and bootstrap
+REFS = [f"the cat number {i} sat on the mat today" for i in range(20)]
+
+
+def _write_point(d: Path, lang: str, hyps: list[str]) -> None:
+    write_instances(d / lang / "instances.log", [
+        make_instance(i, h.split(), [100.0] * len(h.split()), [110.0] * len(h.split()), r, "x.wav", 2000.0)
+        for i, (h, r) in enumerate(zip(hyps, REFS))])
+
+
+def _results_tree(root: Path) -> None:
+    """offline model: wait-k k=1,3,5 and alignatt frames=2,8 (LAAL, AL, length ratio per point by hand);
+    de hypotheses on disk for the bootstrap: wait-k k=3 drops the last two words everywhere, alignatt
+    frames=2 and 8 are exact (a clear win at wait-k's LAAL); es: alignatt differs from wait-k on one
+    sentence only (a win of the point estimate inside the noise: a tie)."""
+    def scores(points):
+        return {"policy": points[0][0], "swept_param": points[0][1], "langs": ["de", "es"], "sweep": {
+            lab: {"params": par, "per_lang": per} for _, _, lab, par, per in points}}
+
+    pl = lambda b, laal, al, lr: {"BLEU": b, "LAAL": laal, "LAAL_CA": laal + 100, "AL": al, "AL_CA": al + 100,  # noqa: E731
+                                  "length_ratio": lr}
+    wk = [("waitk", "k", "k1", {"k": 1}, {"de": pl(10, 700, 650, 0.9), "es": pl(10, 700, 650, 0.9)}),
+          ("waitk", "k", "k3", {"k": 3}, {"de": pl(20, 1500, 1400, 0.8), "es": pl(20, 1500, 1400, 1.0)}),
+          ("waitk", "k", "k5", {"k": 5}, {"de": pl(25, 2200, 2100, 1.0), "es": pl(25, 2200, 2100, 1.0)})]
+    aa = [("alignatt", "frames", "alignatt-frames2", {"frames": 2},
+           {"de": pl(90, 1000, -300, 1.6), "es": pl(21, 1000, 900, 1.0)}),
+          ("alignatt", "frames", "alignatt-frames8", {"frames": 8},
+           {"de": pl(90, 2000, 1900, 1.0), "es": pl(21, 2000, 1900, 0.65)})]
+    for name, pts in (("waitk", wk), ("alignatt", aa)):
+        d = root / "offline" / name
+        d.mkdir(parents=True)
+        (d / "scores.json").write_text(json.dumps(scores(pts)))
+        (d / pts[0][2] / "scores.json").parent.mkdir(parents=True)
+        (d / pts[0][2] / "scores.json").write_text(json.dumps({"config": {"split": "tst-COMMON", "n_utterances": 20,
+                                                                         "source_segment_size_ms": 320}}))
+    short = [" ".join(r.split()[:-2]) for r in REFS]
+    _write_point(root / "offline/waitk/k3", "de", short)
+    for lab in ("alignatt-frames2", "alignatt-frames8"):
+        _write_point(root / "offline/alignatt" / lab, "de", REFS)
+    _write_point(root / "offline/waitk/k3", "es", short)
+    one_better = [REFS[0]] + short[1:]
+    for lab in ("alignatt-frames2", "alignatt-frames8"):
+        _write_point(root / "offline/alignatt" / lab, "es", one_better)
+
+
+def test_bootstrap_interval_tells_a_win_from_a_tie(tmp_path):
+    _results_tree(tmp_path)
+    wk = load_sweep(tmp_path / "offline/waitk")
+    aa = load_sweep(tmp_path / "offline/alignatt")
+    k3 = wk["points"][1]
+    win = bootstrap_difference("de", k3, aa["points"][0], aa["points"][1], 0.5, 200)
+    assert win["verdict"] == "beats" and win["low"] > 0 and win["delta"] > 0
+    tie = bootstrap_difference("es", k3, aa["points"][0], aa["points"][1], 0.5, 200)
+    # one sentence of 20 differs: about (19/20)^20 = 36% of the resamples leave it out, so the lower
+    # bound of the 95% interval is exactly 0
+    assert tie["delta"] > 0 and tie["low"] == 0.0 and tie["verdict"] == "tie"
+    assert bootstrap_difference("ja", k3, aa["points"][0], aa["points"][1], 0.5, 50) is None  # no hypotheses
+
+
+def test_policy_results_summary_on_a_synthetic_results_tree(tmp_path):
+    import policy_results
+
+    _results_tree(tmp_path / "root")
+    docs = tmp_path / "doc.md"
+    docs.write_text("<!-- policies-results:start -->\nold\n<!-- policies-results:end -->\n")
+    out = tmp_path / "out"
+    rc = policy_results.main(["--root", str(tmp_path / "root"), "--models", "offline", "--bootstrap", "200",
+                              "--out-json", str(out / "r.json"), "--out-md", str(out / "r.md"),
+                              "--plot-dir", str(out / "img"), "--docs", str(docs)])
+    assert rc == 0
+    res = json.loads((out / "r.json").read_text())
+    s = res["summary"]
+    # de: alignatt at LAAL 1500 interpolates 90 and wins outside the noise; es: 21 > 20 but a tie
+    assert s["langs_adaptive_beats_waitk_offline_model"] == {"k3": 1, "k5": 0}
+    assert s["best_policy_per_lang"] == {"de": {"k3": "alignatt", "k5": "waitk"}, "es": {"k3": "waitk", "k5": "waitk"}}
+    assert s["metric"] == "LAAL" and s["min_laal_ms"] == 700 and s["points_per_policy_min"] == 2
+    assert s["max_length_ratio"] == 1.6 and s["min_length_ratio"] == 0.65
+    eq = res["equal_latency"]["offline"]["LAAL"]["k3"]
+    assert eq["de"]["waitk"]["AL"] == 1400 and eq["de"]["ci"]["alignatt"]["verdict"] == "beats"
+    assert eq["de"]["flagged"] == ["alignatt"] and eq["es"]["flagged"] == ["alignatt"]
+    assert eq["es"]["ci"]["alignatt"]["verdict"] == "tie" and eq["es"]["beats_waitk"] == []
+    assert res["equal_latency"]["offline"]["LAAL_CA"]["k3"]["de"]["waitk"]["latency"] == 1600
+    md = (out / "r.md").read_text()
+    assert "1.60 ⚑" in md and "0.65 ⚑" in md and "tie" in md and "best at k=3 LAAL" in docs.read_text()
+    assert (out / "img" / "policies_hard_offline.png").stat().st_size > 1000

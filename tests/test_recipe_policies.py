@@ -33,9 +33,10 @@ def test_policies_recipe_on_tiny_models(tmp_path):
     res_json, res_md = tmp_path / "res" / "p.json", tmp_path / "res" / "p.md"
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     cmd = ["bash", str(ROOT / "recipes/synthetic/run_policies_hard.sh"), "--exp-dir", str(exp), "--tgt-langs", "de,es",
-           "--models", "offline", "--eval-max-utterances", "2", "--waitk-args", "k=1,3,5", "--alignatt-args", "frames=1,20,layer=0",
+           "--models", "offline", "--eval-max-utterances", "2", "--waitk-args", "k=1,3,5", "--alignatt-args", "frames=1,20",
            "--edatt-args", "alpha=0.05,0.9,frames=1", "--la-args", "n=1,3", "--holdn-args", "n=1,8",
-           "--ctc-args", "k=1,6", "--results-json", str(res_json), "--results-md", str(res_md),
+           "--ctcwaitk-args", "k=1,6", "--policies", "waitk alignatt-layer0 edatt la holdn ctcwaitk",
+           "--results-json", str(res_json), "--results-md", str(res_md),
            "--plot-dir", str(tmp_path / "img"), "--docs", str(docs)]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -46,14 +47,15 @@ def test_policies_recipe_on_tiny_models(tmp_path):
     assert set(s["langs_adaptive_beats_waitk_offline_model"]) == {"k3", "k5"}
     assert all(0 <= v <= 2 for v in s["langs_adaptive_beats_waitk_offline_model"].values())
     assert set(s["best_policy_per_lang"]) == {"de", "es"}
-    assert obj["n_utterances"] == 2 and set(obj["sweeps"]["offline"]) == {"waitk", "alignatt", "edatt", "la", "holdn",
-                                                                            "ctc"}
-    eq = obj["equal_latency"]["offline"]["AL"]["k3"]["de"]
+    assert obj["n_utterances"] == 2 and set(obj["sweeps"]["offline"]) == {"waitk", "alignatt-layer0", "edatt", "la",
+                                                                            "holdn", "ctcwaitk"}
+    assert s["metric"] == "LAAL" and s["points_per_policy_min"] == 2 and s["min_length_ratio"] is not None
+    eq = obj["equal_latency"]["offline"]["LAAL"]["k3"]["de"]
     wk = [p for p in obj["sweeps"]["offline"]["waitk"]["points"] if p["params"]["k"] == 3][0]
     assert eq["waitk"]["BLEU"] == wk["per_lang"]["de"]["BLEU"]
     assert (tmp_path / "img" / "policies_hard_offline.png").stat().st_size > 1000
     text = docs.read_text()
-    assert "old" not in text and "tail" in text and "best at k=3 AL" in text
+    assert "old" not in text and "tail" in text and "best at k=3 LAAL" in text
     assert "first 2 utterances" in res_md.read_text()
     # resumable: a second run skips every finished sweep
     p2 = subprocess.run(cmd + ["--stage", "1", "--stop-stage", "2"], cwd=ROOT, env=env, capture_output=True, text=True,

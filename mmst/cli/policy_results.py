@@ -2,12 +2,15 @@
 
 Reads ``EVALS/<model>/<policy>/scores.json`` (sweeps from ``mmst-eval --policy ...``) and
 ``EVALS/<model>/offline/scores.json`` (offline greedy, optional), for every model of ``--models``.
-For each model, language and k in ``--waitk-lagging``: wait-k's own AL (and AL_CA) at k, and each adaptive policy's
-BLEU interpolated there on its sweep (``mmst.evaluation.policy_compare``). Writes:
+For each model, language and k in ``--waitk-lagging``: wait-k's own LAAL (and LAAL_CA) at k, and each adaptive
+policy's BLEU interpolated there on its sweep, with a paired bootstrap interval of the difference
+(``mmst.evaluation.policy_compare``). Writes:
 
 - ``--out-json``: ``{"summary": {...}, "provenance", "langs", "models", "equal_latency", "sweeps"}``;
   ``summary`` counts, on the first model of ``--models`` (the offline-trained one), the languages where
-  some adaptive policy beats wait-k at wait-k's plain AL, per k, and names the best policy per language;
+  some adaptive policy beats wait-k at wait-k's LAAL (outside the bootstrap noise), per k, names the best
+  policy per language, and gives ``min_laal_ms``, ``min/max_length_ratio`` and ``points_per_policy_min``
+  over every point of every sweep;
 - ``--out-md``: the same as tables; ``--plot-dir``: one BLEU-vs-AL/AL_CA figure per model;
 - ``--docs FILE``: replaces the text between ``<!-- policies-results:start -->`` and
   ``<!-- policies-results:end -->`` in FILE with the summary tables.
@@ -37,7 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--evals-dir", required=True, help="folder with <model>/<policy>/scores.json")
     p.add_deprecated_alias("--root", "--evals-dir")
     p.add_argument("--models", default="offline,multik", help="model folders; the first is the offline-trained one")
-    p.add_argument("--policies", default="waitk,alignatt,edatt,la,holdn,ctc", help="policy folders to read")
+    p.add_argument("--policies", default=None,
+                   help="policy folders to read (default: every folder of <model>/ with a scores.json but offline)")
+    p.add_argument("--bootstrap", type=int, default=1000,
+                   help="paired bootstrap resamples for the BLEU intervals (0: point estimates only)")
     p.add_argument("--waitk-lagging", default="3,5",
                    help="comma-separated wait-k points whose latency the policies are compared at")
     p.add_deprecated_alias("--ks", "--waitk-lagging")
@@ -81,7 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         sweeps = {}
         for m in models:
             sweeps[m] = {}
-            for pol in args.policies.split(","):
+            names = args.policies.split(",") if args.policies else sorted(
+                d.name for d in (root / m).iterdir() if d.is_dir() and d.name != "offline")
+            for pol in names:
                 if (root / m / pol / "scores.json").is_file():
                     sweeps[m][pol] = load_sweep(root / m / pol)
             if "waitk" not in sweeps[m]:
@@ -92,11 +100,12 @@ def main(argv: list[str] | None = None) -> int:
         point0 = next(iter(cfg["sweep"])) if "sweep" in cfg else None
         pcfg = json.loads((root / models[0] / "waitk" / point0 / "scores.json").read_text())["config"] if point0 \
             else cfg["config"]
-        eq = {m: {metric: equal_latency(sweeps[m], langs, ks, metric) for metric in ("AL", "AL_CA")} for m in models}
+        eq = {m: {metric: equal_latency(sweeps[m], langs, ks, metric, args.bootstrap) for metric in ("LAAL", "LAAL_CA")}
+              for m in models}
     except (CompareError, OSError, KeyError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    res = {"summary": summary(eq[models[0]]["AL"]), "title": args.title, "provenance": provenance(),
+    res = {"summary": summary(eq[models[0]]["LAAL"], sweeps, "LAAL"), "title": args.title, "provenance": provenance(),
            "langs": langs, "ks": ks, "split": pcfg.get("split"), "n_utterances": pcfg.get("n_utterances"),
            "segment_ms": pcfg.get("source_segment_size_ms"), "models": {}, "equal_latency": eq, "sweeps": sweeps}
     for m in models:

@@ -8,8 +8,9 @@ Usage::
     mmst-eval ... --policy la --policy-args n=2 --beam 4 \\
         --policy-per-lang ja=alignatt:frames=4 --out OUT
 
-Policies (``--policy``; ``docs/policies.md``): ``waitk`` (k), ``alignatt`` (frames, layer, heads),
-``edatt`` (alpha, frames, layer, heads), ``la`` (n), ``holdn`` (n), ``ctc`` (k). Several values for one
+Policies (``--policy``; ``docs/policies.md``): ``waitk`` (k), ``alignatt`` (frames, layer, heads, compat),
+``edatt`` (alpha, frames, layer, heads, compat), ``la`` (n), ``holdn`` (n), ``ctcwaitk`` (k; ``ctc`` is its
+deprecated alias). Several values for one
 parameter (``--policy-args frames=2,4,6``, or ``--waitk-lagging 1,3,5`` for wait-k) sweep it in one run.
 
 A thin command line over :mod:`mmst.evaluation` (:mod:`~mmst.evaluation.utterances`,

@@ -16,7 +16,6 @@ is what :mod:`mmst.distributed.straggler_model` predicts.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -102,7 +101,7 @@ class DDPStrategy:
         Raises:
             DistributedError: the all-reduce failed (dead / hung peer) within ``--dist-timeout``.
         """
-        clock = time.perf_counter
+        clock = self.injector.clock
         n = len(micro_batches)
         st = StepStats(n_micro=n, global_total=float(n * self.env.world_size))
         t_start = clock()

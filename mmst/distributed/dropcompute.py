@@ -42,7 +42,6 @@ recorded steps of the last-arriving rank's all-reduce time
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -123,7 +122,7 @@ class DropComputeStrategy:
         Raises:
             DistributedError: the all-reduce (or the one-off all-gather) failed within ``--dist-timeout``.
         """
-        clock = time.perf_counter
+        clock = self.injector.clock
         n = len(micro_batches)
         st = StepStats(n_micro=n, tau_s=self.tau_s)
         t_start = clock()

@@ -153,6 +153,27 @@ def parse_slow_rank(text: str | None) -> tuple[int, float] | None:
     return rank, factor
 
 
+class VirtualClock:
+    """Simulated time that advances only by injected delays: compute and communication take no time.
+
+    With ``StragglerInjector(..., sleep=vc.sleep, clock=vc.now)``, every time a strategy measures (the
+    micro-batch times, the checks against tau, the recorded times that choose tau, the step time) is a
+    sum of sampled delays, so what DropCompute computes and drops depends on the seeds alone, never on
+    the machine's load. Per process (each rank has its own).
+    """
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        """Seconds of simulated time so far."""
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        """Advance the simulated time by ``seconds`` (no real waiting)."""
+        self.t += max(float(seconds), 0.0)
+
+
 class StragglerInjector:
     """Per-rank delay generator (see module docstring for the formulas).
 
@@ -163,12 +184,16 @@ class StragglerInjector:
         base_s: fixed base delay in seconds (benchmarks), or None.
         slow_rank: ``(R, factor)`` or None.
         sleep: the sleep function (tests inject a fake clock).
+        clock: the clock the training strategies time micro-batches, tau and steps with (seconds);
+            ``time.perf_counter`` by default, :meth:`VirtualClock.now` with ``sleep=VirtualClock.sleep``
+            for runs whose timing depends on the injected delays only.
     """
 
     def __init__(self, spec: DelaySpec | str | None = None, rank: int = 0, seed: int = 0,
                  fraction: float = 1.0, base_s: float | None = None,
                  slow_rank: tuple[int, float] | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.spec = spec if isinstance(spec, DelaySpec) else parse_delay_spec(spec)
         self.rank = rank
         self.rng = np.random.default_rng([seed, rank])
@@ -176,6 +201,7 @@ class StragglerInjector:
         self.base_s = base_s
         self.slow_factor = slow_rank[1] if slow_rank is not None and slow_rank[0] == rank else 1.0
         self._sleep = sleep
+        self.clock = clock
         self._ema: float | None = None
         self.total_delay_s = 0.0
         self.last_delay_s = 0.0

@@ -5,10 +5,19 @@ Input: the sweep folders written by ``eval/simultaneous_eval.py --policy NAME --
 {metric: value}}, ...}}}``), one per (model, policy).
 
 Comparison at equal latency (for each model and language): wait-k's own point at k (e.g. 3 and 5)
-gives a latency ``L_k`` (plain AL, and separately AL_CA); every adaptive policy's BLEU at ``L_k`` is
+gives a latency ``L_k`` (LAAL, Papi et al. 2022, and separately LAAL_CA; AL is reported beside it,
+never compared on: over-generation drives AL below zero); every adaptive policy's BLEU at ``L_k`` is
 read off its sweep by linear interpolation between the two neighbouring points (sorted by latency),
-and only inside the sweep's latency range (never extrapolated; ``None`` outside). A policy *beats*
-wait-k there when its interpolated BLEU is higher than wait-k's BLEU at k.
+and only inside the sweep's latency range (never extrapolated; ``None`` outside).
+
+A policy *beats* wait-k there when the 95% paired bootstrap confidence interval of ``BLEU(policy at L_k)
+- BLEU(wait-k at k)`` lies above 0 (*loses*: below 0; else a *tie*): sacrebleu's bootstrap resampling
+(``sacrebleu.significance``, fixed seed, so every system is resampled with the same sentence indices)
+of each system's sentence statistics, the two neighbouring points interpolated per resample with the
+same weight as the point estimate (:func:`bootstrap_difference`). Without hypotheses on disk
+(``<point>/<lang>/instances.log``) the point estimates decide and the row says so.
+
+A point whose length ratio ``|Y| / |Y*|`` lies outside :data:`LENGTH_RATIO_RANGE` is flagged.
 """
 
 from __future__ import annotations
@@ -22,6 +31,10 @@ from typing import Any
 
 from mmst.provenance import run_record
 
+#: length ratios |Y| / |Y*| outside this range are flagged in the tables and plots
+LENGTH_RATIO_RANGE = (0.7, 1.4)
+#: the confidence level of the paired bootstrap interval
+CI_LEVEL = 0.95
 #: The source paths the policy experiment exercises (``recipes/synthetic/run_policies_hard.sh``: the two
 #: models' training, the policy sweeps, this comparison); recorded with their digests in
 #: ``provenance.depends_on``.
@@ -52,7 +65,7 @@ def load_sweep(path: str | os.PathLike) -> dict[str, Any]:
         for key, entry in obj["sweep"].items():
             params = entry.get("params") or ({"k": int(key[1:])} if key.startswith("k") else {})
             points.append({"value": params.get(param), "params": params, "per_lang": entry["per_lang"],
-                           "rtf": entry.get("rtf")})
+                           "rtf": entry.get("rtf"), "dir": str(Path(path) / key)})
         return {"policy": obj.get("policy", "waitk"), "param": param, "points": points}
     if "per_lang" not in obj:
         raise CompareError(f"{f}: no per_lang results")
@@ -60,7 +73,8 @@ def load_sweep(path: str | os.PathLike) -> dict[str, Any]:
     params = cfg.get("policy_params") or {}
     per_lang = {lang: {m: v for m, v in d.items() if m != "info"} for lang, d in obj["per_lang"].items()}
     return {"policy": cfg.get("policy") or "waitk", "param": None,
-            "points": [{"value": None, "params": params, "per_lang": per_lang, "rtf": obj.get("rtf")}]}
+            "points": [{"value": None, "params": params, "per_lang": per_lang, "rtf": obj.get("rtf"),
+                        "dir": str(Path(path))}]}
 
 
 def curve(sweep: Mapping[str, Any], lang: str, metric: str = "AL") -> list[tuple[float, float, Any]]:
@@ -72,6 +86,73 @@ def curve(sweep: Mapping[str, Any], lang: str, metric: str = "AL") -> list[tuple
         if metric in d and "BLEU" in d and d[metric] is not None and d["BLEU"] is not None:
             pts.append((float(d[metric]), float(d["BLEU"]), p["value"]))
     return sorted(pts, key=lambda x: (x[0], x[1]))
+
+
+def flagged(d: Mapping[str, Any]) -> bool:
+    """True when the per-language scores ``d`` have a length ratio outside :data:`LENGTH_RATIO_RANGE`."""
+    lr = d.get("length_ratio")
+    return lr is not None and not LENGTH_RATIO_RANGE[0] <= float(lr) <= LENGTH_RATIO_RANGE[1]
+
+
+def bracket(sweep: Mapping[str, Any], lang: str, metric: str, x: float) -> tuple[dict, dict, float] | None:
+    """The two points of ``sweep`` around latency ``x`` on ``lang`` and the interpolation weight ``w`` of the
+    upper one (BLEU = ``(1 - w) * lower + w * upper``); None outside the measured range."""
+    pts = sorted(((float(p["per_lang"][lang][metric]), i, p) for i, p in enumerate(sweep["points"])
+                  if p["per_lang"].get(lang, {}).get(metric) is not None
+                  and p["per_lang"][lang].get("BLEU") is not None), key=lambda t: (t[0], t[1]))
+    if not pts or x < pts[0][0] or x > pts[-1][0]:
+        return None
+    for (x0, _, p0), (x1, _, p1) in zip(pts, pts[1:]):
+        if x0 <= x <= x1:
+            return p0, p1, 0.0 if x1 == x0 else (x - x0) / (x1 - x0)
+    return pts[0][2], pts[0][2], 0.0
+
+
+def _sentences(point: Mapping[str, Any], lang: str) -> tuple[list[str], list[str]] | None:
+    from mmst.evaluation.instances import read_instances
+
+    f = Path(point.get("dir") or "") / lang / "instances.log"
+    if not point.get("dir") or not f.is_file():
+        return None
+    ins = read_instances(f)
+    return [i.get("prediction") or "" for i in ins], [i.get("reference") or "" for i in ins]
+
+
+def bootstrap_difference(
+    lang: str, base: Mapping[str, Any], lower: Mapping[str, Any], upper: Mapping[str, Any], w: float,
+    n_samples: int = 1000,
+) -> dict[str, Any] | None:
+    """Paired bootstrap of ``BLEU((1 - w) * lower + w * upper) - BLEU(base)`` on ``lang``.
+
+    Each system's sentence statistics are resampled by sacrebleu (``sacrebleu.significance``'s bootstrap
+    resampler, whose fixed seed draws the same sentence indices for every system of the same size: the
+    resamples are paired); the interpolated BLEU is formed per resample.
+
+    Returns:
+        ``{"delta", "low", "high", "verdict"}`` (``verdict``: ``beats`` when the :data:`CI_LEVEL` interval
+        lies above 0, ``loses`` below, else ``tie``), or None when a point has no ``instances.log`` or the
+        sentence counts differ.
+    """
+    import numpy as np
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import _bootstrap_resample
+
+    from mmst.evaluation.quality import bleu_tokenizer_for
+
+    data = [_sentences(p, lang) for p in (base, lower, upper)]
+    if any(d is None for d in data) or len({len(d[0]) for d in data}) != 1 or not data[0][0]:
+        return None
+    metric = BLEU(tokenize=bleu_tokenizer_for(lang)[0])
+    samples, points = [], []
+    for hyps, refs in data:
+        stats = metric._extract_corpus_statistics(hyps, [refs])
+        samples.append(np.array([s.score for s in _bootstrap_resample(stats, metric, n_samples)[1]]))
+        points.append(metric.corpus_score(hyps, [refs]).score)
+    diff = (1 - w) * samples[1] + w * samples[2] - samples[0]
+    a = (1 - CI_LEVEL) / 2 * 100
+    low, high = (float(v) for v in np.percentile(diff, [a, 100 - a]))
+    verdict = "beats" if low > 0 else "loses" if high < 0 else "tie"
+    return {"delta": (1 - w) * points[1] + w * points[2] - points[0], "low": low, "high": high, "verdict": verdict}
 
 
 def interpolate(points: Sequence[tuple[float, float, Any]], x: float) -> float | None:
@@ -93,10 +174,16 @@ def interpolate(points: Sequence[tuple[float, float, Any]], x: float) -> float |
 
 
 def equal_latency(
-    sweeps: Mapping[str, Mapping[str, Any]], langs: Sequence[str], ks: Sequence[int] = (3, 5), metric: str = "AL"
+    sweeps: Mapping[str, Mapping[str, Any]], langs: Sequence[str], ks: Sequence[int] = (3, 5), metric: str = "LAAL",
+    bootstrap: int = 0,
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    """For one model's ``{policy: sweep}``: ``{f"k{k}": {lang: {"waitk": {"latency", "BLEU"},
-    "adaptive": {policy: BLEU or None}, "best": policy, "beats_waitk": [policies]}}}``.
+    """For one model's ``{policy: sweep}``: ``{f"k{k}": {lang: {"waitk": {"latency", "BLEU", "AL",
+    "length_ratio"}, "adaptive": {policy: BLEU or None}, "ci": {policy: bootstrap_difference or None},
+    "flagged": [policies whose neighbouring points have a length ratio outside the range],
+    "best": policy, "beats_waitk": [policies]}}}``.
+
+    ``beats_waitk``: the paired bootstrap interval lies above 0 (``bootstrap`` resamples; with 0, or without
+    hypotheses on disk, a higher point estimate); ``best``: the highest BLEU among them, else ``waitk``.
 
     Raises:
         CompareError: no wait-k sweep, or wait-k lacks a k.
@@ -110,26 +197,57 @@ def equal_latency(
             wk = [p for p in sweeps["waitk"]["points"] if p["params"].get("k") == k]
             if not wk or metric not in wk[0]["per_lang"].get(lang, {}):
                 raise CompareError(f"wait-k sweep has no k={k} {metric} for {lang}")
-            lat = float(wk[0]["per_lang"][lang][metric])
-            bleu = float(wk[0]["per_lang"][lang]["BLEU"])
-            ada = {pol: interpolate(curve(sw, lang, metric), lat) for pol, sw in sweeps.items() if pol != "waitk"}
-            scored = {pol: b for pol, b in ada.items() if b is not None}
-            best = max(scored, key=scored.get) if scored and max(scored.values()) > bleu else "waitk"
-            row[lang] = {"waitk": {"latency": lat, "BLEU": bleu}, "adaptive": ada, "best": best,
-                         "beats_waitk": sorted(p for p, b in scored.items() if b > bleu)}
+            d = wk[0]["per_lang"][lang]
+            lat, bleu = float(d[metric]), float(d["BLEU"])
+            ada, ci, flags = {}, {}, []
+            for pol, sw in sweeps.items():
+                if pol == "waitk":
+                    continue
+                ada[pol] = interpolate(curve(sw, lang, metric), lat)
+                br = bracket(sw, lang, metric, lat)
+                ci[pol] = bootstrap_difference(lang, wk[0], br[0], br[1], br[2], bootstrap) if br and bootstrap else None
+                if br and (flagged(br[0]["per_lang"][lang]) or flagged(br[1]["per_lang"][lang])):
+                    flags.append(pol)
+            beats = sorted(p for p, b in ada.items() if b is not None
+                           and (ci[p]["verdict"] == "beats" if ci[p] is not None else b > bleu))
+            best = max(beats, key=lambda p: ada[p]) if beats else "waitk"
+            row[lang] = {"waitk": {"latency": lat, "BLEU": bleu, "AL": d.get("AL"), "length_ratio": d.get("length_ratio"),
+                                   "flagged": flagged(d)},
+                         "adaptive": ada, "ci": ci, "flagged": sorted(flags), "best": best, "beats_waitk": beats}
         out[f"k{k}"] = row
     return out
 
 
-def summary(eq_offline_al: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The headline object from the offline model's plain-AL comparison: languages (of all) where some
-    adaptive policy beats wait-k, per k, and the best policy per language and k."""
-    langs = sorted({lang for row in eq_offline_al.values() for lang in row})
-    return {
+def summary(eq_offline: Mapping[str, Mapping[str, Any]],
+            sweeps: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None, metric: str = "LAAL") -> dict[str, Any]:
+    """The headline object from the offline model's comparison at equal ``metric``: languages (of all)
+    where some adaptive policy beats wait-k, per k, and the best policy per language and k; with
+    ``sweeps`` (``{model: {policy: sweep}}``), over every reported point of every policy and language:
+    ``min_laal_ms``, ``max_length_ratio``, ``min_length_ratio`` and ``points_per_policy_min`` (the fewest
+    points of any policy's sweep)."""
+    langs = sorted({lang for row in eq_offline.values() for lang in row})
+    out: dict[str, Any] = {
+        "metric": metric,
         "langs_adaptive_beats_waitk_offline_model": {
-            kk: sum(1 for lang in row if row[lang]["beats_waitk"]) for kk, row in eq_offline_al.items()},
-        "best_policy_per_lang": {lang: {kk: row[lang]["best"] for kk, row in eq_offline_al.items()} for lang in langs},
+            kk: sum(1 for lang in row if row[lang]["beats_waitk"]) for kk, row in eq_offline.items()},
+        "best_policy_per_lang": {lang: {kk: row[lang]["best"] for kk, row in eq_offline.items()} for lang in langs},
     }
+    if sweeps is not None:
+        laal, ratios, counts = [], [], []
+        for per_model in sweeps.values():
+            for sw in per_model.values():
+                counts.append(len(sw["points"]))
+                for p in sw["points"]:
+                    for d in p["per_lang"].values():
+                        if d.get("LAAL") is not None:
+                            laal.append(float(d["LAAL"]))
+                        if d.get("length_ratio") is not None:
+                            ratios.append(float(d["length_ratio"]))
+        out.update({"min_laal_ms": min(laal) if laal else None,
+                    "max_length_ratio": max(ratios) if ratios else None,
+                    "min_length_ratio": min(ratios) if ratios else None,
+                    "points_per_policy_min": min(counts) if counts else None})
+    return out
 
 
 def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -141,7 +259,8 @@ def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
 def plot_policies(
     sweeps: Mapping[str, Mapping[str, Any]], langs: Sequence[str], path: str | os.PathLike, title: str
 ) -> Path:
-    """One panel per language and latency metric (rows: AL, AL_CA), one BLEU-vs-latency curve per policy."""
+    """One panel per language and latency metric (rows: LAAL, LAAL_CA, AL), one BLEU-vs-latency curve per
+    policy; a point whose length ratio is outside :data:`LENGTH_RATIO_RANGE` is drawn as a red cross."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,14 +268,20 @@ def plot_policies(
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(2, len(langs), figsize=(3.6 * len(langs), 6.4), squeeze=False)
-    for r, metric in enumerate(("AL", "AL_CA")):
+    metrics = ("LAAL", "LAAL_CA", "AL")
+    fig, axes = plt.subplots(len(metrics), len(langs), figsize=(3.6 * len(langs), 3.2 * len(metrics)), squeeze=False)
+    for r, metric in enumerate(metrics):
         for c, lang in enumerate(langs):
             ax = axes[r][c]
             for pol, sw in sweeps.items():
                 pts = curve(sw, lang, metric)
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=pol)
+                bad = [p["per_lang"][lang] for p in sw["points"] if flagged(p["per_lang"].get(lang, {}))
+                       and p["per_lang"][lang].get(metric) is not None and p["per_lang"][lang].get("BLEU") is not None]
+                if bad:
+                    ax.plot([d[metric] for d in bad], [d["BLEU"] for d in bad], "x", color="red", ms=7,
+                            label=None)
             ax.set_title(f"{lang}: BLEU vs {metric}", fontsize=9)
             ax.set_xlabel(f"{metric} (ms)", fontsize=8)
             ax.grid(True, alpha=0.3)
@@ -174,10 +299,20 @@ def _f(v: Any, nd: int = 1) -> str:
     return "–" if v is None else f"{v:.{nd}f}"
 
 
+def _cell(r: Mapping[str, Any], pol: str) -> str:
+    b = r["adaptive"].get(pol)
+    if b is None:
+        return "–"
+    ci = (r.get("ci") or {}).get(pol)
+    txt = _f(b) + (f" ({ci['delta']:+.1f} [{ci['low']:+.1f}, {ci['high']:+.1f}] {ci['verdict']})" if ci else "")
+    return txt + (" ⚑" if pol in r.get("flagged", []) else "")
+
+
 def render_markdown(res: Mapping[str, Any]) -> str:
     """The results Markdown (every number from ``res``, the object written as JSON)."""
     s = res["summary"]
     langs = res["langs"]
+    metric0 = s.get("metric", "AL")
     md = [f"# {res['title']}", "",
           f"Command: `{res['provenance']['command']}`  ",
           f"Date: {res['provenance']['date']}, commit `{res['provenance']['git_commit']}`, "
@@ -187,9 +322,14 @@ def render_markdown(res: Mapping[str, Any]) -> str:
           f"{res['segment_ms']:.0f} ms; joint decoding of {', '.join(langs)}; greedy.", ""]
     md += ["## Summary", "",
            f"Languages (of {len(langs)}) where an adaptive policy scores more BLEU than wait-k at wait-k's own "
-           f"plain AL (offline-trained model): k=3: **{s['langs_adaptive_beats_waitk_offline_model']['k3']}**, "
-           f"k=5: **{s['langs_adaptive_beats_waitk_offline_model']['k5']}**.", "",
-           "| lang | best at k=3 AL | best at k=5 AL |", "|---|---|---|"]
+           f"{metric0} (offline-trained model; a win inside the paired bootstrap interval is a tie): "
+           f"k=3: **{s['langs_adaptive_beats_waitk_offline_model']['k3']}**, "
+           f"k=5: **{s['langs_adaptive_beats_waitk_offline_model']['k5']}**.", ""]
+    if s.get("points_per_policy_min") is not None:
+        md += [f"Over every point of every sweep: lowest LAAL {_f(s['min_laal_ms'], 0)} ms, length ratio "
+               f"{_f(s['min_length_ratio'], 2)} to {_f(s['max_length_ratio'], 2)}, at least "
+               f"{s['points_per_policy_min']} points per policy.", ""]
+    md += [f"| lang | best at k=3 {metric0} | best at k=5 {metric0} |", "|---|---|---|"]
     for lang in langs:
         b = s["best_policy_per_lang"][lang]
         md.append(f"| {lang} | {b['k3']} | {b['k5']} |")
@@ -202,30 +342,36 @@ def render_markdown(res: Mapping[str, Any]) -> str:
             md.append("Offline greedy BLEU (the quality it reached): " + ", ".join(
                 f"{lang} {_f(info['offline_bleu'].get(lang))}" for lang in langs) + ".")
             md.append("")
-        for metric in ("AL", "AL_CA"):
-            eq = res["equal_latency"][model][metric]
+        for metric, eq in res["equal_latency"][model].items():
             pols = sorted({p for row in eq.values() for lang in row for p in row[lang]["adaptive"]})
             md += [f"### BLEU at wait-k's {metric} (k=3, k=5)", "",
-                   "| lang | k | wait-k " + metric + " (ms) | wait-k BLEU | " + " | ".join(pols) + " | best |",
-                   "|---|---|---|---|" + "---|" * len(pols) + "---|"]
+                   f"| lang | k | wait-k {metric} (ms) | wait-k AL (ms) | wait-k |Y|/|Y*| | wait-k BLEU | "
+                   + " | ".join(pols) + " | best |",
+                   "|---|---|---|---|---|---|" + "---|" * len(pols) + "---|"]
             for kk, row in eq.items():
                 for lang in langs:
                     r = row[lang]
-                    cells = [_f(r["adaptive"].get(p)) for p in pols]
-                    md.append(f"| {lang} | {kk[1:]} | {_f(r['waitk']['latency'], 0)} | {_f(r['waitk']['BLEU'])} | "
-                              + " | ".join(cells) + f" | {r['best']} |")
+                    w = r["waitk"]
+                    md.append(f"| {lang} | {kk[1:]} | {_f(w['latency'], 0)} | {_f(w.get('AL'), 0)} | "
+                              f"{_f(w.get('length_ratio'), 2)}{' ⚑' if w.get('flagged') else ''} | {_f(w['BLEU'])} | "
+                              + " | ".join(_cell(r, p) for p in pols) + f" | {r['best']} |")
             md.append("")
-        md += ["### Sweeps", "", "| policy | parameter | value | lang | BLEU | AL | AL_CA | RTF |",
-               "|---|---|---|---|---|---|---|---|"]
+        md += ["### Sweeps", "", "| policy | parameters | lang | BLEU | LAAL | AL | LAAL_CA | |Y|/|Y*| | RTF |",
+               "|---|---|---|---|---|---|---|---|---|"]
         for pol, sw in res["sweeps"][model].items():
             for p in sw["points"]:
+                par = ", ".join(f"{k}={v}" for k, v in p["params"].items())
                 for lang in langs:
                     d = p["per_lang"].get(lang, {})
-                    md.append(f"| {pol} | {sw['param'] or '-'} | {p['value']} | {lang} | {_f(d.get('BLEU'))} | "
-                              f"{_f(d.get('AL'), 0)} | {_f(d.get('AL_CA'), 0)} | {_f(p.get('rtf'), 3)} |")
+                    md.append(f"| {pol} | {par} | {lang} | {_f(d.get('BLEU'))} | {_f(d.get('LAAL'), 0)} | "
+                              f"{_f(d.get('AL'), 0)} | {_f(d.get('LAAL_CA'), 0)} | "
+                              f"{_f(d.get('length_ratio'), 2)}{' ⚑' if flagged(d) else ''} | {_f(p.get('rtf'), 3)} |")
         md.append("")
         if info.get("plot"):
-            md += [f"![{model}: BLEU vs AL and AL_CA per policy]({info['plot']})", ""]
-    md += ["A dash: wait-k's latency lies outside that policy's measured latency range (no extrapolation).", ""]
+            md += [f"![{model}: BLEU vs LAAL, LAAL_CA and AL per policy]({info['plot']})", ""]
+    lo, hi = LENGTH_RATIO_RANGE
+    md += ["A dash: wait-k's latency lies outside that policy's measured latency range (no extrapolation). "
+           "In brackets: BLEU difference to wait-k and its paired bootstrap "
+           f"{int(CI_LEVEL * 100)}% interval. ⚑: a length ratio |Y|/|Y*| outside [{lo}, {hi}] "
+           "(for a policy cell: at one of the two points interpolated).", ""]
     return "\n".join(md)
-

@@ -3,7 +3,8 @@ marked results block of a docs page (:func:`replace_marked_block`).
 
 ``scores.json`` layout (written by :func:`write_scores`)::
 
-    {"per_lang": {"de": {"BLEU": .., "AL": .., "AL_CA": .., ..., "info": {...}}, ...},
+    {"per_lang": {"de": {"BLEU": .., "length_ratio": .., "AL": .., "LAAL": .., "AL_CA": .., ...,
+                         "info": {...}}, ...},
      "average": {"BLEU": .., "AL": .., ...},        # unweighted mean over languages
      "rtf": 0.12,                                     # compute seconds / audio seconds
      "config": {...}}                                 # the run's options
@@ -24,8 +25,8 @@ from typing import Any
 from mmst.atomic import atomic_path, atomic_write_text
 from mmst.evaluation.latency import LATENCY_METRICS
 
-#: Column order of the Markdown tables.
-TABLE_METRICS: tuple[str, ...] = ("BLEU",) + LATENCY_METRICS
+#: Column order of the Markdown tables (``length_ratio``: |Y| / |Y*| in latency units).
+TABLE_METRICS: tuple[str, ...] = ("BLEU", "length_ratio") + LATENCY_METRICS
 
 
 def replace_marked_block(doc: str | os.PathLike[str], start: str, end: str, body: str) -> None:
@@ -66,7 +67,7 @@ def format_metrics_table(
     the plain latency columns when ``ca``).  Missing values print as ``-``; floats with 2 decimals."""
     cols = list(metrics)
     if ca:
-        cols += [f"{m}_CA" for m in metrics if m != "BLEU"]
+        cols += [f"{m}_CA" for m in metrics if m not in ("BLEU", "length_ratio")]
     cols = [c for c in cols if any(c in r for r in rows.values())] or cols
     lines = ["| " + " | ".join([row_header] + cols) + " |", "|" + "---|" * (len(cols) + 1)]
     for name, r in rows.items():

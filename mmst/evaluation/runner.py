@@ -12,7 +12,8 @@ writes, under its output directory:
 :class:`mmst.simultaneous.PolicySpec`; ``OUT/<label>/`` each when there is more than one: ``k<k>`` for
 wait-k, else the policy label such as ``alignatt-frames4``) and writes the sweep summary
 (``OUT/scores.json`` and ``OUT/scores.md``, naming the policy and its parameters;
-``OUT/latency_quality.png`` and ``OUT/latency_quality_ca.png``: BLEU vs AL and vs AL_CA per language).
+``OUT/latency_quality.png``, ``OUT/latency_quality_ca.png``, ``OUT/latency_quality_laal.png``: BLEU vs AL,
+AL_CA and LAAL per language, a point labelled with its length ratio when outside [0.7, 1.4]).
 ``eval/simultaneous_eval.py`` is the command line over these.
 """
 
@@ -224,13 +225,16 @@ def run_sweep(
 
         swept = swept or "k"
         name = next((k.name for k in ks if k is not None and not isinstance(k, int)), "wait-k")
-        for metric, png in (("AL", "latency_quality.png"), ("AL_CA", "latency_quality_ca.png")):
+        for metric, png in (("AL", "latency_quality.png"), ("AL_CA", "latency_quality_ca.png"),
+                            ("LAAL", "latency_quality_laal.png")):
             points: dict[str, list[tuple[float, float, str]]] = {lang: [] for lang in langs}
             for k in ks:
                 pl = results[setting_label(k)]["per_lang"]
                 for lang in langs:
                     if metric in pl[lang] and "BLEU" in pl[lang]:
-                        points[lang].append((pl[lang][metric], pl[lang]["BLEU"], _row_label(k, swept)))
+                        lr = pl[lang].get("length_ratio")
+                        flag = f" |Y|/|Y*|={lr:.2f}" if lr is not None and not 0.7 <= lr <= 1.4 else ""
+                        points[lang].append((pl[lang][metric], pl[lang]["BLEU"], _row_label(k, swept) + flag))
             plot_latency_quality(points, out / png, latency_metric=metric,
                                  title=f"BLEU vs {metric} ({name} sweep over {swept})")
         write_sweep_summary(out, ks, results, langs, swept=swept, per_lang=per_lang)
@@ -280,10 +284,10 @@ def write_sweep_summary(out: str | Path, ks: Sequence[Any], results: dict[str, d
         rows = {}
         for k, lab in zip(ks, labels):
             rows[_row_label(k, swept)] = results[lab]["average"] if lang == "avg" else results[lab]["per_lang"][lang]
-        md += [f"## {lang}", "", format_metrics_table(rows, ("BLEU", "AL", "LAAL", "AP", "DAL", "ATD"),
+        md += [f"## {lang}", "", format_metrics_table(rows, ("BLEU", "length_ratio", "LAAL", "AL", "AP", "DAL", "ATD"),
                                                      ca=True, row_header=swept), ""]
     rtfs = ", ".join(f"{_row_label(k, swept)}: {results[lab].get('rtf') or float('nan'):.3f}"
                      for k, lab in zip(ks, labels))
-    md += [f"Real-time factor: {rtfs}", "", "![BLEU vs AL](latency_quality.png)",
-           "![BLEU vs AL_CA](latency_quality_ca.png)", ""]
+    md += [f"Real-time factor: {rtfs}", "", "![BLEU vs LAAL](latency_quality_laal.png)",
+           "![BLEU vs AL](latency_quality.png)", "![BLEU vs AL_CA](latency_quality_ca.png)", ""]
     atomic_write_text(out / "scores.md", "\n".join(md))

@@ -1,9 +1,9 @@
 """Score SimulEval-style instances: BLEU (sacrebleu) + every latency metric, plain and computation-aware.
 
 :func:`score_instances` is what ``eval/score.py`` and ``eval/simultaneous_eval.py`` call.  Its result
-maps metric names to values: ``BLEU``, ``AL``, ``LAAL``, ``AP``, ``DAL``, ``ATD``, ``StartOffset``,
-``EndOffset`` and the same with ``_CA`` (see :mod:`mmst.evaluation.latency` for the formulas and
-:mod:`mmst.evaluation.quality` for BLEU).
+maps metric names to values: ``BLEU``, ``length_ratio`` (:func:`length_ratio`), ``AL``, ``LAAL``, ``AP``,
+``DAL``, ``ATD``, ``StartOffset``, ``EndOffset`` and the latency ones with ``_CA`` (see
+:mod:`mmst.evaluation.latency` for the formulas and :mod:`mmst.evaluation.quality` for BLEU).
 """
 
 from __future__ import annotations
@@ -13,7 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mmst.evaluation.latency import LATENCY_METRICS, LatencyError, corpus_latency
+from mmst.evaluation.latency import (
+    LATENCY_METRICS,
+    LatencyError,
+    corpus_latency,
+    reference_length,
+    split_units,
+)
 from mmst.evaluation.quality import QualityError, corpus_bleu, latency_unit_for
 
 logger = logging.getLogger("mmst.evaluation.scorer")
@@ -62,6 +68,23 @@ class ScoreResult:
                 "latency_unit": self.latency_unit,
             },
         }
+
+
+def length_ratio(instances: Sequence[Mapping[str, Any]], unit: str = "word", *,
+                 simuleval_compat: bool = False) -> float | None:
+    """Corpus length ratio ``sum |Y| / sum |Y*|`` in latency units (words, or characters for ja/zh), the
+    lengths AL and LAAL use; empty hypotheses count 0. None when no instance has a reference.
+
+    Over-generation (ratio well above 1) lowers AL, which divides by ``|Y*|``; LAAL divides by
+    ``max(|Y|, |Y*|)`` (Papi et al., 2022), so read a ratio outside [0.7, 1.4] as a warning on AL.
+    """
+    hyp = ref = 0
+    for ins in instances:
+        if ins.get("reference") is None:
+            continue
+        hyp += len(split_units(ins.get("prediction") or "", unit))
+        ref += reference_length(ins["reference"], unit, simuleval_compat=simuleval_compat)
+    return hyp / ref if ref else None
 
 
 def score_instances(
@@ -140,6 +163,9 @@ def score_instances(
         )
     except LatencyError as e:
         raise ScoringError(str(e)) from None
+    ratio = length_ratio(instances, unit, simuleval_compat=simuleval_compat)
+    if ratio is not None:
+        result["length_ratio"] = ratio
     result.update(lat.scores)
     return ScoreResult(
         metrics=result,

@@ -52,7 +52,7 @@ from mmst.distributed.env import (
     shutdown,
 )
 from mmst.distributed.param_server import ParamServer, ParamWorker, flat_params
-from mmst.distributed.stragglers import StragglerInjector, parse_delay_spec, parse_slow_rank
+from mmst.distributed.stragglers import StragglerInjector, VirtualClock, parse_delay_spec, parse_slow_rank
 from mmst.simulation.toy import ToyTask
 
 log = logging.getLogger("mmst.simulation.run")
@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--straggler-base-ms", type=float, default=None,
                    help="fixed delay base in ms instead of the fraction of compute (benchmarks)")
     p.add_argument("--slow-rank", default=None, help="R:FACTOR, a persistent straggler")
+    p.add_argument("--virtual-clock", action="store_true",
+                   help="time advances only by the injected delays (compute and communication take no time): "
+                        "drop decisions and times depend on the seeds alone (tests); not with param-server")
     p.add_argument("--seed", type=int, default=0, help="global seed (delays use [seed, rank])")
     p.add_argument("--dist-timeout", type=float, default=60.0, help="seconds before a dead/hung peer is an error")
     p.add_argument("--backend", default=None, help="gloo | nccl (default: nccl if CUDA else gloo)")
@@ -136,6 +139,8 @@ def train(cfg: argparse.Namespace) -> dict[str, Any]:
     spec = parse_delay_spec(cfg.straggler_delay)
     slow = parse_slow_rank(cfg.slow_rank)
     thr = parse_threshold(cfg.compute_threshold)
+    if cfg.virtual_clock and cfg.distributed == "param-server":
+        raise ValueError("--virtual-clock is for ddp and dropcompute (the parameter server times its own pushes)")
     env = init_distributed(cfg.backend, cfg.dist_timeout)
     try:
         return _train(cfg, env, spec, slow, thr)
@@ -148,7 +153,9 @@ def _train(cfg: argparse.Namespace, env: DistEnv, spec: Any, slow: Any, thr: Any
     target = cfg.target_loss if cfg.target_loss is not None else task.default_target_loss
     model = task.build_model(cfg.seed).to(env.device)
     base_s = cfg.straggler_base_ms / 1000.0 if cfg.straggler_base_ms is not None else None
-    injector = StragglerInjector(spec, env.rank, cfg.seed, cfg.straggler_fraction, base_s, slow)
+    vc = VirtualClock() if cfg.virtual_clock else None
+    injector = StragglerInjector(spec, env.rank, cfg.seed, cfg.straggler_fraction, base_s, slow,
+                                 **({"sleep": vc.sleep, "clock": vc.now} if vc is not None else {}))
     m = cfg.update_freq
     measure_from = cfg.measure_from if cfg.measure_from is not None else cfg.auto_steps
     out: dict[str, Any] = {"mode": cfg.distributed, "world_size": env.world_size, "update_freq": m,
@@ -175,7 +182,7 @@ def _train(cfg: argparse.Namespace, env: DistEnv, spec: Any, slow: Any, thr: Any
             strat.tau_s = float(state["tau_s"])
         log.warning("rank %d: resumed from %s at step %d", env.rank, ckpt, start)
     out["resumed_from_step"] = start
-    clock = time.perf_counter
+    clock = injector.clock
     train_time = meas_time = 0.0
     meas_samples = meas_computed = meas_total = 0.0
     steps_meas, step_times, computes, overshoots, overshoots_max, delays = 0, [], [], [], [], []

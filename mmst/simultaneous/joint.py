@@ -21,6 +21,11 @@ those of :func:`mmst.simultaneous.search.greedy_waitk_decode` (tested). Once the
 every language writes until EOS or ``floor(max_len_a * S + max_len_b)`` tokens (S = encoder states).
 A wait-k language that wrote EOS stops; an adaptive policy's EOS before the source ends means READ.
 
+Partial input (the source not finished): the length cap is :func:`~.policies.partial_cap`,
+``min(floor(a * S + b), S + 2)``. A token policy READs at the cap. A hypothesis policy's continuation
+that reaches the cap was cut, not ended: the language READs (nothing is written from it, and it does
+not enter local agreement's history), so EOS forced by the cap is never taken for a decision.
+
 Async unified models (wait-k only, the same k for all languages): language j (0-based in
 ``async_order``) runs at lag ``k + j * async_delta``; elements are written in (t, j) emission order
 into one shared cache, so a lagging language reads the words the leading ones already wrote; once
@@ -42,7 +47,7 @@ from mmst.models.stacked import Steps, run_alone
 from .continuation import decode_continuations_beam, decode_continuations_greedy, forced_cross_attention
 from .detok import CHAR_LANGS, Detokenizer, Word
 from .incremental import StreamingFrontEnd
-from .policies import Policy, PolicyState, WaitKPolicy, ctc_greedy_count
+from .policies import Policy, PolicyState, WaitKPolicy, ctc_greedy_count, partial_cap
 from .policy_spec import PolicySpec, build_policy
 from .search import banned_ids, beam_search, constrain_logits
 from .stepper import LanguageStepper
@@ -62,7 +67,8 @@ class StreamingTranslator:
         waitk: lagging k in pre-decision chunks, or None for offline (read all, then decode); used
             when ``policy`` is None.
         cmvn: global CMVN callable for fbank ``(n, 80)`` (``mmst.features.GlobalCMVN``) or None.
-        max_len_a, max_len_b: length cap ``floor(a * S + b)`` tokens (EOS excluded), S = encoder states.
+        max_len_a, max_len_b: length cap ``floor(a * S + b)`` tokens (EOS excluded), S = encoder states;
+            before the source ends, at most ``S + 2`` (:func:`~.policies.partial_cap`).
         beam: beam size: offline decoding (waitk=None), or streaming with alignatt, edatt, la, holdn
             (default 1 = greedy).
         lenpen: length penalty of beam search.
@@ -243,7 +249,8 @@ class StreamingTranslator:
 
     # ------------------------------------------------------------------ decoding
     def _max_len(self, n_states: int) -> int:
-        return max(0, int(np.floor(self.max_len_a * n_states + self.max_len_b)))
+        """Length cap over ``n_states`` received states (the partial cap until the source is finished)."""
+        return partial_cap(n_states, self.max_len_a, self.max_len_b, self.frontend.finished)
 
     def _write(self, t0: float) -> Steps:
         fe = self.frontend
@@ -266,8 +273,9 @@ class StreamingTranslator:
             return out
         if any(p.needs_ctc for p in self.policies.values()) and fe.num_states:
             enc = fe.states()
-            with torch.no_grad():
-                self._src_tokens = ctc_greedy_count(self.model.ctc_proj(enc[0]), blank=int(self.model.cfg.bos_id))
+            with torch.no_grad():  # a running maximum: a later greedy path may be shorter
+                n_src = ctc_greedy_count(self.model.ctc_proj(enc[0]), blank=int(self.model.cfg.bos_id))
+            self._src_tokens = max(self._src_tokens, n_src)
         yield from self._write_tokens(t0, out, [lang for lang in self.tgt_langs if self._kind(lang) == "token"])
         with torch.no_grad():
             self._write_hypotheses(t0, out, [lang for lang in self.tgt_langs if self._kind(lang) == "hypothesis"])
@@ -391,6 +399,8 @@ class StreamingTranslator:
             pol = self.policies[lang]
             if fe.finished:
                 n = len(cont)
+            elif len(cont) - int(bool(cont) and cont[-1] == eos) >= cap - len(written) or eos not in cont:
+                n = 0  # cut by the cap, not ended: not a hypothesis (READ; kept out of the history)
             else:
                 attn = None
                 if pol.needs_attn:

@@ -6,15 +6,18 @@ prefix from the encoder states received so far, and hands the policy a :class:`P
 answers how many leading candidate tokens to WRITE (0 = READ more source). A written token is never
 revised. Two kinds of policy:
 
-* ``kind = "token"`` (wait-k, AlignAtt, EDAtt, CTC wait-k): one candidate at a time (greedy, incremental
+* ``kind = "token"`` (wait-k, AlignAtt, EDAtt, CTC wait-k ``ctcwaitk``): one candidate at a time (greedy, incremental
   decoder cache); the answer is 0 or 1. :meth:`Policy.ready` lets a policy skip decoding when it
   would READ whatever the candidate (wait-k, CTC wait-k).
 * ``kind = "hypothesis"`` (local agreement, hold-n; AlignAtt/EDAtt with ``--beam B > 1``): the whole
   continuation is re-decoded (greedy or beam) whenever new source arrives; the policy picks a prefix.
 
 Common rules, applied by the driver: once the source is finished everything is written (until EOS or
-the length cap); an adaptive policy that predicts EOS before the source ends READs (a wait-k
-language that predicts EOS stops, as the wait-k training mask implies). Units: a *chunk* is R encoder
+the length cap ``floor(a * S + b)``); an adaptive policy that predicts EOS before the source ends READs (a
+wait-k language that predicts EOS stops, as the wait-k training mask implies). Before the source ends
+the length cap is the *partial cap* ``min(floor(a * S + b), S + PARTIAL_SLACK)`` (S = encoder states
+received, 40 ms each; see :func:`partial_cap`), and a re-decoded continuation that reaches it is not a
+hypothesis (it did not end, the cap cut it): the driver READs, whatever the policy. Units: a *chunk* is R encoder
 states (the pre-decision ratio, R * 40 ms); a *frame* in AlignAtt/EDAtt is one encoder state (40 ms).
 Errors: every constructor raises ``ValueError`` naming the parameter that is out of range.
 """
@@ -22,10 +25,28 @@ Errors: every constructor raises ``ValueError`` naming the parameter that is out
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
+
+#: tokens allowed beyond one per received encoder state before the source ends (:func:`partial_cap`)
+PARTIAL_SLACK = 2
+#: attention modes of AlignAtt and EDAtt
+ATTN_COMPAT = ("paper", "fbk")
+
+
+def partial_cap(n_states: int, max_len_a: float, max_len_b: int, source_finished: bool) -> int:
+    """Cap on written + continuation tokens (EOS excluded) over ``n_states`` encoder states.
+
+    Source finished: ``floor(a * S + b)`` (fairseq's ``max_len_a``/``max_len_b``). Before that, also at
+    most one token per received state plus :data:`PARTIAL_SLACK`: ``min(floor(a * S + b), S + 2)``, so
+    that ``b`` (200 by default) never lets a model that does not predict EOS write hundreds of tokens
+    from the first chunk.
+    """
+    full = max(0, int(math.floor(max_len_a * n_states + max_len_b)))
+    return full if source_finished else min(full, n_states + PARTIAL_SLACK)
 
 
 @dataclass
@@ -46,7 +67,8 @@ class PolicyState:
             None when the policy needs none.
         history: earlier re-decoded full hypotheses (written prefix + continuation), oldest first
             (hypothesis policies).
-        src_tokens: source tokens recognised so far by the greedy CTC head (CTC wait-k only).
+        src_tokens: source tokens recognised so far by the greedy CTC head, as a running maximum over the
+            decisions of the utterance (CTC wait-k only).
         eos: the EOS id.
     """
 
@@ -95,15 +117,28 @@ class Policy:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
     def describe(self) -> str:
-        """``name(k=v, ...)`` (parameters that are None left out; heads as ``0+2``)."""
+        """``name(k=v, ...)`` (parameters that are None, and ``compat=paper``, left out; heads as ``0+2``)."""
         return f"{self.name}(" + ", ".join(
             f"{k}={'+'.join(map(str, v)) if isinstance(v, tuple) else v}"
-            for k, v in self.params().items() if v is not None) + ")"
+            for k, v in self.params().items() if v is not None and (k, v) != ("compat", "paper")) + ")"
 
 
 def _check(cond: bool, param: str, msg: str, value) -> None:
     if not cond:
         raise ValueError(f"policy parameter {param} {msg}, got {value!r}")
+
+
+def _attention_view(attn: torch.Tensor, n_states: int, compat: str) -> tuple[torch.Tensor, int]:
+    """``(attention (T, S'), S')`` the AlignAtt/EDAtt rule reads: ``paper``: as given (S' = S); ``fbk``:
+    the last received frame's column dropped (S' = S - 1), as FBK's agents drop the last attention score
+    before the rule (``hypo['attention'][:-1]`` in ``simul_offline_alignatt.py``/``..._edatt.py``)."""
+    if compat == "fbk":
+        return attn[:, : max(0, n_states - 1)], max(0, n_states - 1)
+    return attn, n_states
+
+
+def _check_compat(compat) -> None:
+    _check(compat in ATTN_COMPAT, "compat", f"must be one of {', '.join(ATTN_COMPAT)}", compat)
 
 
 def _check_layer_heads(layer, heads) -> None:
@@ -173,29 +208,37 @@ class AlignAttPolicy(Policy):
     heads, over the S frames received). Rule: WRITE y_i if ``a_i < S - f`` (its aligned frame is not
     among the last f received), else READ and stop writing for this step. Frames are encoder states
     (40 ms). Applied token by token from the first candidate; with beam search, to the best hypothesis.
+    ``compat="fbk"``: FBK's agent: the last received frame's attention is dropped first, so the rule
+    reads ``a_i = argmax_{s < S - 1} A(y_i, s)`` against ``S - 1 - f`` (READ when ``S = 1``).
 
     Attributes:
         frames: f >= 1 (FBK's ``--frame-num``).
         layer: 0-based decoder layer (FBK's ``--extract-attn-from-layer``); None = ``L // 2`` for an
             L-layer decoder (FBK's layer 3 of 6).
         heads: 0-based attention heads averaged (``heads=0+2`` on the command line); None = all.
+        compat: ``"paper"`` (the rule above, default) or ``"fbk"`` (FBK's agents).
     """
 
     frames: int = 4
     layer: int | None = None
     heads: tuple[int, ...] | None = None
+    compat: str = "paper"
     name: ClassVar[str] = "alignatt"
     needs_attn: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         _check(isinstance(self.frames, int) and self.frames >= 1, "frames", "must be an integer >= 1", self.frames)
         _check_layer_heads(self.layer, self.heads)
+        _check_compat(self.compat)
 
     def decide(self, st: PolicyState) -> int:
         """Count of leading candidates whose most attended frame lies before the last ``frames``."""
+        attn, s = _attention_view(st.attn, st.n_states, self.compat)
+        if s == 0:
+            return 0
         n = 0
-        for row in st.attn:
-            if int(row.argmax()) >= st.n_states - self.frames:
+        for row in attn:
+            if int(row.argmax()) >= s - self.frames:
                 break
             n += 1
         return n
@@ -208,18 +251,23 @@ class EDAttPolicy(Policy):
 
     Rule: WRITE the candidate y_i if ``sum_{s = S - lambda}^{S - 1} A(y_i, s) < alpha`` (the attention
     mass on the last lambda received frames is below alpha), else READ. ``A`` as in AlignAtt.
+    ``compat="fbk"``: FBK's agent: the last received frame's attention is dropped and each token's
+    remaining row is L2-normalised (``F.normalize``, so its squares sum to 1, not its values) before the
+    sum over the last lambda of the S - 1 frames is compared with alpha (READ when ``S = 1``).
 
     Attributes:
         alpha: threshold in (0, 1] (FBK's ``--attn-threshold``); larger = lower latency.
         frames: lambda >= 1 (FBK's ``--frame-num``).
         layer: 0-based decoder layer (FBK's ``--extract-attn-from-layer``); None = ``L // 2``.
         heads: 0-based attention heads averaged; None = all.
+        compat: ``"paper"`` (the rule above, default) or ``"fbk"`` (FBK's agents).
     """
 
     alpha: float = 0.2
     frames: int = 2
     layer: int | None = None
     heads: tuple[int, ...] | None = None
+    compat: str = "paper"
     name: ClassVar[str] = "edatt"
     needs_attn: ClassVar[bool] = True
 
@@ -227,12 +275,18 @@ class EDAttPolicy(Policy):
         _check(0.0 < float(self.alpha) <= 1.0, "alpha", "must be in (0, 1]", self.alpha)
         _check(isinstance(self.frames, int) and self.frames >= 1, "frames", "must be an integer >= 1", self.frames)
         _check_layer_heads(self.layer, self.heads)
+        _check_compat(self.compat)
 
     def decide(self, st: PolicyState) -> int:
         """Count of leading candidates whose attention on the last ``frames`` states is below ``alpha``."""
-        lo = max(0, st.n_states - self.frames)
+        attn, s = _attention_view(st.attn, st.n_states, self.compat)
+        if s == 0:
+            return 0
+        if self.compat == "fbk":
+            attn = torch.nn.functional.normalize(attn.float(), dim=-1)
+        lo = max(0, s - self.frames)
         n = 0
-        for row in st.attn:
+        for row in attn:
             if float(row[lo:].sum()) >= self.alpha:
                 break
             n += 1
@@ -282,10 +336,11 @@ class HoldNPolicy(Policy):
     """hold-n (Liu, Spanakis, Niehues, Interspeech 2020; CMU's IWSLT 2023/2024 systems).
 
     After each new source segment the continuation is re-decoded (greedy or beam) over everything
-    received. Rule: WRITE all but its last n tokens.
+    received. Rule: WRITE all but its last n tokens; a trailing EOS is stripped first (as FBK's and
+    CMU's agents do), so n counts real tokens: n=1 on ``[5, 6, 7, EOS]`` writes ``[5, 6]``.
 
     Attributes:
-        n: tokens held back, >= 1.
+        n: real tokens held back, >= 1.
     """
 
     n: int = 2
@@ -296,25 +351,33 @@ class HoldNPolicy(Policy):
         _check(isinstance(self.n, int) and self.n >= 1, "n", "must be an integer >= 1", self.n)
 
     def decide(self, st: PolicyState) -> int:
-        """``max(0, len(candidates) - n)``."""
-        return max(0, len(st.candidates) - self.n)
+        """``max(0, m - n)``, m = candidates without a trailing EOS."""
+        m = len(st.candidates) - int(bool(st.candidates) and st.candidates[-1] == st.eos)
+        return max(0, m - self.n)
 
 
 @dataclass(frozen=True)
 class CTCWaitKPolicy(Policy):
-    """CTC wait-k (StreamSpeech, Zhang et al., ACL 2024, sec. 3.3): wait-k counted in source tokens.
+    """CTC wait-k: wait-k counted in source tokens recognised by the model's source-side CTC head.
 
-    The model's CTC head is decoded greedily over the encoder states received so far (argmax per
-    state, repeats merged, blanks removed, Graves et al. 2006); ``N`` is the number of source tokens
-    recognised. Rule: WRITE target token i once ``N >= k + i - 1``, or once the source is finished;
-    every received state is visible. Needs a checkpoint with a CTC head (``src_vocab_size > 0``).
+    The CTC head is decoded greedily over the encoder states received so far (argmax per state, repeats
+    merged, blanks removed, Graves et al. 2006); ``N`` is the running maximum, over the decisions of the
+    utterance, of the number of source tokens recognised (a later greedy path can be shorter; ``N``
+    never goes down). Rule: WRITE target token i once ``N >= k + i - 1``, or once the source is
+    finished; every received state is visible. Needs a checkpoint with a CTC head
+    (``src_vocab_size > 0``).
+
+    Not StreamSpeech's rule (Zhang et al., ACL 2024, sec. 3.3): StreamSpeech counts the *target-side*
+    CTC output (a non-autoregressive CTC decoder over the target vocabulary) and writes as many
+    autoregressive tokens as that count allows, with a stride; this policy counts *source* tokens as a
+    wait-k lag. ``ctc`` is a deprecated alias of this policy's name ``ctcwaitk``.
 
     Attributes:
         k: lagging in recognised source tokens, >= 1.
     """
 
     k: int = 3
-    name: ClassVar[str] = "ctc"
+    name: ClassVar[str] = "ctcwaitk"
     needs_ctc: ClassVar[bool] = True
 
     def __post_init__(self) -> None:

@@ -7,7 +7,9 @@
   ``frames``, ``extract_attn_from_layer`` -> ``layer``, ``attn_threshold`` -> ``alpha``.
 * :func:`parse_per_lang` reads ``ja=alignatt:frames=4`` (several entries separated by ``;``).
 * :func:`build_policy` makes the policy for a model: the pre-decision ratio of wait-k, the decoder
-  layer range of AlignAtt/EDAtt and the CTC head of ``ctc`` are checked there.
+  layer range of AlignAtt/EDAtt and the CTC head of ``ctcwaitk`` are checked there.
+* ``ctc`` is a deprecated alias of ``ctcwaitk`` (:data:`DEPRECATED`; one warning line on use).
+* String parameters: ``compat=paper|fbk`` (AlignAtt, EDAtt; alias ``attn_compat``).
 
 Errors are ``ValueError`` naming the unknown policy or parameter and listing the valid ones.
 """
@@ -15,6 +17,7 @@ Errors are ``ValueError`` naming the unknown policy or parameter and listing the
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 
 from .policies import (
@@ -32,15 +35,21 @@ POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (WaitKPolicy, AlignAttPolicy, EDAttPolicy, LocalAgreementPolicy, HoldNPolicy, CTCWaitKPolicy)
 }
+#: deprecated policy names -> current ones
+DEPRECATED = {"ctc": "ctcwaitk"}
 #: FBK agent option names -> ours
 ALIASES = {
+    "attn_compat": "compat", "attn-compat": "compat",
     "frame_num": "frames", "frame-num": "frames",
     "extract_attn_from_layer": "layer", "extract-attn-from-layer": "layer",
     "attn_threshold": "alpha", "attn-threshold": "alpha",
     "waitk_lagging": "k", "waitk-lagging": "k",
 }
-#: parameters that only take integers
+#: parameters that take numbers; ``_STR_PARAMS`` take strings; the others integers
 _FLOAT_PARAMS = {"alpha"}
+_STR_PARAMS = {"compat"}
+logger = logging.getLogger("mmst.simultaneous.policy_spec")
+_warned: set[str] = set()
 
 
 def policy_params(name: str) -> list[str]:
@@ -49,14 +58,28 @@ def policy_params(name: str) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if f.name != "ratio"]
 
 
+def canonical_name(name: str) -> str:
+    """``name``, or the current name of a deprecated one (``ctc`` -> ``ctcwaitk``, with one warning line)."""
+    if name in DEPRECATED:
+        if name not in _warned:
+            _warned.add(name)
+            logger.warning("policy %r is deprecated: it is %r (wait-k over source CTC tokens, not StreamSpeech's "
+                           "rule); use --policy %s", name, DEPRECATED[name], DEPRECATED[name])
+        return DEPRECATED[name]
+    return name
+
+
 def _policy_class(name: str) -> type[Policy]:
     if name not in POLICIES:
-        raise ValueError(f"unknown policy {name!r}; valid policies: {', '.join(POLICIES)}")
+        raise ValueError(f"unknown policy {name!r}; valid policies: {', '.join(POLICIES)}"
+                         f" (deprecated: {', '.join(f'{a} = {b}' for a, b in DEPRECATED.items())})")
     return POLICIES[name]
 
 
 def _convert(name: str, key: str, value: str):
     v = value.strip()
+    if key in _STR_PARAMS:
+        return v
     if key in _FLOAT_PARAMS:
         try:
             return float(v)
@@ -113,6 +136,7 @@ def make_spec(name: str, args: dict | None = None) -> PolicySpec:
     Raises:
         ValueError: unknown policy, unknown parameter (the valid ones are listed), bad value.
     """
+    name = canonical_name(name)
     cls = _policy_class(name)
     valid = policy_params(name)
     canon: dict[str, object] = {}
@@ -163,6 +187,7 @@ def policy_sweep(name: str, args_text: str | None, overrides: dict | None = None
     Raises:
         ValueError: several swept parameters, or any error of :func:`make_spec`.
     """
+    name = canonical_name(name)
     parsed = parse_policy_args(args_text)
     for key, val in (overrides or {}).items():
         if val is not None:
@@ -215,10 +240,10 @@ def parse_per_lang(values: list[str] | str | None) -> dict[str, PolicySpec]:
 
 def build_policy(spec: PolicySpec | Policy | str, model) -> Policy:
     """Bind a spec to a model: wait-k takes the model's pre-decision ratio; the AlignAtt/EDAtt layer
-    must exist (None -> ``L // 2``); ``ctc`` needs a CTC head.
+    must exist (None -> ``L // 2``); ``ctcwaitk`` needs a CTC head.
 
     Raises:
-        ValueError: unknown policy, layer out of range, ``ctc`` on a model without a CTC head.
+        ValueError: unknown policy, layer out of range, ``ctcwaitk`` on a model without a CTC head.
     """
     if isinstance(spec, str):
         spec = parse_spec(spec)
@@ -250,14 +275,15 @@ def build_policy(spec: PolicySpec | Policy | str, model) -> Policy:
 
 def add_policy_arguments(parser, sweep: bool = False) -> None:
     """Add ``--policy``, ``--policy-args``, ``--policy-per-lang`` and FBK's aliases ``--frame-num``,
-    ``--extract-attn-from-layer``, ``--attn-threshold`` to an ``argparse`` parser (the CLIs and the
+    ``--extract-attn-from-layer``, ``--attn-threshold``, ``--attn-compat`` to an ``argparse`` parser (the CLIs and the
     SimulEval agent share these names)."""
     names = ", ".join(POLICIES)
     parser.add_argument("--policy", default=None,
                         help=f"read/write policy for every language: {names} (default: waitk with --waitk-lagging)")
     parser.add_argument("--policy-args", default=None,
                         help="policy parameters key=value,... e.g. frames=4,layer=1 (waitk: k; alignatt: frames, "
-                             "layer; edatt: alpha, frames, layer; la: n; holdn: n; ctc: k)"
+                             "layer, heads, compat; edatt: alpha, frames, layer, heads, compat; la: n; holdn: n; "
+                             "ctcwaitk: k)"
                              + ("; several values for ONE key sweep it in one run: frames=2,4,6" if sweep else ""))
     parser.add_argument("--policy-per-lang", action="append", default=None, metavar="LANG=POLICY[:k=v,...]",
                         help="a different policy for one language, e.g. ja=alignatt:frames=4 (repeat the option, "
@@ -269,6 +295,9 @@ def add_policy_arguments(parser, sweep: bool = False) -> None:
                              "(AlignAtt, EDAtt; FBK's name; default: decoder layers // 2)")
     parser.add_argument("--attn-threshold", type=float, default=None,
                         help="alias of the policy parameter alpha (EDAtt; FBK's name)")
+    parser.add_argument("--attn-compat", choices=("paper", "fbk"), default=None,
+                        help="alias of the policy parameter compat (AlignAtt, EDAtt): paper = the papers' rule "
+                             "(default); fbk = FBK's agents (last frame's attention dropped; EDAtt L2-normalised)")
 
 
 def specs_from_args(args, default_ks: list[int | None] | None = None) -> tuple[str | None, list[PolicySpec], dict]:
@@ -281,16 +310,18 @@ def specs_from_args(args, default_ks: list[int | None] | None = None) -> tuple[s
             given for a policy that has no such parameter.
     """
     overrides = {"frames": getattr(args, "frame_num", None), "layer": getattr(args, "extract_attn_from_layer", None),
-                 "alpha": getattr(args, "attn_threshold", None)}
+                 "alpha": getattr(args, "attn_threshold", None), "compat": getattr(args, "attn_compat", None)}
     per = parse_per_lang(getattr(args, "policy_per_lang", None))
     name = getattr(args, "policy", None)
     if name is None:
         given = [k for k, v in overrides.items() if v is not None]
         if given or getattr(args, "policy_args", None):
-            raise ValueError("--policy-args / --frame-num / --extract-attn-from-layer / --attn-threshold need --policy")
+            raise ValueError("--policy-args / --frame-num / --extract-attn-from-layer / --attn-threshold / "
+                             "--attn-compat need --policy")
         ks = default_ks or [3]
         specs = [make_spec("waitk", {"k": k}) for k in ks]
         return ("k" if len(ks) > 1 else None), specs, per
+    name = canonical_name(name)
     valid = policy_params(name)
     for key, val in overrides.items():
         if val is not None and key not in valid:

@@ -94,7 +94,7 @@ class LanguageStepper:
                 self_mask = torch.cat([prev, torch.ones(len(rows), 1, dtype=torch.bool, device=dev)], 1)[:, None, :]
             vis = {n_visible[lang] for lang in asked}
             s_all = states.size(1)
-            if len(vis) == 1:
+            if len(vis) == 1 and next(iter(vis)) >= st.cross_len:  # never shrink the cached cross keys
                 n_vis = vis.pop()
                 enc, cross_mask = states[:, :n_vis], None
             else:

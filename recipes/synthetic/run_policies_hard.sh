@@ -4,14 +4,22 @@
 # jointly, on two xs unified models trained with the same budget:
 #   offline   full attention everywhere (conf/train_xs_offline.yaml)
 #   multik    multi-k wait-k over a chunk-causal encoder (conf/train_xs.yaml)
-# then every adaptive policy compared with wait-k at wait-k's own AL (and AL_CA) at k = 3 and 5.
+# then every adaptive policy compared with wait-k at wait-k's own LAAL (and LAAL_CA) at k = 3 and 5, with
+# paired bootstrap intervals on BLEU (a win inside the noise is a tie).
+# Equal effort: every policy is swept once on a grid of at least 5 points, chosen to span wait-k's LAAL for
+# k = 1..5 (one to five 320 ms chunks of lag) with a point below and one beyond: wait-k k = 1..5 and 7;
+# AlignAtt f (40 ms frames; f = 8 is one chunk) 2..40; EDAtt alpha 0.005..0.4 (lambda = 4 frames); LA-n
+# 1..5 (n re-decodes, one per chunk); hold-n 1..12 tokens; CTC wait-k 1..8 source tokens. AlignAtt and
+# EDAtt are swept at every decoder layer of the xs model (folders <policy>-layer<L>). Interpolation on
+# LAAL stays inside each sweep's measured range.
 #   0  corpus + both models: reused when $exp_dir/models/<name>/$checkpoint exists, otherwise
 #      recipes/synthetic/run_waitk_hard.sh stages 0-2 (same corpus, same training); the checkpoint is
 #      copied once to $exp_dir/policies/<name>/checkpoint.pt, so every sweep decodes the same weights
 #      even while a training run keeps writing checkpoint_last.pt
 #   1  offline greedy BLEU of both models (the quality each reached)
-#   2  policy sweeps (eval/simultaneous_eval.py --policy P --policy-args param=v1,v2,...); a finished
-#      sweep (its scores.json exists) is skipped, so an interrupted run resumes where it stopped
+#   2  policy sweeps (eval/simultaneous_eval.py --policy P --policy-args param=v1,v2,...), one folder per
+#      entry of $policies (NAME or NAME-layerL: NAME's grid at decoder layer L); a finished sweep (its
+#      scores.json exists) is skipped, so an interrupted run resumes where it stopped
 #   3  comparison: docs/results/policies_hard.{json,md}, docs/images/policies_hard_<model>.png and
 #      the summary section of docs/policies.md (eval/policy_results.py)
 set -euo pipefail
@@ -25,26 +33,26 @@ force=false
 exp_dir=exp/synthetic_hard
 tgt_langs=de,es,fr,ja
 max_update=1500              # training budget when the models must be trained here
-eval_max_utterances=0             # 0 = the whole tst-COMMON; else the first N utterances
+eval_max_utterances=0        # 0 = the whole tst-COMMON; else the first N utterances (>= 100 for reported results)
 source_segment_size=320      # ms
-eval_threads=1                    # torch threads per evaluation
+eval_threads=1               # torch threads per evaluation
 jobs=2                       # evaluations run side by side (one per model)
 models=offline,multik
 checkpoint=checkpoint_last.pt
-waitk_args="k=1,3,5,7"
-alignatt_args="frames=2,4,8,14,20,28,40"
-edatt_args="alpha=0.01,0.02,0.05,0.1,0.2,frames=4"
-la_args="n=1,2"
-holdn_args="n=2,4,6"
-ctc_args="k=1,3,5"
-policies="waitk alignatt edatt la holdn ctc"
+waitk_args="k=1,2,3,4,5,7"
+alignatt_args="frames=2,4,8,16,24,32,40"
+edatt_args="alpha=0.005,0.01,0.02,0.05,0.1,0.2,0.4,frames=4"
+la_args="n=1,2,3,4,5"
+holdn_args="n=1,2,4,6,8,12"
+ctcwaitk_args="k=1,2,3,4,6,8"
+policies="waitk alignatt-layer0 alignatt-layer1 alignatt-layer2 edatt-layer0 edatt-layer1 edatt-layer2 la holdn ctcwaitk"
 results_json=docs/results/policies_hard.json
 results_md=docs/results/policies_hard.md
 plot_dir=docs/images
 docs=docs/policies.md
-eval_extra=""                 # extra options for every eval/simultaneous_eval.py call, e.g. "--max-len-a 0.12"
+eval_extra=""                # extra options for every eval/simultaneous_eval.py call, e.g. "--max-len-a 0.12"
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs max_update eval_max_utterances source_segment_size eval_threads
-  jobs models checkpoint waitk_args alignatt_args edatt_args la_args holdn_args ctc_args policies results_json results_md
+  jobs models checkpoint waitk_args alignatt_args edatt_args la_args holdn_args ctcwaitk_args policies results_json results_md
   plot_dir docs eval_extra)
 parse_options "$@"
 # this recipe shares $exp_dir with run_waitk_hard.sh (same corpus and models): its own stage markers
@@ -97,11 +105,14 @@ each_model() {  # each_model FUNCTION: FUNCTION MODEL for every model, $jobs at 
 }
 
 offline_one() { evaluate "$1" offline --offline --beam 1; }
-sweeps_one() {
-  local pol args
-  for pol in $policies; do
-    args="${pol}_args"
-    evaluate "$1" "$pol" --policy "$pol" --policy-args "${!args}"
+sweeps_one() {  # entry NAME or NAME-layerL: NAME's grid ($NAME_args), at decoder layer L for the latter
+  local entry name args layer
+  for entry in $policies; do
+    name=${entry%%-layer*}
+    args="${name}_args"
+    args=${!args}
+    if [ "$entry" != "$name" ]; then layer=${entry##*-layer}; args="$args,layer=$layer"; fi
+    evaluate "$1" "$entry" --policy "$name" --policy-args "$args"
   done
 }
 
@@ -110,7 +121,7 @@ stage3() {
     --describe "offline=xs unified, full attention, trained offline" \
     --describe "multik=xs unified, chunk-causal encoder, multi-k wait-k training" \
     --checkpoint "offline=$out/offline/checkpoint.pt" --checkpoint "multik=$out/multik/checkpoint.pt" \
-    --out-json "$results_json" --out-md "$results_md" --plot-dir "$plot_dir" --docs "$docs"
+    --policies "$(echo $policies | tr ' ' ,)" --out-json "$results_json" --out-md "$results_md" --plot-dir "$plot_dir" --docs "$docs"
 }
 
 run_stage 0 "corpus and models (reused when present)" stage0
