@@ -8,7 +8,8 @@ Usage::
 The folder (layout in :mod:`mmst.models.checkpoint`) holds ``config.json`` (the model, data and
 feature configuration, the vocabulary fingerprints, how it was trained and exported),
 ``model.safetensors`` (the weights only: no optimiser, no RNG state, no pickle), the SentencePiece
-models, ``gcmvn.npz`` and a ``README.md`` model card (languages, training data, scores when
+models, ``gcmvn.npz``, for a model over a pretrained Hugging Face encoder its config in ``hf_encoder/``
+(the folder the model was trained from is not needed afterwards), and a ``README.md`` model card (languages, training data, scores when
 ``--scores`` is given, the export command and commit). Every consumer takes it as ``--model MODEL_DIR``
 (evaluation scripts, the SimulEval agent, ``mmst-serve``), and training can start from it
 (``checkpoint.init_from``).
@@ -43,6 +44,8 @@ from mmst.models.checkpoint import (
     load_model_from_checkpoint,
 )
 
+HF_ENCODER_DIR = "hf_encoder"
+"""Subfolder of a model folder with the pretrained Hugging Face encoder's config (``encoder_type: hf``)."""
 _DATA_KEYS = ("src_lang", "tgt_langs", "input_feat_per_channel", "sample_rate", "fbank")
 
 
@@ -137,7 +140,9 @@ def model_card(cfg: dict[str, Any], scores: dict[str, Any] | None) -> str:
              "## Model", "",
              f"- architecture: `{m.get('arch')}` (size `{m.get('size')}`), {n_params} parameters; "
              f"encoder {m.get('encoder_layers')} layers ({m.get('encoder_attention')}), decoder "
-             f"{m.get('decoder_layers')} layers, d_model {m.get('d_model')}",
+             f"{m.get('decoder_layers')} layers, d_model {m.get('d_model')}"
+             + (f"; pretrained Hugging Face encoder (config in `{m.get('hf_encoder_path')}/`, trained from "
+                f"`{tr.get('hf_encoder_path')}`)" if m.get("encoder_type") == "hf" else ""),
              f"- source language: {cfg['data'].get('src_lang', 'en')}; target languages: {', '.join(cfg['tgt_langs'])}",
              f"- vocabulary: {cfg['vocab_mode']} ("
              + ", ".join(f"{lang}: {fp['path']} ({fp['size']} pieces)" for lang, fp in cfg["vocab"]["tgt"].items()) + ")",
@@ -215,11 +220,16 @@ def export_model(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str]
     data["vocab"] = {k: (os.path.basename(v) if isinstance(v, str) else {a: os.path.basename(b) for a, b in v.items()})
                      for k, v in vocab.items()}
     data["gcmvn"] = "gcmvn.npz"
+    model_cfg = dict(ckpt["model_cfg"])
+    training = _training_summary(ckpt, checkpoint, ddir)
+    if model_cfg.get("encoder_type") == "hf":  # the encoder's config travels in hf_encoder/, its weights below
+        training["hf_encoder_path"] = model_cfg["hf_encoder_path"]
+        model_cfg["hf_encoder_path"] = HF_ENCODER_DIR
     cfg: dict[str, Any] = {
-        "format": MODEL_FORMAT, "version": MODEL_FORMAT_VERSION, "model": ckpt["model_cfg"], "tgt_langs": langs,
+        "format": MODEL_FORMAT, "version": MODEL_FORMAT_VERSION, "model": model_cfg, "tgt_langs": langs,
         "vocab_mode": ckpt.get("vocab_mode") or "joint", "vocab": fps, "data": data,
         "num_parameters": int(model.num_parameters()) if hasattr(model, "num_parameters") else None,
-        "training": _training_summary(ckpt, checkpoint, ddir),
+        "training": training,
         "export": {"command": rec["command"], "date": rec["date"], "git_commit": rec["git_commit"],
                    "scores": None if scores is None else str(Path(scores).resolve()), "score_table": score_table},
     }
@@ -235,6 +245,8 @@ def export_model(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str]
                 if src.is_file():
                     atomic_copy(src, tmp / src.name)
         atomic_copy(gcmvn, tmp / "gcmvn.npz")
+        if model_cfg.get("encoder_type") == "hf":
+            model.encoder.save_config(tmp / HF_ENCODER_DIR)
         atomic_write_json(tmp / MODEL_CONFIG_FILE, cfg)
         atomic_write_text(tmp / "README.md", model_card(cfg, score_table))
         if out.exists():

@@ -62,3 +62,76 @@ def hf_model(path: Path, arch: str = "unified", seed: int = 0, **kw):
         for dec in ([m.decoder] if arch == "unified" else list(m.decoders.values())):
             dec.embed_tokens.weight[2] *= 2.0
     return m
+
+
+# ------------------------------------------------------------------ DDP and DropCompute over an HF encoder
+#: per rank: the durations (s) of the utterances of its micro-batches (unequal within and across ranks)
+HF_DIST_SECONDS = {0: [[0.6, 0.4], [0.5]], 1: [[0.3, 0.7, 0.5], [0.45]]}
+HF_DIST_WAITKS = [2, 3]  # one wait-k per micro-batch
+
+
+def hf_batch(model, seconds: list[float], seed: int):
+    """A :class:`mmst.data.batching.Batch` of noise waveforms ``(B, T, 1)`` (16 kHz) of ``seconds`` with 2-4
+    random target tokens + EOS per language (deterministic in ``seed``)."""
+    from mmst.data.batching import Batch
+
+    g = torch.Generator().manual_seed(seed)
+    n = [int(s * 16000) for s in seconds]
+    wave = torch.zeros(len(n), max(n), 1)
+    for i, m in enumerate(n):
+        wave[i, :m, 0] = 0.3 * torch.randn(m, generator=g)
+    target, prev, ntokens = {}, {}, {}
+    for lang in LANGS:
+        lens = [int(x) for x in torch.randint(2, 5, (len(n),), generator=g)]
+        t = torch.ones(len(n), max(lens) + 1, dtype=torch.long)
+        p = torch.ones_like(t)
+        for i, length in enumerate(lens):
+            toks = torch.randint(6, V, (length,), generator=g)
+            t[i, :length], t[i, length] = toks, 2
+            p[i, 0], p[i, 1 : length + 1] = model.start_token_id(lang), toks
+        target[lang], prev[lang], ntokens[lang] = t, p, sum(lens) + len(n)
+    return Batch(ids=[f"s{seed}u{i}" for i in range(len(n))], fbank=wave, fbank_lengths=torch.tensor(n),
+                 target=target, prev_output_tokens=prev, src_tokens=torch.ones(len(n), 0, dtype=torch.long),
+                 src_lengths=torch.zeros(len(n), dtype=torch.long), ntokens=ntokens)
+
+
+def hf_dist_batches(model, rank: int) -> list:
+    return [hf_batch(model, s, 100 * rank + i) for i, s in enumerate(HF_DIST_SECONDS[rank])]
+
+
+def hf_update(model, strategy) -> list[float]:
+    """One update of ``model`` with SGD(lr=1) through ``strategy.run_update`` on the micro-batches of this
+    rank (all ranks' in order for a single process); returns the parameters after it, flattened."""
+    from mmst.losses import MultilingualCriterion
+
+    rank = getattr(getattr(strategy, "env", None), "rank", None)
+    batches = ([b for r in sorted(HF_DIST_SECONDS) for b in hf_dist_batches(model, r)] if rank is None
+               else hf_dist_batches(model, rank))
+    waitks = (HF_DIST_WAITKS * len(HF_DIST_SECONDS) if rank is None else HF_DIST_WAITKS)[: len(batches)]
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+    strategy.run_update(model, MultilingualCriterion(label_smoothing=0.1, pad_id=1), opt, None, batches, waitks, 0.0)
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
+
+
+def hf_dist_rank(argv: list[str]) -> dict:
+    """One rank (spawned by :func:`mmst.simulation.run.launch_local`, W = 2): one ``ddp`` update, then one
+    ``dropcompute`` update (tau = inf), each of a fresh model over the folder ``argv[0]`` seeded by the rank
+    (the strategies broadcast rank 0's parameters); returns the parameters after each."""
+    from distributed_fixtures import stub_trainer
+
+    from mmst.distributed.env import init_distributed, shutdown
+    from mmst.training.distributed import TrainerDDP, TrainerDropCompute
+
+    torch.set_num_threads(1)
+    env = init_distributed("gloo", 60.0)
+    try:
+        out = {}
+        for mode in ("ddp", "dropcompute"):
+            strat = (TrainerDDP(dist_timeout=60) if mode == "ddp"
+                     else TrainerDropCompute(dist_timeout=60, compute_threshold="inf"))
+            model = hf_model(Path(argv[0]), seed=env.rank)
+            strat.setup(stub_trainer(model))
+            out[mode] = hf_update(model, strat)
+        return out
+    finally:
+        shutdown(env)

@@ -153,3 +153,82 @@ def test_source_line_keeps_a_dirty_commit_visible():
     clean = render_docs.source_line("x.json", {"provenance": {**rec, "git_commit": "0123456789abcdef" * 2 + "01234567"}})
     assert "at commit `0123456789-dirty`" in dirty and "at commit `0123456789`;" not in dirty
     assert "at commit `0123456789`" in clean and "dirty" not in clean
+
+
+def _longform_json(new: bool) -> dict:
+    """A hand-made ``bench/bench_longform.py`` result: two 5-minute buckets; ``new`` adds the fields written
+    since the AlignAtt/capped rows, the one-push memory check and the capped cross-check exist."""
+    bucket = {"n_chunks": 10, "ms_per_chunk_wall": {"mean": 40.0, "p90": 60.0},
+              "ms_per_chunk_cpu": {"mean": 30.0, "p90": 35.0}, "peak_rss_mib": 400.0, "vad_segments": 3,
+              "words": 9, "max_state_numel": 1000}
+    d = {"summary": {"cost_ratio_60min_vs_5min": 1.2, "rss_growth_mib_10_to_60min": 50.5, "rtf": 1.0},
+         "config": {"split": "tst-COMMON", "tgt_langs": ["de", "ja"], "policy": "waitk:k=3", "minutes": 10.0,
+                    "pause_ms": "300,800", "chunk_ms": 320.0, "threads": 1, "params": 2_000_000,
+                    "vad_min_silence_ms": 150.0},
+         "cost": {"buckets": [{**bucket, "from_min": 0.0, "to_min": 5.0}, {**bucket, "from_min": 5.0, "to_min": 10.0}],
+                  "rtf": 1.0, "n_segments": 6, "n_words": 18, "cost_ratio_wall": 1.5},
+         "crosscheck": {"n_utterances": 4, "audio_s": 12.0, "vad_segments": 4, "oracle_segments": 4,
+                        "per_lang": {lang: {"segmented": {"BLEU": 50.0, "LAAL": 1000.0},
+                                            "vad": {"BLEU": 49.0, "StreamLAAL": 900.0},
+                                            "oracle": {"BLEU": 50.0, "StreamLAAL": 1100.0}} for lang in ("de", "ja")}}}
+    if new:
+        d["summary"].update(vad_share_of_compute=0.1234, rss_growth_mib_one_push_5min=31.0)
+        d["config"].update(rss_minutes=5.0, row_minutes=2.0)
+        d["cost"].update(rtf_cpu=0.25, n_forced_cuts=2, vad_share_of_compute=0.1234)
+        row = {"minutes": 2.0, "rtf": 0.5, "rtf_cpu": 0.375, "n_words": 5, "cost_ratio_cpu": 1.0,
+               "rss_growth_mib_10_to_end": 0.0}
+        d["rows"] = [{**row, "name": "alignatt", "policy": "alignatt:frames=4", "pause_ms": "300,800",
+                      "max_segment_s": 20.0, "n_segments": 3, "n_forced_cuts": 0, "vad_share_of_compute": 0.2},
+                     {**row, "name": "capped", "policy": "waitk:k=3", "pause_ms": "100,100", "max_segment_s": 10.0,
+                      "n_segments": 12, "n_forced_cuts": 11, "vad_share_of_compute": 0.0456}]
+        d["memory_one_push"] = {"minutes": 5.0, "rss_growth_mib_one_push": 40.0, "rss_growth_mib_chunk_pushes": 9.0,
+                                "one_push_minus_chunk_pushes_mib": 31.0}
+        d["crosscheck"]["vad_forced_cuts"] = 0
+        d["crosscheck_capped"] = {
+            "n_utterances": 4, "audio_s": 10.4, "pause_ms": "100,100", "max_segment_s": 10.0, "vad_segments": 2,
+            "vad_forced_cuts": 1, "oracle_segments": 4,
+            "per_lang": {"de": {"vad": {"BLEU": 31.25, "StreamLAAL": 2400.4}, "oracle": {"BLEU": 50.0, "StreamLAAL": 1100.0}},
+                         "ja": {"vad": {"BLEU": None, "StreamLAAL": None, "error": "every hypothesis is empty"},
+                                "oracle": {"BLEU": 40.0, "StreamLAAL": 1000.0}}}}
+    return d
+
+
+def test_longform_tables_render_rows_memory_capped_crosscheck_and_goals():
+    new = _longform_json(new=True)
+    cost = render_docs.longform_cost(new)
+    lines = cost.splitlines()
+    assert lines[0] == "| measure | value | goal | met |"
+    # goals: 1.2 <= 1.2 is met, 50.5 MiB > 50 missed, RTF 1.0 is not < 1, one push 31 MiB > 30 missed
+    assert "| CPU ms per chunk, last bucket / first bucket | 1.20 | <= 1.2 | met |" in lines
+    assert "| peak RSS growth from 10 min to the end (MiB) | 50.5 | <= 50 | missed |" in lines
+    assert "| peak RSS growth, one push of a 5-min talk minus 320 ms pushes (MiB) | 31.0 | <= 30 | missed |" in lines
+    assert "| real-time factor (wall compute / audio) | 1.000 | < 1 | missed |" in lines
+    assert "| real-time factor (thread CPU time / audio) | 0.250 |  |  |" in lines
+    assert "| VAD share of the long-form compute | 12.3% |  |  |" in lines
+    assert "| 5-10 | 30.0 | 40.0 | 60.0 | 400 | 3 | 1000 |" in lines
+    assert "6 VAD segments (2 cut by the segment cap), 18 words." in cost
+
+    rows = render_docs.longform_rows(new).splitlines()
+    assert "| main run | waitk:k=3 | 10 | 300-800 | 1.000 | 0.250 | 6 | 2 | 12.3% |" in rows
+    assert "| AlignAtt | alignatt:frames=4 | 2 | 300-800 | 0.500 | 0.375 | 3 | 0 | 20.0% |" in rows
+    assert "| capped segments | waitk:k=3 | 2 | 100 | 0.500 | 0.375 | 12 | 11 | 4.6% |" in rows
+    assert any("only at the 10 s cap" in line for line in rows)
+    assert ("One push of a whole 5-minute talk: peak RSS growth 40.0 MiB, against 9.0 MiB in 320 ms pushes: "
+            "31.0 MiB more (goal <= 30 MiB: missed).") in rows
+
+    x = render_docs.longform_crosscheck(new)
+    assert "4 utterances (12 s as one talk); 4 VAD segments, 4 oracle segments." in x  # no cut: not mentioned
+    assert "| de | 31.25 | 50.00 | 2400 | 1100 |" in x.splitlines()
+    assert "| ja | - | 40.00 | - | 1000 |" in x.splitlines()  # scoring failed: recorded as missing, not 0
+    assert "4 utterances (10 s as one talk, pauses 100,100 ms); 2 VAD segments (1 cut by the 10 s cap)" in x
+
+    # an older JSON (none of those fields) renders as before: no met column, no rows, one cross-check table
+    old = _longform_json(new=False)
+    cost = render_docs.longform_cost(old)
+    assert cost.splitlines()[0] == "| measure | value | goal |"
+    assert "| real-time factor (wall compute / audio) | 1.000 | < 1 |" in cost.splitlines()
+    assert "one push" not in cost and "VAD share" not in cost and "cut by" not in cost
+    assert cost.endswith("6 VAD segments, 18 words.")
+    assert render_docs.longform_rows(old).startswith("This run recorded neither")
+    x = render_docs.longform_crosscheck(old)
+    assert x.count("| lang |") == 1 and x.endswith("4 VAD segments, 4 oracle segments.")

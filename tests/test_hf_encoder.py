@@ -346,3 +346,105 @@ def test_agent_and_longform_stream_an_hf_checkpoint(hf_system):
     for lang in ("de", "es"):  # each segment re-encoded from its own start: the same words twice
         texts = [w.text for w in run.words[lang]]
         assert texts and texts[: len(texts) // 2] == texts[len(texts) // 2 :]
+
+
+# ------------------------------------------------------------------ the exported model folder
+def _hf_train_overrides(hf_path) -> list[str]:
+    return ["num_threads=1", "logging.progress_bar=false", "logging.tensorboard=false", "data.max_tokens=1000",
+            "data.valid_subset=", "valid.bleu_subset=0", "optim.warmup_updates=1", "optim.lr=0.003",
+            "model.overrides.encoder_type=hf", f"model.overrides.hf_encoder_path={hf_path}",
+            "model.overrides.encoder_attention=offline", "model.overrides.conv_kernel_sizes=[3]",
+            "model.overrides.d_model=32", "model.overrides.decoder_layers=1", "model.overrides.attention_heads=2",
+            "model.overrides.ffn_dim=64", "model.overrides.conv_channels=64", "model.overrides.dropout=0.0"]
+
+
+def test_model_folder_carries_the_hf_encoder(hf_system, folders, tmp_path, monkeypatch):
+    """Train 2 updates over a copy of the tiny wav2vec 2.0 folder, export, delete the copy: ``--model`` loads
+    the trained weights from model.safetensors and the encoder's config from hf_encoder/ (no pretrained
+    weights read, no pickle) and writes the same words on a stream; training starts from the folder."""
+    import json
+    import shutil
+
+    import soundfile as sf
+
+    from mmst.evaluation.loading import load_system
+    from mmst.export import export_model
+    from mmst.models.checkpoint import load_model
+    from mmst.training.config import load_config
+    from mmst.training.trainer import build_trainer
+
+    hf_copy = shutil.copytree(folders["wav2vec2"], tmp_path / "w2v_pretrained")
+    tr = build_trainer(load_config(None, [*_hf_train_overrides(hf_copy), "optim.max_update=2"]), hf_system["data"],
+                       tmp_path / "run")
+    tr.train()
+    ckpt = tmp_path / "run" / "checkpoint_last.pt"
+    folder = export_model(ckpt, tmp_path / "model")
+    cfg = json.loads((folder / "config.json").read_text())
+    assert cfg["model"]["hf_encoder_path"] == "hf_encoder" and cfg["training"]["hf_encoder_path"] == str(hf_copy)
+    assert sorted(p.name for p in (folder / "hf_encoder").iterdir()) == ["config.json"]  # weights: model.safetensors
+    assert json.loads((folder / "hf_encoder" / "config.json").read_text())["model_type"] == "wav2vec2"
+    x = sf.read(hf_system["wavs"][1], dtype="float32")[0]
+
+    def stream(system):
+        t = system.translator(2, max_len_b=6, min_len=2)
+        t.reset()
+        return [{lang: [(w.text, w.delay_ms, tuple(w.tokens)) for w in ws] for lang, ws in
+                 t.accept_audio(x[i : i + 5120], finished=i + 5120 >= x.size).items()} for i in range(0, x.size, 5120)]
+
+    before = stream(load_system(ckpt))
+    trained = torch.load(ckpt, weights_only=True)["model"]
+    pretrained = hf_model(hf_copy).state_dict()
+    name = "encoder.hf.encoder.layers.1.attention.q_proj.weight"
+    assert not torch.equal(trained[name], pretrained[name])  # 2 updates moved the pretrained layers
+    shutil.rmtree(hf_copy)
+
+    def no_pickle(*a, **k):
+        raise AssertionError("torch.load called while loading a model folder")
+
+    import transformers
+
+    def no_pretrained(*a, **k):
+        raise AssertionError("pretrained weights read while loading a model folder")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(torch, "load", no_pickle)
+        mp.setattr(transformers.PreTrainedModel, "from_pretrained", no_pretrained)
+        model, info = load_model(folder)
+        system = load_system(folder)  # what every --model MODEL_DIR goes through
+    assert info["model_cfg"]["hf_encoder_path"] == str(folder.resolve() / "hf_encoder")
+    for k, v in trained.items():
+        assert torch.equal(model.state_dict()[k], v), k
+    after = stream(system)
+    assert after == before and sum(len(ws) for step in after for ws in step.values()) > 0
+    # training starts from the folder (checkpoint.init_from): its every weight, the pretrained copy gone
+    again = build_trainer(load_config(None, [*_hf_train_overrides(tmp_path / "gone"), f"checkpoint.init_from={folder}"]),
+                          hf_system["data"], tmp_path / "run2")
+    for k, v in trained.items():
+        assert torch.equal(again.model.state_dict()[k], v), k
+    # the hf_encoder/ folder alone is a config, not a pretrained encoder: the error says where the weights are
+    with pytest.raises(FileNotFoundError, match="checkpoint.init_from=MODEL_DIR"):
+        build_model(hf_config(folder / "hf_encoder"))
+
+
+# ------------------------------------------------------------------ DDP and DropCompute, W = 2
+def test_ddp_and_dropcompute_over_an_hf_encoder_equal_one_process(folders):
+    """W = 2 ranks (spawned, gloo) through the trainer's adapters: one DDP update and one DropCompute update
+    (tau = inf) over the tiny wav2vec 2.0 encoder (feature extractor frozen, an unused pretrained parameter)
+    give the parameters of one process over the 4 micro-batches (unequal token counts; each rank starts
+    from other random adapter and decoder weights, rank 0's are broadcast)."""
+    from hf_fixtures import hf_dist_rank, hf_update
+
+    from mmst.simulation.run import launch_local
+    from mmst.training.strategy import SingleProcessStrategy
+
+    res = launch_local([str(folders["wav2vec2"])], 2, timeout_s=300, target=hf_dist_rank)
+    for r in (0, 1):
+        assert "error" not in res[r], res[r].get("traceback", res[r])
+    model = hf_model(folders["wav2vec2"], seed=0)
+    start = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    ref = torch.tensor(hf_update(model, SingleProcessStrategy(precision="fp32")))
+    assert (ref - start).abs().max() > 1e-2  # the update moved the parameters
+    for mode in ("ddp", "dropcompute"):
+        a, b = torch.tensor(res[0][mode]), torch.tensor(res[1][mode])
+        assert torch.equal(a, b), mode  # the ranks agree
+        assert torch.allclose(a, ref, atol=2e-6, rtol=0), (mode, float((a - ref).abs().max()))

@@ -43,6 +43,7 @@ RESULTS = REPO / "docs" / "results"
 WRITERS: dict[str, str] = {
     "alignment.json": "bench/bench_alignment.py",
     "augment.json": "mmst/evaluation/unseen_gap.py",
+    "backbones.json": "mmst/evaluation/backbones.py",
     "augment_cost.json": "bench/bench_train.py",
     "augment_speed_prep.json": "mmst/corpora/speed_perturb.py",
     "compare_hard_600.json": "recipes/synthetic/run_compare.sh",

@@ -13,8 +13,14 @@ Two formats:
       MODEL_DIR/spm_*.model|.txt   SentencePiece models (and fairseq dictionaries)
       MODEL_DIR/gcmvn.npz          global CMVN
       MODEL_DIR/README.md          model card
+      MODEL_DIR/hf_encoder/        a model over a pretrained Hugging Face encoder (``encoder_type: hf``):
+                                   the encoder's ``transformers`` config (``config.json``; Whisper also
+                                   ``preprocessor_config.json``), named by ``model.hf_encoder_path``
+                                   relative to MODEL_DIR; its weights are in ``model.safetensors``
 
-  Loading a folder reads ``config.json`` and ``model.safetensors`` only (never ``torch.load``);
+  Loading a folder reads ``config.json`` and ``model.safetensors`` only (never ``torch.load``; an
+  ``hf_encoder/`` is built from its JSON config, its weights read from ``model.safetensors``), so it
+  needs neither the training checkpoint nor the pretrained folder the model was trained from;
 - a **training checkpoint** (``checkpoint_*.pt``, read with ``torch.load(weights_only=True)``); the write
   side (atomic saves, rotation, RNG capture, exact resume) and its format are
   :mod:`mmst.training.checkpoint`.
@@ -105,7 +111,8 @@ def load_model_from_checkpoint(path: str | Path, map_location: str | torch.devic
     ckpt = load_checkpoint(path, map_location)
     if not ckpt.get("model_cfg"):
         raise CheckpointError(f"{path}: no model_cfg in checkpoint")
-    model = build_model(ModelConfig.from_dict(ckpt["model_cfg"]))
+    # every weight is in the checkpoint: a pretrained encoder's folder is read for its config only
+    model = build_model(ModelConfig.from_dict(ckpt["model_cfg"]), pretrained_weights=False)
     model.load_state_dict(ckpt["model"])
     model.eval()
     return model, ckpt
@@ -120,13 +127,17 @@ def is_model_dir(path: str | Path) -> bool:
 
 
 def model_dir_files(cfg: dict[str, Any]) -> list[str]:
-    """The files a model folder's ``config.json`` names (weights, SentencePiece models, CMVN), relative."""
+    """The files a model folder's ``config.json`` names (weights, SentencePiece models, CMVN, the pretrained
+    encoder's config), relative."""
     data = cfg.get("data") or {}
     vocab = data.get("vocab") or {}
     files = [MODEL_WEIGHTS_FILE] + [v for k, v in vocab.items() if k != "per_lang" and v]
     files += list((vocab.get("per_lang") or {}).values())
     if data.get("gcmvn"):
         files.append(data["gcmvn"])
+    model = cfg.get("model") or {}
+    if model.get("encoder_type") == "hf" and model.get("hf_encoder_path"):
+        files.append(f"{model['hf_encoder_path']}/config.json")
     return files
 
 
@@ -204,7 +215,7 @@ def load_model_dir(model_dir: str | Path, map_location: str | torch.device = "cp
 
     Returns:
         ``(model in eval mode, info)``; ``info`` has the keys of a training checkpoint that decoding uses
-        (``format`` = :data:`MODEL_FORMAT`, ``model_cfg``, ``tgt_langs``, ``vocab_mode``, ``vocab``
+        (``format`` = :data:`MODEL_FORMAT`, ``model_cfg`` (an ``hf_encoder_path`` made absolute), ``tgt_langs``, ``vocab_mode``, ``vocab``
         fingerprints with paths inside the folder, ``data_dir`` = ``None``) plus ``model_dir`` (absolute
         path) and ``data_config`` (the folder's ``data`` section).
 
@@ -216,9 +227,12 @@ def load_model_dir(model_dir: str | Path, map_location: str | torch.device = "cp
 
     d = Path(model_dir).resolve()
     cfg = read_model_config(d)
+    model_cfg = dict(cfg["model"])
+    if model_cfg.get("encoder_type") == "hf" and model_cfg.get("hf_encoder_path"):
+        model_cfg["hf_encoder_path"] = str(d / model_cfg["hf_encoder_path"])  # the folder's hf_encoder/
     try:
-        model = build_model(ModelConfig.from_dict(cfg["model"]))
-    except (TypeError, ValueError, KeyError) as e:
+        model = build_model(ModelConfig.from_dict(model_cfg), pretrained_weights=False)
+    except (TypeError, ValueError, KeyError, OSError) as e:
         raise CheckpointError(f"{d / MODEL_CONFIG_FILE}: bad 'model' section ({e})") from None
     weights = d / MODEL_WEIGHTS_FILE
     state = read_safetensors(weights, map_location)
@@ -230,7 +244,7 @@ def load_model_dir(model_dir: str | Path, map_location: str | torch.device = "cp
         return None if not fp else {**fp, "path": str(d / fp["path"])}
 
     vocab = cfg.get("vocab") or {}
-    info = {"format": MODEL_FORMAT, "model_dir": str(d), "model_cfg": cfg["model"], "model_arch": cfg["model"].get("arch"),
+    info = {"format": MODEL_FORMAT, "model_dir": str(d), "model_cfg": model_cfg, "model_arch": model_cfg.get("arch"),
             "tgt_langs": list(cfg["tgt_langs"]), "vocab_mode": cfg["vocab_mode"], "data_dir": None,
             "vocab": {"tgt": {lang: local(fp) for lang, fp in (vocab.get("tgt") or {}).items()},
                       "src": local(vocab.get("src"))},

@@ -63,6 +63,37 @@ HF_MODEL_CLASSES = {
     "whisper": "WhisperModel",
 }
 
+#: ``model_type`` -> the ``transformers`` config class (random encoders of :data:`HF_SIZES`).
+HF_CONFIG_CLASSES = {"wav2vec2": "Wav2Vec2Config", "hubert": "HubertConfig", "wavlm": "WavLMConfig"}
+
+#: Named sizes of random pretrained-style encoders that :func:`write_random_encoder` writes (to pretrain
+#: here, e.g. ``recipes/synthetic/run_backbones.sh``). ``wav2vec2-tiny``: the wav2vec 2.0 architecture
+#: (Baevski et al. 2020) at CPU scale, 20 ms frames (conv strides 5 x 4 x 4 x 4 = 320 samples),
+#: 4 layers of width 144 (about 1.2M parameters).
+HF_SIZES: dict[str, dict] = {
+    "wav2vec2-tiny": dict(model_type="wav2vec2", hidden_size=144, num_hidden_layers=4, num_attention_heads=4,
+                          intermediate_size=576, conv_dim=(64, 64, 64, 64), conv_stride=(5, 4, 4, 4),
+                          conv_kernel=(10, 8, 8, 8), num_conv_pos_embeddings=32, num_conv_pos_embedding_groups=4,
+                          feat_extract_norm="layer", do_stable_layer_norm=True),
+}
+
+
+def write_random_encoder(folder: str | Path, size: str, seed: int = 0) -> Path:
+    """Write a randomly initialised encoder of the named ``size`` (:data:`HF_SIZES`) to ``folder`` with
+    ``save_pretrained`` (safetensors); returns ``folder``.
+
+    Raises:
+        ValueError: an unknown size (the message lists the known ones).
+    """
+    if size not in HF_SIZES:
+        raise ValueError(f"unknown encoder size {size!r}; known: {sorted(HF_SIZES)}")
+    spec = dict(HF_SIZES[size])
+    model_type = spec.pop("model_type")
+    torch.manual_seed(seed)
+    cfg = getattr(transformers, HF_CONFIG_CLASSES[model_type])(**spec)
+    getattr(transformers, HF_MODEL_CLASSES[model_type])(cfg).save_pretrained(folder, safe_serialization=True)
+    return Path(folder)
+
 
 def load_hf_config(path: str):
     """The ``transformers`` config of ``path``; raises ``ValueError`` naming the folder and the
@@ -87,29 +118,39 @@ class HFSpeechEncoder(nn.Module):
         state_ms: duration of one output state, ``frame_ms * 2 ** len(conv_kernel_sizes)``.
         max_input_samples: Whisper's window in samples (longer input is an error); None = unbounded.
 
+    Args:
+        cfg: the model config (``hf_encoder_path``, ``hf_freeze``, ``hf_layer``, adapter sizes).
+        pretrained_weights: read the pretrained weights from ``hf_encoder_path`` (training from the
+            folder); False builds the encoder from the folder's ``config.json`` alone, for a model whose
+            every weight is loaded next (a training checkpoint, an exported model folder).
+
     Raises:
         ImportError / OSError: the folder cannot be read by ``transformers``.
+        FileNotFoundError: ``pretrained_weights`` and a local folder without ``model.safetensors``.
         ValueError: an unsupported model type.
     """
 
     input_kind = "waveform"
     attention = "offline"
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, pretrained_weights: bool = True) -> None:
         super().__init__()
         path = str(cfg.hf_encoder_path)
         hf_cfg = load_hf_config(path)
         self.model_type = hf_cfg.model_type
         cls = getattr(transformers, HF_MODEL_CLASSES[self.model_type])
+        if pretrained_weights:
+            _check_has_weights(path)
         if self.model_type == "whisper":
-            self.hf = cls.from_pretrained(path, config=hf_cfg, use_safetensors=True).get_encoder()
+            self.hf = _hf_module(cls, path, hf_cfg, pretrained_weights).get_encoder()
             self.feature_extractor = _whisper_feature_extractor(path, hf_cfg)
             self.frame_ms = 2 * self.feature_extractor.hop_length * 1000.0 / SAMPLE_RATE
             self.max_input_samples: int | None = 2 * hf_cfg.max_source_positions * self.feature_extractor.hop_length
             hidden = hf_cfg.d_model
         else:
+            self._apply_spec_augment = hf_cfg.apply_spec_augment  # restored in the folders we write
             hf_cfg.apply_spec_augment = False  # masking is mmst's (set_time_masking)
-            self.hf = cls.from_pretrained(path, config=hf_cfg, use_safetensors=True)
+            self.hf = _hf_module(cls, path, hf_cfg, pretrained_weights)
             self.feature_extractor = None
             self.frame_ms = math.prod(hf_cfg.conv_stride) * 1000.0 / SAMPLE_RATE
             self.max_input_samples = None
@@ -179,6 +220,35 @@ class HFSpeechEncoder(nn.Module):
         out.append(([p for p in rest if id(p) in top], 0))
         out.append(([p for p in rest if id(p) not in top], n))
         return [(ps, depth) for ps, depth in out if ps]
+
+    def save_config(self, folder: str | Path) -> None:
+        """Write the pretrained encoder's ``transformers`` config to ``folder`` with ``save_pretrained``
+        (``config.json``; Whisper also its ``preprocessor_config.json``): what :class:`HFSpeechEncoder`
+        needs, with ``pretrained_weights=False``, to rebuild this encoder without its original folder.
+        The weights are not written (an exported model holds them in its ``model.safetensors``)."""
+        self.hf.config.save_pretrained(folder)
+        if self.feature_extractor is not None:
+            self.feature_extractor.save_pretrained(folder)
+
+    def save_pretrained(self, folder: str | Path) -> Path:
+        """Write the pretrained encoder, with its current (trained) weights, as a ``transformers`` folder
+        (``save_pretrained``, safetensors): the adapter and the decoders are not in it. Another model starts
+        from it with ``model.overrides.hf_encoder_path``; ``transformers`` loads it as the model class of
+        :data:`HF_MODEL_CLASSES`. Returns ``folder``.
+
+        Raises:
+            ValueError: a Whisper encoder (its folder would need the Whisper decoder as well).
+        """
+        if self.model_type == "whisper":
+            raise ValueError("writing a Whisper encoder alone as a Hugging Face folder is not supported "
+                             "(WhisperModel folders hold the decoder too)")
+        cfg = self.hf.config
+        cfg.apply_spec_augment, saved = self._apply_spec_augment, cfg.apply_spec_augment
+        try:
+            self.hf.save_pretrained(folder, safe_serialization=True)
+        finally:
+            cfg.apply_spec_augment = saved
+        return Path(folder)
 
     # ------------------------------------------------------------------ lengths
     def hf_lengths(self, samples: torch.Tensor) -> torch.Tensor:
@@ -276,6 +346,25 @@ class HFSpeechEncoder(nn.Module):
         x = F.dropout(self.proj(h), self.dropout, self.training)  # (B, F, D)
         x, s = self.subsample(x, n)  # (B, S, D)
         return EncoderOut(self.layer_norm(x), lengths_to_padding_mask(s, x.size(1)), s)
+
+
+def _check_has_weights(path: str) -> None:
+    """Raise ``FileNotFoundError`` when the local folder ``path`` has a config but no safetensors weights
+    (e.g. the ``hf_encoder/`` of an exported model folder, whose weights are in the model's own file)."""
+    d = Path(path)
+    if d.is_dir() and not any((d / f).is_file() for f in ("model.safetensors", "model.safetensors.index.json")):
+        raise FileNotFoundError(
+            f"hf_encoder_path {path}: no model.safetensors (a pretrained encoder is read from safetensors only; "
+            "the hf_encoder/ folder of an exported mmst model holds only the config: start from the model "
+            "folder with checkpoint.init_from=MODEL_DIR)")
+
+
+def _hf_module(cls, path: str, hf_cfg, pretrained_weights: bool):
+    """``cls`` with the weights of ``path`` (``use_safetensors=True``), or built from ``hf_cfg`` alone
+    (its weights initialised at random, to be overwritten by the caller) in eval mode like a loaded one."""
+    if pretrained_weights:
+        return cls.from_pretrained(path, config=hf_cfg, use_safetensors=True)
+    return cls(hf_cfg).eval()
 
 
 def _whisper_feature_extractor(path: str, hf_cfg):

@@ -716,7 +716,8 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
                                               **kw, **cfg.model.overrides.as_dict())
         except (TypeError, ValueError) as e:
             raise ValueError(f"model.overrides: {e}") from e
-    model = build_model(model_cfg)
+    # resumed or initialised: every weight comes from that model, a pretrained encoder's folder gives its config
+    model = build_model(model_cfg, pretrained_weights=resume_ckpt is None and init_model is None)
     if time_mask is not None:
         model.encoder.set_time_masking(time_mask.time_mask_N, time_mask.time_mask_T, time_mask.time_mask_p)
     check_languages(train_ds.tgt_langs, model.tgt_langs, what=f"manifest {train_ds.split}.tsv")
