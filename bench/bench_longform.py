@@ -16,8 +16,9 @@ Reports, and writes to ``docs/results/longform.json`` (the ``summary`` object fi
    compute / audio of the whole talk (``cost.rtf_cpu``: the same with thread CPU time; goal < 1),
    ``vad_share_of_compute`` = the VAD's part of the long-form driver's compute.
 2. **Rows** (``rows``, ``--row-minutes`` each, default 10): the same talk with AlignAtt (``--alignatt-policy``),
-   and a talk whose pauses (100 ms) are shorter than the VAD's segment-ending silence, so that every
-   segment is cut at ``--capped-max-segment-s``: RTF (wall and CPU), segments, cuts by the cap, VAD share.
+   and a talk with 100 ms pauses streamed with a segment-ending silence (``--capped-vad-min-silence-ms``,
+   1 s) longer than any of its gaps, so that every segment is cut at ``--capped-max-segment-s``: RTF (wall
+   and CPU), segments, cuts by the cap, VAD share.
 3. **One large push** (``--rss-minutes``, default 5): peak RSS growth of a child process that pushes
    the whole talk at once minus one that pushes it in 320 ms pieces (summary
    ``rss_growth_mib_one_push_5min``, goal <= 30 MiB).
@@ -82,7 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--row-minutes", type=float, default=10.0, help="talk length of the AlignAtt and capped rows")
     p.add_argument("--alignatt-policy", default="alignatt:frames=4", help="policy of the AlignAtt row")
     p.add_argument("--capped-max-segment-s", type=float, default=10.0,
-                   help="segment cap of the capped row and cross-check (its pauses, 100 ms, never end a segment)")
+                   help="segment cap of the capped row and cross-check")
+    p.add_argument("--capped-vad-min-silence-ms", type=float, default=1000.0,
+                   help="VAD silence that ends a segment in the capped row and cross-check: longer than any "
+                        "gap of that talk (100 ms pauses plus the clips' own leading and trailing silence), "
+                        "so every segment is ended by the cap")
     p.add_argument("--rss-minutes", type=float, default=5.0, help="talk length of the one-push memory check (0 = skip)")
     p.add_argument("--rss-child", type=float, default=None, help=argparse.SUPPRESS)  # push ms, in a child process
     p.add_argument("--note", default="", help="free text recorded in the provenance (e.g. machine shared)")
@@ -109,7 +114,8 @@ def _rss_mib() -> float:
 
 
 def bounded_cost(system, audios, args, policy: str | None = None, minutes: float | None = None,
-                 pause_ms: str | None = None, max_segment_s: float = 20.0) -> dict[str, Any]:
+                 pause_ms: str | None = None, max_segment_s: float = 20.0,
+                 min_silence_ms: float | None = None) -> dict[str, Any]:
     """Stream the long talk; per-bucket cost, RSS, segments and cache sizes."""
     from tqdm import tqdm
 
@@ -120,8 +126,9 @@ def bounded_cost(system, audios, args, policy: str | None = None, minutes: float
     minutes = args.minutes if minutes is None else minutes
     lo, hi = (float(x) / 1000.0 for x in (pause_ms or args.pause_ms).split(","))
     chunk = int(round(args.chunk_ms * SR / 1000.0))
+    silence_ms = args.vad_min_silence_ms if min_silence_ms is None else min_silence_ms
     lf = LongFormTranslator(system.translator(3, policy=policy or args.policy),
-                            vad=StreamingVad(min_silence_ms=args.vad_min_silence_ms, max_segment_s=max_segment_s),
+                            vad=StreamingVad(min_silence_ms=silence_ms, max_segment_s=max_segment_s),
                             chunk_ms=args.chunk_ms)
     lf.reset()
     bucket_s = min(args.bucket_min, minutes) * 60.0
@@ -191,7 +198,8 @@ def bounded_cost(system, audios, args, policy: str | None = None, minutes: float
             "rss_growth_mib_10_to_end": rss_peak[-1] - rss_at(10.0)}
 
 
-def crosscheck(system, utts, audios, args, pause_ms: str | None = None, max_segment_s: float = 20.0) -> dict[str, Any]:
+def crosscheck(system, utts, audios, args, pause_ms: str | None = None, max_segment_s: float = 20.0,
+               min_silence_ms: float | None = None) -> dict[str, Any]:
     """Segmented vs long-form (VAD, oracle) evaluation of the same utterances."""
     from mmst.corpora.long_talk import build_long_talk
     from mmst.evaluation.instances import make_instance
@@ -222,9 +230,11 @@ def crosscheck(system, utts, audios, args, pause_ms: str | None = None, max_segm
                     zip(talk.refs[lang], talk.offsets_s, talk.durations_s)] for lang in langs}
     out: dict[str, Any] = {"n_utterances": n, "audio_s": talk.duration_s, "segmented_compute_s": seg_s,
                            "pause_ms": pause_ms or args.pause_ms, "max_segment_s": max_segment_s,
+                           "vad_min_silence_ms": args.vad_min_silence_ms if min_silence_ms is None else min_silence_ms,
                            "per_lang": {lang: {} for lang in langs}}
     seg_scores = {lang: score_instances(seg[lang], lang, units[lang]).metrics for lang in langs}
-    for name, segmenter in (("vad", StreamingVad(min_silence_ms=args.vad_min_silence_ms, max_segment_s=max_segment_s)),
+    silence_ms = args.vad_min_silence_ms if min_silence_ms is None else min_silence_ms
+    for name, segmenter in (("vad", StreamingVad(min_silence_ms=silence_ms, max_segment_s=max_segment_s)),
                             ("oracle", OracleSegmenter([(o, o + d) for o, d in zip(talk.offsets_s, talk.durations_s)]))):
         lf = LongFormTranslator(tr, vad=segmenter, chunk_ms=args.chunk_ms)
         evs: list = []
@@ -312,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.crosscheck_utts:
         res["crosscheck"] = crosscheck(system, utts, audios, args)
         res["crosscheck_capped"] = crosscheck(system, utts, audios, args, pause_ms="100,100",
-                                              max_segment_s=args.capped_max_segment_s)
+                                              max_segment_s=args.capped_max_segment_s,
+                                              min_silence_ms=args.capped_vad_min_silence_ms)
         for key in ("crosscheck", "crosscheck_capped"):
             for lang, d in res[key]["per_lang"].items():
                 print(f"{key} {lang}: segmented BLEU {_f(d['segmented']['BLEU'])} LAAL {_f(d['segmented']['LAAL'], 0)} | "
@@ -322,10 +333,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     if args.row_minutes:
         for name, kw in (("alignatt", {"policy": args.alignatt_policy}),
-                         ("capped", {"pause_ms": "100,100", "max_segment_s": args.capped_max_segment_s})):
+                         ("capped", {"pause_ms": "100,100", "max_segment_s": args.capped_max_segment_s,
+                                     "min_silence_ms": args.capped_vad_min_silence_ms})):
             r = bounded_cost(system, audios, args, minutes=args.row_minutes, **kw)
             rows.append({"name": name, "policy": kw.get("policy", args.policy), "minutes": args.row_minutes,
                          "pause_ms": kw.get("pause_ms", args.pause_ms), "max_segment_s": kw.get("max_segment_s", 20.0),
+                         "vad_min_silence_ms": kw.get("min_silence_ms", args.vad_min_silence_ms),
                          **{k: r[k] for k in ("rtf", "rtf_cpu", "n_segments", "n_forced_cuts", "n_words",
                                               "vad_share_of_compute", "cost_ratio_cpu", "rss_growth_mib_10_to_end")}})
     memory = one_push_rss(argv, args) if args.rss_minutes else None
@@ -339,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
                       "bucket_min": args.bucket_min, "pause_ms": args.pause_ms, "chunk_ms": args.chunk_ms,
                       "vad_min_silence_ms": args.vad_min_silence_ms, "threads": args.threads,
                       "row_minutes": args.row_minutes, "alignatt_policy": args.alignatt_policy,
-                      "capped_max_segment_s": args.capped_max_segment_s, "rss_minutes": args.rss_minutes,
+                      "capped_max_segment_s": args.capped_max_segment_s,
+                      "capped_vad_min_silence_ms": args.capped_vad_min_silence_ms, "rss_minutes": args.rss_minutes,
                       "params": sum(p.numel() for p in system.model.parameters()),
                       "cost_measure": "thread CPU ms per chunk (wall clock in the buckets)"},
            "cost": cost, "rows": rows, "memory_one_push": memory, **res}
