@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The wait-k experiment on the `hard` grammar corpus (long sentences, verb-final subordinate clauses in
-# de, SOV with relative clauses in ja; issues 2 and 3): the same xs unified model and the same budget
+# de, SOV with relative clauses in ja): the same xs unified model and the same budget
 # (optim.max_update updates of data.max_tokens frames) trained twice,
 #   offline   full attention everywhere (conf/train_xs_offline.yaml, no time limit here)
 #   multik    multi-k wait-k over a chunk-causal encoder (conf/train_xs.yaml: k in {1..5, offline})
