@@ -278,12 +278,36 @@ def rss_child(system, audios, args) -> float:
                             vad=StreamingVad(min_silence_ms=args.vad_min_silence_ms), chunk_ms=args.chunk_ms)
     lf.push(audio[:SR])  # first calls allocate the model's buffers: before the baseline
     lf.reset()
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Building the talk (its chunks, then one array) peaked above what streaming it needs, so the
+    # process's peak is reset first (Linux: "5" to clear_refs resets VmHWM to the current RSS); where
+    # that is refused, the peak since the start is the baseline (a growth of 0 then means "below it").
+    reset = _reset_peak_rss()
+    base = _status_kib("VmRSS") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     push = max(1, int(round(args.rss_child * SR / 1000.0)))
     for s in range(0, audio.size, push):
         lf.push(audio[s:s + push])
     lf.finish()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024.0
+    peak = _status_kib("VmHWM") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return (peak - base) / 1024.0
+
+
+def _reset_peak_rss() -> bool:
+    """Reset this process's peak RSS (VmHWM) to its current RSS; False where the kernel refuses."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _status_kib("VmHWM") is not None
+    except OSError:
+        return False
+
+
+def _status_kib(key: str) -> int | None:
+    """A ``/proc/self/status`` field in KiB (``VmRSS``, ``VmHWM``), or None."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return None
 
 
 def one_push_rss(argv: list[str], args) -> dict[str, Any]:
