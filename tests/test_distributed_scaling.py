@@ -6,13 +6,10 @@ of :mod:`distributed_fixtures`; a scripted clock decides what DropCompute drops,
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 from distributed_fixtures import FrameModel, criterion, ddp_batches, ddp_rank, make_batch, stub_trainer
 
-import mmst.distributed.dropcompute as dropcompute
 from mmst.simulation.run import launch_local
 from mmst.training.strategy import SingleProcessStrategy
 
@@ -54,8 +51,8 @@ def test_ddp_on_unequal_length_batches_equals_one_process_over_the_same_batches(
 
 
 class _ScriptedClock:
-    """``perf_counter`` for :mod:`mmst.distributed.dropcompute`: time moves only when a forward runs (1 s
-    each), so what a threshold drops is decided by the script, not by the machine."""
+    """The clock DropCompute times with (its injector's ``clock``): time moves only when a forward runs
+    (1 s each), so what a threshold drops is decided by the script, not by the machine."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -69,7 +66,6 @@ def test_dropcompute_step_with_two_of_four_dropped_equals_one_process_over_the_t
     from mmst.training.distributed import TrainerDropCompute
 
     clock = _ScriptedClock()
-    monkeypatch.setattr(dropcompute, "time", SimpleNamespace(perf_counter=clock.perf_counter))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
@@ -89,6 +85,7 @@ def test_dropcompute_step_with_two_of_four_dropped_equals_one_process_over_the_t
     try:
         model = FrameModel(seed=0)
         strat.setup(stub_trainer(model))
+        strat.core.injector.clock = clock.perf_counter
         opt = torch.optim.SGD(model.parameters(), lr=1.0)
         res = strat.run_update(model, timed, opt, None, batches, [None] * 4, 0.0)
     finally:
