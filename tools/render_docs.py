@@ -518,11 +518,13 @@ def longform_rows(d: Mapping[str, Any]) -> str:
             [[label.get(r["name"], r["name"]), r["policy"], num(r["minutes"], "{:g}"), pause_range(r["pause_ms"]),
               num(r["rtf"], "{:.3f}"), num(r.get("rtf_cpu"), "{:.3f}"), r["n_segments"],
               num(r.get("n_forced_cuts"), "{}"), pct(r.get("vad_share_of_compute"))] for r in [main, *rows]]))
-        caps = sorted({num(r["max_segment_s"], "{:g}") for r in rows if r["name"] == "capped"})
-        if caps:
+        capped = [r for r in rows if r["name"] == "capped"]
+        if capped:
+            r = capped[0]
+            silence = r.get("vad_min_silence_ms", cfg["vad_min_silence_ms"])
             out.append(f"The capped run's pauses are shorter than the VAD's segment-ending silence "
-                       f"({num(cfg['vad_min_silence_ms'], '{:.0f}')} ms), so the VAD ends its segments only at the "
-                       f"{', '.join(caps)} s cap.")
+                       f"({num(silence, '{:.0f}')} ms), so the VAD ends its segments only at the "
+                       f"{num(r['max_segment_s'], '{:g}')} s cap.")
     if mem:
         out.append(f"One push of a whole {num(mem['minutes'], '{:g}')}-minute talk: peak RSS growth "
                    f"{num(mem['rss_growth_mib_one_push'], '{:.1f}')} MiB, against "
@@ -557,8 +559,10 @@ def longform_crosscheck(d: Mapping[str, Any]) -> str:
         return out
     rows = [[lang, num(v["vad"]["BLEU"]), num(v["oracle"]["BLEU"]), num(v["vad"]["StreamLAAL"], "{:.0f}"),
              num(v["oracle"]["StreamLAAL"], "{:.0f}")] for lang, v in xc["per_lang"].items()]
-    return (out + "\n\nThe same utterances with pauses shorter than the VAD's segment-ending silence: the VAD's "
-            "segments end at the cap, not at sentence ends.\n\n"
+    silence = xc.get("vad_min_silence_ms")
+    silence_text = f" ({num(silence, '{:.0f}')} ms)" if silence is not None else ""
+    return (out + f"\n\nThe same utterances with pauses shorter than the VAD's segment-ending silence{silence_text}: "
+            "the VAD's segments end at the cap, not at sentence ends.\n\n"
             + md_table(["lang", "BLEU (VAD, capped)", "BLEU (oracle)", "StreamLAAL (VAD, capped)",
                         "StreamLAAL (oracle)"], rows)
             + "\n\n" + _crosscheck_foot(xc, cap=True))
