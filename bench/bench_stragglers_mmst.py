@@ -346,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "DropCompute with tau = inf (never drops), which separates the gain from dropping from the "
                         "cost of the all-reduce implementation")
     p.add_argument("--seeds", type=int, default=None, help="seeds per configuration (default 3; quick 1)")
+    p.add_argument("--oversubscribed-seeds", type=int, default=None,
+                   help="seeds per configuration where the W ranks outnumber the cores (default: --seeds)")
     p.add_argument("--updates", type=int, default=None,
                    help="updates of a curve run (dev loss vs time; default 60; quick 6)")
     p.add_argument("--valid-every", type=int, default=None,
@@ -436,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
                 targets[w] = reference_target(ref["curve"], ref["curve_updates"])
             for scen in scens:
                 for mode in modes:
-                    for seed in seeds:
+                    over = w > (os.cpu_count() or 1) and a.oversubscribed_seeds is not None
+                    for seed in (seeds[:a.oversubscribed_seeds] if over else seeds):
                         r = run_or_reuse(w, mode, scen, seed, root)
                         rows.append(r)
                         print(f"W={w} {scen} {mode} seed {seed}: {r['wall_s']:.0f}s"
@@ -451,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     print(tab)
     out = {"summary": summ, "goals": gl, "provenance": record,
            "config": {**{k: v for k, v in vars(a).items()}, "workers": ws, "scenarios": scens, "modes": modes,
-                      "seeds": list(seeds), "samples_per_microbatch": spm,
+                      "seeds": list(seeds),
+                      "oversubscribed_seeds": a.oversubscribed_seeds, "samples_per_microbatch": spm,
                       "ranks_per_core": {w: (w + 1) / cores for w in ws}, "cores": cores,
                       "target_rule": "the single-process reference run's dev loss at its first validation at or "
                                      "after 2/3 of its updates; the same target for every mode",
