@@ -29,6 +29,15 @@ Method:
    the U updates of each run, and "at equal training time": after the last pair ours is trained
    for as many process CPU seconds as fairseq's last run used (equal to wall time with one thread
    on an idle machine) and its dev loss reported.
+6. MFU and thread scaling in the same run: ``bench/bench_train.py`` times the ``s`` model of its own
+   benchmark (unified, 4 languages, CTC, wait-3 mask, fp32) at ``--mfu-threads`` (default 1 and 2)
+   threads; its rows are stored under ``train_s``.
+
+``summary`` (:func:`summarize`): ``ratio_fp32_median`` (ours fp32 / fairseq, median over pairs),
+``ratio_compiled_median`` (our training's default ``compile`` setting: equal to the fp32 ratio while
+that default is ``false``, eager), ``ratio_bf16_median``, ``mfu_s_1t``, ``mfu_s_2t``,
+``speedup_2t_over_1t_s`` (s/update at 1 thread over s/update at 2 threads), the dev loss at equal
+updates and at equal training time, the goals and whether they are met.
 
 Results: ``docs/results/vs_fairseq.json`` and a table (ratio ours / fairseq: min, median, max).
 """
@@ -59,7 +68,12 @@ DEPENDS_ON = (
     "mmst/data/",
     "mmst/losses.py",
     "mmst/corpora/feature_corpus.py",
+    "bench/bench_train.py",
+    "mmst/features.py",
 )
+
+#: Goals of the summary: throughput ratio ours / fairseq (fp32 or compiled), MFU of ``s`` at 2 threads.
+GOALS = {"ratio": 1.5, "mfu_s_2t": 0.5}
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -134,7 +148,7 @@ def run_fairseq(fs_dir: Path, save: Path, args: argparse.Namespace) -> dict[str,
                "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(args.lr),
                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(args.warmup_updates), "--clip-norm", "10.0",
                "--max-tokens", str(args.max_tokens), "--max-update", str(args.updates),
-               "--required-batch-size-multiple", "1", "--num-workers", "0", "--cpu", "--seed", "1",
+               "--required-batch-size-multiple", "1", "--num-workers", "0", "--cpu", "--seed", str(args.seed),
                "--log-format", "json", "--log-interval", "1", "--save-dir", str(save), "--no-save",
                "--max-tokens-valid", str(args.max_tokens)]
     out_json = save / "timing.json"
@@ -201,7 +215,7 @@ def run_ours(data: Path, args: argparse.Namespace, precision: str = "fp32", max_
     cmd = [sys.executable, __file__, "--worker-ours", str(data), "--lang", args.lang, "--max-tokens",
            str(args.max_tokens), "--updates", str(args.updates), "--lr", str(args.lr), "--warmup-updates",
            str(args.warmup_updates), "--threads", str(args.threads), "--precision", precision,
-           "--optimizer", args.optimizer]
+           "--optimizer", args.optimizer, "--seed", str(args.seed)]
     if max_seconds is not None:
         cmd += ["--max-seconds", str(max_seconds)]
     if max_cpu_seconds is not None:
@@ -230,7 +244,7 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
     from mmst.training.strategy import SingleProcessStrategy
 
     torch.set_num_threads(args.threads)
-    torch.manual_seed(1)
+    torch.manual_seed(args.seed)
     data = Path(args.worker_ours)
     t_start = time.perf_counter()
     tr = MultiwayDataset(data, "train", tgt_langs=[args.lang], with_src=False, cache_features=True)
@@ -254,7 +268,7 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
         return cpus[-1] >= args.max_cpu_seconds
 
     while n_up < args.updates or budget:
-        for bi in make_batches(tr.n_frames, args.max_tokens, seed=1, epoch=epoch):
+        for bi in make_batches(tr.n_frames, args.max_tokens, seed=args.seed, epoch=epoch):
             b = tr.collater([tr[i] for i in bi])
             strat.run_update(model, crit, opt, sched, [b], [None], 10.0)
             n_up += 1
@@ -287,6 +301,64 @@ def throughput(walls: list[float], frames: list[float]) -> float | None:
     return sum(frames[1:]) / (walls[-1] - walls[0])
 
 
+def run_train_rows(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    """The ``s`` rows of ``bench/bench_train.py`` (unified, 4 languages, fp32, synthetic batches of
+    ``--mfu-frames`` frames) at each of ``--mfu-threads``, run as a subprocess; returns its result rows
+    (``[]`` when no thread count is given). Raises ``RuntimeError`` when it fails."""
+    if not args.mfu_threads:
+        return []
+    out = work / "train_s.json"
+    cmd = [sys.executable, str(REPO / "bench" / "bench_train.py"), "--sizes", "s", "--threads",
+           *map(str, args.mfu_threads), "--precision", "fp32", "--frames", str(args.mfu_frames), "--updates",
+           str(args.mfu_updates), "--warmup", "1", "--specaugment", "none", "--omp-wait-policy",
+           args.omp_wait_policy, "--out", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode or not out.exists():
+        raise RuntimeError(f"bench_train.py failed:\n{(r.stdout + r.stderr)[-3000:]}")
+    return json.loads(out.read_text())["results"]
+
+
+def summarize(by_prec: dict[str, Any], pairs_dev: dict[str, list[float]], train_rows: list[dict[str, Any]],
+              updates: int, compile_default: Any) -> dict[str, Any]:
+    """The run's ``summary``.
+
+    ``by_prec``: per precision ``ratio_median`` and ``equal_wall`` (see :func:`main`); ``pairs_dev``: the dev
+    losses after ``updates`` updates of every pair, per run (``"fairseq"``, ``"ours_fp32"``, ...);
+    ``train_rows``: bench_train rows of the ``s`` model (``threads``, ``s_per_update``, ``mfu``);
+    ``compile_default``: our training config's default ``compile`` value. ``ratio_compiled_median`` is the
+    fp32 ratio when that default is off (what a user runs is eager), else ``None`` (not measured here).
+    ``speedup_2t_over_1t_s`` = s/update at 1 thread / s/update at 2 threads. Dev losses are medians over
+    the pairs (each pair trains the same batches from the same seed). ``met``: ``max(ratio_fp32_median,
+    ratio_compiled_median) >= 1.5`` and ``mfu_s_2t >= 0.5`` (``None`` when not measured).
+    """
+    import statistics
+
+    def med(xs: list[float] | None) -> float | None:
+        xs = [x for x in xs or [] if x is not None]
+        return statistics.median(xs) if xs else None
+
+    r32 = (by_prec.get("fp32") or {}).get("ratio_median")
+    compiled = r32 if compile_default in (False, "false", None) else None
+    rows = {r["threads"]: r for r in train_rows}
+    m1, m2 = (rows.get(t, {}).get("mfu") for t in (1, 2))
+    sp = (rows[1]["s_per_update"] / rows[2]["s_per_update"]) if 1 in rows and 2 in rows else None
+    eq = (by_prec.get("fp32") or {}).get("equal_wall") or {}
+    ratios = [r for r in (r32, compiled) if r is not None]
+    return {
+        "ratio_fp32_median": r32, "ratio_compiled_median": compiled,
+        "ratio_bf16_median": (by_prec.get("bf16") or {}).get("ratio_median"),
+        "compile_default": compile_default, "compiled_measured": False,
+        "mfu_s_1t": m1, "mfu_s_2t": m2, "speedup_2t_over_1t_s": sp,
+        "dev_loss_equal_updates": {"updates": updates, **{k: med(v) for k, v in pairs_dev.items()}},
+        "dev_loss_equal_time": {"cpu_seconds": eq.get("cpu_seconds"), "ours_fp32": eq.get("ours_dev_loss"),
+                                "ours_fp32_updates": eq.get("ours_updates"), "fairseq": eq.get("fairseq_dev_loss"),
+                                "fairseq_updates": eq.get("fairseq_updates")},
+        "goals": {"ratio": f">= {GOALS['ratio']}", "mfu_s_2t": f">= {GOALS['mfu_s_2t']}"},
+        "met": {"ratio": max(ratios) >= GOALS["ratio"] if ratios else None,
+                "mfu_s_2t": m2 >= GOALS["mfu_s_2t"] if m2 is not None else None},
+    }
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
@@ -298,6 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--updates", type=int, default=30, help="updates per run")
     p.add_argument("--pairs", type=int, default=3, help="rounds of (ours at each --precision, fairseq), order alternating between rounds")
     p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
+    p.add_argument("--seed", type=int, default=1,
+                   help="seed of both trainings (parameter init, batch order, dropout); each toolkit draws its own "
+                        "random numbers from it")
     p.add_argument("--warmup-updates", type=int, default=10, help="LR warm-up updates")
     p.add_argument("--threads", type=int, default=1, help="CPU threads of each run (1: see bench/NOTES.md on 2-thread oversubscription)")
     p.add_argument("--omp-wait-policy", default="PASSIVE",
@@ -308,6 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "and loss), which fairseq does not have on CPU (its --bf16 implies --tpu, --amp is CUDA only)")
     p.add_argument("--optimizer", default="fused", choices=["fused", "foreach", "for-loop"],
                    help="our AdamW implementation (mmst-train optim.implementation)")
+    p.add_argument("--mfu-threads", nargs="*", type=int, default=[1, 2],
+                   help="thread counts at which bench/bench_train.py times the s model (fp32) in the same run, for "
+                        "the summary's MFU and 2-thread speed-up (none given: skipped)")
+    p.add_argument("--mfu-frames", type=int, default=8000, help="padded frames per batch of those rows")
+    p.add_argument("--mfu-updates", type=int, default=3, help="timed updates of those rows")
     p.add_argument("--quick", action="store_true", help="smoke test: 6 updates x 1 pair, small batches")
     p.add_argument("--out", default=str(RESULTS_DIR / "vs_fairseq.json"),
                    help="JSON output (default docs/results/vs_fairseq.json)")
@@ -331,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.updates, args.pairs, args.max_tokens, args.n_train = 6, 1, 1500, 120
+        args.mfu_frames, args.mfu_updates = 2000, 1
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if not fairseq_available():
@@ -406,9 +487,15 @@ def main(argv: list[str] | None = None) -> int:
                 "ours_wall_seconds": eq["walls"][-1], "fairseq_dev_loss": f_last["dev_loss"],
                 "ours_dev_loss": eq["dev_loss"], "ours_updates": eq["updates"], "fairseq_updates": len(f_last["walls"])},
         }
+    train_rows = run_train_rows(args, work)
+    from mmst.training.config import TrainConfig
+
+    pairs_dev = {"fairseq": [pr["fairseq"]["dev_loss"] for pr in pairs],
+                 **{f"ours_{p}": [pr[f"ours_{p}"]["dev_loss"] for pr in pairs] for p in precs}}
+    summary = summarize(by_prec, pairs_dev, train_rows, args.updates, TrainConfig().compile)
     head = by_prec.get("fp32") or by_prec[precs[0]]
     res = {
-        "config": {k: getattr(args, k) for k in ("lang", "max_tokens", "updates", "pairs", "lr", "threads",
+        "config": {k: getattr(args, k) for k in ("lang", "max_tokens", "updates", "pairs", "lr", "seed", "threads",
                                                   "warmup_updates", "omp_wait_policy", "precision", "optimizer")}
         | {"data": str(data), **info, "loadavg_1min": os.getloadavg()[0]},
         "params": {"ours": pairs[0][f"ours_{precs[0]}"]["params"], "fairseq": pairs[0]["fairseq"]["params"]},
@@ -424,6 +511,10 @@ def main(argv: list[str] | None = None) -> int:
         "headline_precision": "fp32" if "fp32" in by_prec else precs[0],
         **{k: head[k] for k in ("ratio_min", "ratio_median", "ratio_max", "cpu_ratio_min", "cpu_ratio_median",
                                 "cpu_ratio_max", "equal_wall")},
+        "train_s": [{k: r.get(k) for k in ("size", "arch", "threads", "precision", "langs", "batch_frames",
+                                            "s_per_update", "frames_per_s", "model_gflop_per_update",
+                                            "achieved_gflops", "peak_gflops", "mfu")} for r in train_rows],
+        "summary": summary,
         "runtime_s": time.perf_counter() - t_start,
     }
     pa = res["params"]
@@ -444,6 +535,14 @@ def main(argv: list[str] | None = None) -> int:
               f"{f3(b['cpu_ratio_min'], b['cpu_ratio_median'], b['cpu_ratio_max'])} | "
               + (f"{e['ours_dev_loss']:.3f} ({e['ours_updates']} upd) / {e['fairseq_dev_loss']:.3f} "
                  f"({e['fairseq_updates']} upd, {e['cpu_seconds']:.0f} CPU s) |" if e else "- |"))
+    sm = summary
+
+    def fmt(x, f="{:.2f}"):
+        return "-" if x is None else f.format(x)
+    print(f"summary: ratio fp32 median {fmt(sm['ratio_fp32_median'])}, compiled {fmt(sm['ratio_compiled_median'])} "
+          f"(goal {sm['goals']['ratio']}: {sm['met']['ratio']}); MFU s 1t {fmt(sm['mfu_s_1t'], '{:.1%}')}, "
+          f"2t {fmt(sm['mfu_s_2t'], '{:.1%}')} (goal {sm['goals']['mfu_s_2t']}: {sm['met']['mfu_s_2t']}); "
+          f"s 2t/1t speed-up {fmt(sm['speedup_2t_over_1t_s'])}")
     write_results(out, {"provenance": run_record(depends_on=DEPENDS_ON), **res})
     return 0
 

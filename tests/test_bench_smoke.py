@@ -76,7 +76,7 @@ def test_vs_fairseq_our_side_and_precision_summary(tmp_path):
     import summarize
 
     data = vs.make_data(tmp_path, 20)
-    args = argparse.Namespace(lang="de", max_tokens=1500, updates=2, lr=2e-3,
+    args = argparse.Namespace(lang="de", max_tokens=1500, updates=2, lr=2e-3, seed=1,
                                                      warmup_updates=2, threads=1, omp_wait_policy="PASSIVE",
                                                      optimizer="fused")
     res = {p: vs.run_ours(data, args, p) for p in ("fp32", "bf16")}
@@ -164,6 +164,46 @@ def test_profile_categories():
     assert c("aten::_fused_adamw_", ["Optimizer.step#AdamW.step"]) == "optimizer"
     assert c("aten::copy_", ["aten::to", "data"]) == "data"
     assert c("aten::bernoulli_", ["aten::dropout"]) == "elementwise"
+
+
+def test_vs_fairseq_summary_keys_goals_and_dev_losses():
+    import bench_vs_fairseq as vs
+
+    by = {"fp32": {"ratio_median": 1.3, "equal_wall": {"cpu_seconds": 40.0, "ours_dev_loss": 2.5, "ours_updates": 39,
+                                                       "fairseq_dev_loss": 2.6, "fairseq_updates": 30}},
+          "bf16": {"ratio_median": 1.9}}
+    dev = {"fairseq": [2.60, 2.70, 2.62], "ours_fp32": [2.71, 2.71, 2.80]}
+    rows = [{"threads": 1, "s_per_update": 3.0, "mfu": 0.49}, {"threads": 2, "s_per_update": 2.0, "mfu": 0.37}]
+    s = vs.summarize(by, dev, rows, 30, False)
+    # compile off by default: the compiled ratio is the fp32 one; 1.3 < 1.5 and 0.37 < 0.5 are missed
+    assert s["ratio_fp32_median"] == s["ratio_compiled_median"] == 1.3 and s["ratio_bf16_median"] == 1.9
+    assert (s["mfu_s_1t"], s["mfu_s_2t"], s["speedup_2t_over_1t_s"]) == (0.49, 0.37, 1.5)
+    assert s["met"] == {"ratio": False, "mfu_s_2t": False}
+    assert s["dev_loss_equal_updates"] == {"updates": 30, "fairseq": 2.62, "ours_fp32": 2.71}
+    assert s["dev_loss_equal_time"] == {"cpu_seconds": 40.0, "ours_fp32": 2.5, "ours_fp32_updates": 39,
+                                        "fairseq": 2.6, "fairseq_updates": 30}
+    # compile on by default: not measured here, so only the fp32 ratio counts; no MFU rows: unknown
+    by["fp32"]["ratio_median"] = 1.5
+    s = vs.summarize(by, dev, [], 30, "blocks")
+    assert s["ratio_compiled_median"] is None and s["met"] == {"ratio": True, "mfu_s_2t": None}
+    assert s["mfu_s_2t"] is None and s["speedup_2t_over_1t_s"] is None
+
+
+def test_bench_threads_plan_and_summary():
+    import bench_threads as bt
+
+    p = bt.plan(["s"], ["passive", "active"], 2)
+    assert p == [(0, "s", 1, "passive"), (0, "s", 2, "passive"), (0, "s", 2, "active"),
+                 (1, "s", 2, "active"), (1, "s", 2, "passive"), (1, "s", 1, "passive")]
+    assert bt.settings(5000)["spin"] == {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "5000"}
+    rows = [{"size": "s", "threads": t, "setting": n, "s_per_update": v, "mfu": m, "peak_gflops": pk}
+            for t, n, v, m, pk in [(1, "passive", 3.0, 0.5, 200.0), (1, "passive", 3.2, 0.5, 220.0),
+                                   (2, "passive", 2.0, 0.4, 400.0), (2, "passive", 2.2, 0.4, 420.0),
+                                   (2, "active", 1.6, 0.45, 410.0), (2, "active", 1.6, 0.45, 410.0)]]
+    s = bt.summarize(rows)["s"]
+    assert s["s_per_update_1t"] == pytest.approx(3.1)
+    assert s["speedup_2t_over_1t"] == {"passive": pytest.approx(3.1 / 2.1), "active": pytest.approx(3.1 / 1.6)}
+    assert s["peak_speedup_2t_over_1t"] == pytest.approx(410.0 / 210.0) and s["best_setting"] == "active"
 
 
 def test_bench_int8_word_agreement_counts_positions():

@@ -232,3 +232,43 @@ def test_longform_tables_render_rows_memory_capped_crosscheck_and_goals():
     assert render_docs.longform_rows(old).startswith("This run recorded neither")
     x = render_docs.longform_crosscheck(old)
     assert x.count("| lang |") == 1 and x.endswith("4 VAD segments, 4 oracle segments.")
+
+
+def test_vs_fairseq_summary_table_renders_goals_and_both_dev_losses():
+    s = {"ratio_fp32_median": 1.31, "ratio_compiled_median": 1.31, "ratio_bf16_median": 1.9, "compiled_measured": False,
+         "mfu_s_1t": 0.49, "mfu_s_2t": 0.371, "speedup_2t_over_1t_s": 1.5,
+         "dev_loss_equal_updates": {"updates": 30, "ours_fp32": 2.713, "fairseq": 2.602},
+         "dev_loss_equal_time": {"cpu_seconds": 38.2, "ours_fp32": 2.512, "ours_fp32_updates": 39, "fairseq": 2.602,
+                                 "fairseq_updates": 30},
+         "goals": {"ratio": ">= 1.5", "mfu_s_2t": ">= 0.5"}, "met": {"ratio": False, "mfu_s_2t": False}}
+    train_s = [{"threads": t, "size": "s", "arch": "unified", "langs": 4, "batch_frames": 7200, "s_per_update": v}
+               for t, v in ((1, 3.0), (2, 2.0))]
+    lines = render_docs.vs_fairseq_summary({"summary": s, "train_s": train_s}).splitlines()
+    assert "| throughput ratio ours fp32 / fairseq, median | 1.31 | >= 1.5 | missed |" in lines
+    assert ("| throughput ratio ours compiled / fairseq, median (same as fp32: `compile` is off by default) "
+            "| 1.31 | >= 1.5 |  |") in lines
+    assert "| MFU of `s`, 2 threads | 37.1% | >= 50% | missed |" in lines
+    assert "| speed-up of `s`, 2 threads over 1 | 1.50 |  |  |" in lines
+    assert "| after 30 updates (median of the pairs) | 2.713 | 2.602 |" in lines
+    assert "| at equal training time (38 CPU s) | 2.512 (39 updates) | 2.602 (30 updates) |" in lines
+    assert lines[-1].endswith("1 thread(s) 3.00 s/update, 2 thread(s) 2.00 s/update.")
+
+
+def test_train_profile_tables_per_update_and_scaling():
+    def row(threads, total_ms, shares, s_per_update):
+        return {"size": "s", "threads": threads, "precision": "fp32", "s_per_update": s_per_update, "mfu": 0.4,
+                "profile": {"updates": 2, "total_ms": total_ms, "shares": shares,
+                            "top_ops": [{"name": "aten::mm", "self_ms": total_ms / 2, "calls": 200, "category": "matmul"}]}}
+
+    one = dict(matmul=0.6, elementwise=0.3, loss=0.05, optimizer=0.05, data=0.0)
+    two = dict(matmul=0.5, elementwise=0.4, loss=0.05, optimizer=0.05, data=0.0)
+    d = {"results": [row(1, 6000.0, one, 2.9), row(2, 4000.0, two, 1.9)]}
+    prof = render_docs.train_profile(d).splitlines()
+    assert "| s | 1 | fp32 | 2.90 | 40.0% | 3000 | 60.0% | 30.0% | 5.0% | 5.0% | 0.0% |" in prof
+    ops = render_docs.train_profile_ops(d)
+    assert "| `aten::mm` | 1500.0 | 50.0% | matmul | 100 |" in ops.splitlines() and "`s`, 2 thread(s):" in ops
+    sc = render_docs.train_profile_scaling(d).splitlines()
+    # matmul 1800 -> 1000 ms/update (1.80x), elementwise 900 -> 800 (1.12x), total 3000 -> 2000 (1.50x)
+    assert "| s | matmul | 1800 | 1000 | 1.80 |" in sc
+    assert "| s | elementwise | 900 | 800 | 1.12 |" in sc
+    assert "| s | total | 3000 | 2000 | 1.50 |" in sc

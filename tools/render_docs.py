@@ -422,6 +422,113 @@ def vs_fairseq(d: Mapping[str, Any]) -> str:
               f"{c['threads']} thread(s), {params_m(d['params']['ours'])} parameters both.")
 
 
+def vs_fairseq_summary(d: Mapping[str, Any]) -> str:
+    """The like-for-like summary of ``bench/bench_vs_fairseq.py``: ratios, MFU and 2-thread speed-up of ``s``
+    (measured in the same run), goals, and the dev loss at equal updates beside the loss at equal time."""
+    s = d["summary"]
+    g, met = s["goals"], s["met"]
+
+    def yes(x: bool | None) -> str:
+        return "-" if x is None else ("met" if x else "missed")
+
+    pct = "{:.1%}"
+    comp = ("same as fp32: `compile` is off by default" if not s.get("compiled_measured")
+            and s.get("ratio_compiled_median") is not None else "")
+    rows = [["throughput ratio ours fp32 / fairseq, median", num(s["ratio_fp32_median"]), g["ratio"],
+             yes(met["ratio"])],
+            ["throughput ratio ours compiled / fairseq, median" + (f" ({comp})" if comp else ""),
+             num(s["ratio_compiled_median"]), g["ratio"], ""],
+            ["throughput ratio ours bf16 / fairseq fp32, median", num(s.get("ratio_bf16_median")), "", ""],
+            ["MFU of `s`, 1 thread", num(s["mfu_s_1t"], pct), "", ""],
+            ["MFU of `s`, 2 threads", num(s["mfu_s_2t"], pct), g["mfu_s_2t"].replace("0.5", "50%"),
+             yes(met["mfu_s_2t"])],
+            ["speed-up of `s`, 2 threads over 1", num(s["speedup_2t_over_1t_s"]), "", ""]]
+    eu, et = s["dev_loss_equal_updates"], s["dev_loss_equal_time"]
+    loss = md_table(["dev loss (nats per token)", "ours fp32", "fairseq"],
+                    [[f"after {eu['updates']} updates (median of the pairs)", num(eu.get("ours_fp32"), "{:.3f}"),
+                      num(eu.get("fairseq"), "{:.3f}")],
+                     [f"at equal training time ({num(et.get('cpu_seconds'), '{:.0f}')} CPU s)",
+                      f"{num(et.get('ours_fp32'), '{:.3f}')} ({et.get('ours_fp32_updates', '-')} updates)",
+                      f"{num(et.get('fairseq'), '{:.3f}')} ({et.get('fairseq_updates', '-')} updates)"]])
+    rows_s = {r["threads"]: r for r in d.get("train_s", [])}
+    how = ""
+    if rows_s:
+        r = next(iter(rows_s.values()))
+        how = (f" MFU and speed-up: `bench/bench_train.py` rows of the `{r['size']}` {r['arch']} model, {r['langs']} "
+               f"languages, {r['batch_frames']} frames per batch, fp32, "
+               + ", ".join(f"{t} thread(s) {num(x['s_per_update'])} s/update" for t, x in rows_s.items()) + ".")
+    return md_table(["measure", "value", "goal", "met"], rows) + "\n\n" + loss + ("\n\n" + how.strip() if how else "")
+
+
+def _per_update(r: Mapping[str, Any], ms: float) -> float:
+    return ms / max(r["profile"]["updates"], 1)
+
+
+def train_profile(d: Mapping[str, Any]) -> str:
+    """``bench/bench_train.py --profile``: per row, s/update and the shares of the profiled self time."""
+    cats = ("matmul", "elementwise", "loss", "optimizer", "data")
+    rows = []
+    for r in d["results"]:
+        if "profile" not in r:
+            continue
+        pr = r["profile"]
+        rows.append([r["size"], r["threads"], r.get("precision", "fp32"), num(r["s_per_update"]),
+                     num(100 * r["mfu"], "{:.1f}") + "%" if r.get("mfu") is not None else "-",
+                     num(_per_update(r, pr["total_ms"]), "{:.0f}")]
+                    + [num(100 * pr["shares"][c], "{:.1f}") + "%" for c in cats])
+    return md_table(["size", "threads", "precision", "s/update (unprofiled)", "MFU", "profiled ms/update",
+                     *[f"{c}" for c in cats], ], rows)
+
+
+def train_profile_ops(d: Mapping[str, Any], top: int = 10) -> str:
+    """The ``top`` ops by self time of every profiled row, side by side: ms per update and share."""
+    prof = [r for r in d["results"] if "profile" in r]
+    blocks = []
+    for r in prof:
+        pr = r["profile"]
+        total = pr["total_ms"] or 1.0
+        rows = [[f"`{op['name']}`", num(_per_update(r, op["self_ms"]), "{:.1f}"),
+                 num(100 * op["self_ms"] / total, "{:.1f}") + "%", op["category"],
+                 num(op["calls"] / max(pr["updates"], 1), "{:.0f}")] for op in pr["top_ops"][:top]]
+        blocks.append(f"`{r['size']}`, {r['threads']} thread(s):\n\n"
+                      + md_table(["op", "self ms/update", "share", "category", "calls/update"], rows))
+    return "\n\n".join(blocks)
+
+
+def train_profile_scaling(d: Mapping[str, Any]) -> str:
+    """Per size and category: profiled ms per update at 1 and at 2 threads and their ratio (how each part
+    of the step scales with the second thread)."""
+    cats = ("matmul", "elementwise", "loss", "optimizer", "data")
+    by = {(r["size"], r["threads"]): r for r in d["results"] if "profile" in r}
+    rows = []
+    for size in dict.fromkeys(s for s, _ in by):
+        one, two = by.get((size, 1)), by.get((size, 2))
+        if not one or not two:
+            continue
+        for c in (*cats, "total"):
+            a, b = (_per_update(r, r["profile"]["total_ms"] * (1.0 if c == "total" else r["profile"]["shares"][c]))
+                    for r in (one, two))
+            rows.append([size, c, num(a, "{:.0f}"), num(b, "{:.0f}"), num(a / b if b else None)])
+    return md_table(["size", "part of the step", "ms/update, 1 thread", "ms/update, 2 threads", "speed-up"], rows)
+
+
+def train_threads(d: Mapping[str, Any]) -> str:
+    """``bench/bench_threads.py``: s/update at 2 threads under each OpenMP setting and the speed-up over 1 thread."""
+    rows = []
+    for size, s in d["summary"].items():
+        for n, t in s["s_per_update_2t"].items():
+            env = next((r["env"] for r in d["rows"] if r["setting"] == n), {})
+            rows.append([size, n, " ".join(f"`{k}={v}`" for k, v in env.items()), num(s["s_per_update_1t"]),
+                         num(t), num(s["speedup_2t_over_1t"][n]),
+                         num(100 * s["mfu_2t"][n], "{:.1f}") + "%" if s["mfu_2t"].get(n) is not None else "-"])
+    c = d["config"]
+    peaks = "; ".join(f"`{size}`: {num(s['peak_speedup_2t_over_1t'])}" for size, s in d["summary"].items())
+    return (md_table(["size", "setting", "environment", "s/update 1 thread", "s/update 2 threads", "speed-up 2t / 1t",
+                      "MFU 2 threads"], rows)
+            + f"\n\nMedians of {c['rounds']} rounds (order alternating), {c['frames']} frames per batch, "
+              f"{c['updates']} timed updates per row. The 2048^2 fp32 matmul peak scales {peaks} from 1 to 2 threads.")
+
+
 def streaming_policies(d: Mapping[str, Any]) -> str:
     """Per-policy streaming cost (``bench/bench_streaming.py --policies-only``): ms per segment and RTF."""
     pr = d["policies"]
@@ -655,6 +762,11 @@ TABLES: dict[str, Table] = {
     "train": Table("train.json", train),
     "train-quick": Table("train_quick.json", train_quick),
     "vs-fairseq": Table("vs_fairseq.json", vs_fairseq),
+    "vs-fairseq-summary": Table("vs_fairseq.json", vs_fairseq_summary),
+    "train-profile": Table("train_profile.json", train_profile),
+    "train-profile-ops": Table("train_profile.json", train_profile_ops),
+    "train-profile-scaling": Table("train_profile.json", train_profile_scaling),
+    "train-threads": Table("train_threads.json", train_threads),
     "serve": Table("serve.json", serve_table),
 }
 
