@@ -28,7 +28,7 @@ Results: ``docs/results/train_threads.json`` (``--out``) and a table.
 
 Example::
 
-    python bench/bench_threads.py                     # s, 1 and 2 threads, every setting, 2 rounds
+    python bench/bench_threads.py                     # s, 1 and 2 threads, passive/active/spin, 2 rounds
     python bench/bench_threads.py --sizes xs --rounds 1 --frames 2000 --updates 1
 """
 
@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     p = ArgumentParser(description=__doc__)
     p.add_argument("--sizes", nargs="+", default=["s"], help="model sizes")
-    p.add_argument("--settings", nargs="+", default=["passive", "active", "spin", "bind"],
+    p.add_argument("--settings", nargs="+", default=["passive", "active", "spin"],
                    choices=["passive", "active", "spin", "bind"], help="OpenMP settings of the 2-thread rows")
     p.add_argument("--spincount", type=int, default=20000, help="GOMP_SPINCOUNT of the 'spin' setting")
     p.add_argument("--rounds", type=int, default=2, help="rounds over every row (order alternating)")

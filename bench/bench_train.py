@@ -355,13 +355,17 @@ def run_one(args: argparse.Namespace, size: str, threads: int, precision: str = 
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
         scoped = _LossScope(crit)
         with profile(activities=acts, record_shapes=False) as prof:
+            t_prof = time.perf_counter()
             for i in range(args.profile_updates):
                 with record_function("data"):
                     b = compiler.prepare(make_batch(i)).to(device)
                 strat.run_update(model, scoped, opt, sched, [b], [args.waitk], 10.0)
                 sync()
-        prof_res = profile_shares(prof.events(), device_time=device == "cuda")
-        prof_res.update(updates=args.profile_updates, data_source="DATA loader" if args.data else "synthetic",
+            prof_wall = time.perf_counter() - t_prof
+        prof_res = profile_shares(prof.events(), device_time=device == "cuda", top=args.profile_top)
+        # wall time of the profiled updates (profiler overhead included): the part not inside any op's self
+        # time is Python, autograd bookkeeping and the profiler itself, all on the main thread
+        prof_res.update(updates=args.profile_updates, wall_ms=1000 * prof_wall, data_source="DATA loader" if args.data else "synthetic",
                         time="CUDA kernel" if device == "cuda" else "CPU self")
     res = {
         "size": size, "arch": args.arch, "threads": threads, "device": device, "compile": compile_mode,
@@ -435,6 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "self time and the shares of matmul, elementwise, loss, optimizer and data; the JSON "
                         "(default docs/results/train_profile.json) gets a 'profile' per row")
     p.add_argument("--profile-updates", type=int, default=3, help="updates profiled per row")
+    p.add_argument("--profile-top", type=int, default=15, help="ops kept per profiled row (by self time)")
     p.add_argument("--quick", action="store_true", help="smoke test: xs, 1 thread, 2000 frames, 1 update")
     p.add_argument("--out", default=None,
                    help="JSON output (default docs/results/train.json; with --profile docs/results/train_profile.json)")

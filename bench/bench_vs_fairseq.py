@@ -19,8 +19,11 @@ Method:
    encoder and ``waitk=None`` so that both train the same task); parameter counts are compared
    (goal within 2%).
 4. Training: same ``--max-tokens`` (padded frames per batch), ``--updates`` updates, Adam(W) lr
-   ``--lr`` with inverse-sqrt warm-up, label smoothing 0.1, clip 10, no CTC, no dropout differences
-   (0.1 both), ``--threads`` CPU threads, one process each, in alternating order for ``--pairs``
+   ``--lr`` with inverse-sqrt warm-up, label smoothing 0.1, clip 10, no CTC, the same dropouts
+   (``--dropout-match``: ``ours``, the default, runs fairseq with our ``s`` model's residual, attention
+   and activation dropout, 0.1 / 0 / 0; ``fairseq`` gives our model fairseq's ``s2t_transformer_s``
+   values, 0.1 / 0.1 / 0.1; ``none`` leaves each toolkit its own, as runs before this option did; the
+   values each side used are recorded under ``dropouts``), ``--threads`` CPU threads, one process each, in alternating order for ``--pairs``
    pairs. Throughput = valid fbank frames / wall seconds over updates 2..U (update 1 excluded: lazy
    init); fairseq's wall times come from its per-update JSON log (``--log-interval 1``), ours from
    the same loop boundaries; process CPU seconds are recorded alike (``*_per_cpu_s``), which are far
@@ -137,6 +140,24 @@ def write_fairseq_inputs(data: Path, out: Path, lang: str) -> dict[str, Any]:
     return {"vocab": sp.get_piece_size(), "utterances": counts}
 
 
+#: The dropouts of each side's model (``dropout``, ``attention_dropout``, ``activation_dropout``).
+DROPOUT_KEYS = ("dropout", "attention_dropout", "activation_dropout")
+
+
+def dropout_overrides(match: str, lang: str) -> tuple[dict[str, float], dict[str, float]]:
+    """``(ours, fairseq)`` dropout overrides for ``--dropout-match`` ``match``: ``ours`` sets fairseq's to our
+    ``s`` model's defaults, ``fairseq`` sets ours to ``s2t_transformer_s``'s (0.1 each, fairseq's
+    ``base_architecture``: attention and activation dropout default to ``dropout``), ``none`` sets nothing."""
+    from mmst.models import model_config_for_size
+
+    if match == "none":
+        return {}, {}
+    if match == "fairseq":
+        return dict.fromkeys(DROPOUT_KEYS, 0.1), {}
+    cfg = model_config_for_size("s", arch="separate", tgt_langs=[lang], vocab_size=8, encoder_attention="offline")
+    return {}, {k: float(getattr(cfg, k)) for k in DROPOUT_KEYS}
+
+
 def run_fairseq(fs_dir: Path, save: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Train fairseq s2t_transformer_s for ``args.updates`` updates in a subprocess
     (:func:`worker_fairseq` runs ``fairseq_cli.train`` with timing hooks); returns its JSON result."""
@@ -151,6 +172,8 @@ def run_fairseq(fs_dir: Path, save: Path, args: argparse.Namespace) -> dict[str,
                "--required-batch-size-multiple", "1", "--num-workers", "0", "--cpu", "--seed", str(args.seed),
                "--log-format", "json", "--log-interval", "1", "--save-dir", str(save), "--no-save",
                "--max-tokens-valid", str(args.max_tokens)]
+    for k, v in dropout_overrides(args.dropout_match, args.lang)[1].items():
+        fs_args += [f"--{k.replace('_', '-')}", str(v)]
     out_json = save / "timing.json"
     cmd = [sys.executable, __file__, "--worker-fairseq", str(out_json), "--threads", str(args.threads), "--", *fs_args]
     env = dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1", OMP_NUM_THREADS=str(args.threads),
@@ -183,6 +206,7 @@ def worker_fairseq(out_json: str, threads: int, fs_args: list[str]) -> None:
 
     def train_step(self, samples, raise_oom=False):
         if not t0:
+            rec["dropouts"] = {k: float(getattr(self.cfg.model, k)) for k in DROPOUT_KEYS}
             t0.append(time.perf_counter())
             c0.append(time.process_time())
         for smp in samples:
@@ -215,7 +239,7 @@ def run_ours(data: Path, args: argparse.Namespace, precision: str = "fp32", max_
     cmd = [sys.executable, __file__, "--worker-ours", str(data), "--lang", args.lang, "--max-tokens",
            str(args.max_tokens), "--updates", str(args.updates), "--lr", str(args.lr), "--warmup-updates",
            str(args.warmup_updates), "--threads", str(args.threads), "--precision", precision,
-           "--optimizer", args.optimizer, "--seed", str(args.seed)]
+           "--optimizer", args.optimizer, "--seed", str(args.seed), "--dropout-match", args.dropout_match]
     if max_seconds is not None:
         cmd += ["--max-seconds", str(max_seconds)]
     if max_cpu_seconds is not None:
@@ -250,7 +274,7 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
     tr = MultiwayDataset(data, "train", tgt_langs=[args.lang], with_src=False, cache_features=True)
     dv = MultiwayDataset(data, "dev", tgt_langs=[args.lang], with_src=False)
     cfg = model_config_for_size("s", arch="separate", tgt_langs=[args.lang], vocab_size=len(tr.joint_vocab),
-                                encoder_attention="offline")
+                                encoder_attention="offline", **dropout_overrides(args.dropout_match, args.lang)[0])
     model = build_model(cfg)
     crit = MultilingualCriterion(label_smoothing=0.1)
     opt = build_optimizer(model.parameters(), args.lr, [0.9, 0.98], implementation=args.optimizer)
@@ -291,6 +315,7 @@ def worker_ours(args: argparse.Namespace) -> dict[str, Any]:
             tot += float(loss)
             ntok += int(st["ntokens"])
     return {"walls": walls, "cpus": cpus, "frames": frames, "tokens": tokens, "updates": n_up, "dev_loss": tot / max(ntok, 1),
+            "dropouts": {k: float(getattr(cfg, k)) for k in DROPOUT_KEYS},
             "params": model.num_parameters(), "wall_total_s": time.perf_counter() - t_start}
 
 
@@ -381,6 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="our forward precision(s) (mmst-train --precision); each is one run per pair. fp32 is the "
                         "like-for-like comparison; bf16 is our CPU mixed precision (bf16 autocast, fp32 weights "
                         "and loss), which fairseq does not have on CPU (its --bf16 implies --tpu, --amp is CUDA only)")
+    p.add_argument("--dropout-match", default="ours", choices=["ours", "fairseq", "none"],
+                   help="same dropouts on both sides: ours (fairseq gets our s model's residual/attention/activation "
+                        "dropout), fairseq (ours gets s2t_transformer_s's 0.1 each) or none (each toolkit its own)")
     p.add_argument("--optimizer", default="fused", choices=["fused", "foreach", "for-loop"],
                    help="our AdamW implementation (mmst-train optim.implementation)")
     p.add_argument("--mfu-threads", nargs="*", type=int, default=[1, 2],
@@ -495,10 +523,11 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(by_prec, pairs_dev, train_rows, args.updates, TrainConfig().compile)
     head = by_prec.get("fp32") or by_prec[precs[0]]
     res = {
-        "config": {k: getattr(args, k) for k in ("lang", "max_tokens", "updates", "pairs", "lr", "seed", "threads",
+        "config": {k: getattr(args, k) for k in ("lang", "max_tokens", "updates", "pairs", "lr", "seed", "dropout_match", "threads",
                                                   "warmup_updates", "omp_wait_policy", "precision", "optimizer")}
         | {"data": str(data), **info, "loadavg_1min": os.getloadavg()[0]},
         "params": {"ours": pairs[0][f"ours_{precs[0]}"]["params"], "fairseq": pairs[0]["fairseq"]["params"]},
+        "dropouts": {"ours": pairs[0][f"ours_{precs[0]}"]["dropouts"], "fairseq": pairs[0]["fairseq"].get("dropouts")},
         "pairs": [{k: v for k, v in pr.items() if k != "fairseq" and not k.startswith("ours_") or "_per_" in k} | {
             **{f"ours_{p}_dev_loss": pr[f"ours_{p}"]["dev_loss"] for p in precs},
             **{f"ours_{p}_train_wall_s": pr[f"ours_{p}"]["walls"][-1] for p in precs},
@@ -517,6 +546,9 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "runtime_s": time.perf_counter() - t_start,
     }
+    dr = res["dropouts"]
+    if args.dropout_match != "none" and dr["fairseq"] is not None and dr["ours"] != dr["fairseq"]:
+        print(f"warning: the two models trained with different dropouts: {dr}", file=sys.stderr)
     pa = res["params"]
     if pa["ours"] and pa["fairseq"]:
         res["params"]["rel_diff"] = pa["ours"] / pa["fairseq"] - 1

@@ -76,7 +76,7 @@ def test_vs_fairseq_our_side_and_precision_summary(tmp_path):
     import summarize
 
     data = vs.make_data(tmp_path, 20)
-    args = argparse.Namespace(lang="de", max_tokens=1500, updates=2, lr=2e-3, seed=1,
+    args = argparse.Namespace(lang="de", max_tokens=1500, updates=2, lr=2e-3, seed=1, dropout_match="ours",
                                                      warmup_updates=2, threads=1, omp_wait_policy="PASSIVE",
                                                      optimizer="fused")
     res = {p: vs.run_ours(data, args, p) for p in ("fp32", "bf16")}

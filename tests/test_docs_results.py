@@ -267,8 +267,14 @@ def test_train_profile_tables_per_update_and_scaling():
     assert "| s | 1 | fp32 | 2.90 | 40.0% | 3000 | 60.0% | 30.0% | 5.0% | 5.0% | 0.0% |" in prof
     ops = render_docs.train_profile_ops(d)
     assert "| `aten::mm` | 1500.0 | 50.0% | matmul | 100 |" in ops.splitlines() and "`s`, 2 thread(s):" in ops
+    assert "| `aten::mm` | 1000.0 | 50.0% | matmul | 100 | 1.50 |" in ops.splitlines()  # 2 threads vs 1
     sc = render_docs.train_profile_scaling(d).splitlines()
     # matmul 1800 -> 1000 ms/update (1.80x), elementwise 900 -> 800 (1.12x), total 3000 -> 2000 (1.50x)
     assert "| s | matmul | 1800 | 1000 | 1.80 |" in sc
     assert "| s | elementwise | 900 | 800 | 1.12 |" in sc
-    assert "| s | total | 3000 | 2000 | 1.50 |" in sc
+    assert "| s | total | 3000 | 2000 | 1.50 |" in sc and not any("outside ops" in x for x in sc)
+    d["results"][0]["profile"]["wall_ms"] = 6400.0  # 200 ms/update outside ops at 1 thread, 300 at 2
+    d["results"][1]["profile"]["wall_ms"] = 4600.0
+    sc = render_docs.train_profile_scaling(d).splitlines()
+    assert sc[-3:] == ["| s | outside ops (Python, autograd, profiler) | 200 | 300 | 0.67 |",
+                       "| s | total | 3000 | 2000 | 1.50 |", "| s | wall (profiled) | 3200 | 2300 | 1.39 |"]

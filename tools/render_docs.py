@@ -483,15 +483,22 @@ def train_profile(d: Mapping[str, Any]) -> str:
 def train_profile_ops(d: Mapping[str, Any], top: int = 10) -> str:
     """The ``top`` ops by self time of every profiled row, side by side: ms per update and share."""
     prof = [r for r in d["results"] if "profile" in r]
+    one = {r["size"]: r for r in prof if r["threads"] == 1}
     blocks = []
     for r in prof:
         pr = r["profile"]
         total = pr["total_ms"] or 1.0
-        rows = [[f"`{op['name']}`", num(_per_update(r, op["self_ms"]), "{:.1f}"),
-                 num(100 * op["self_ms"] / total, "{:.1f}") + "%", op["category"],
-                 num(op["calls"] / max(pr["updates"], 1), "{:.0f}")] for op in pr["top_ops"][:top]]
-        blocks.append(f"`{r['size']}`, {r['threads']} thread(s):\n\n"
-                      + md_table(["op", "self ms/update", "share", "category", "calls/update"], rows))
+        base = one.get(r["size"]) if r["threads"] > 1 else None
+        ref = {(op["name"], op["category"]): _per_update(base, op["self_ms"]) for op in base["profile"]["top_ops"]} if base else {}
+        rows = []
+        for op in pr["top_ops"][:top]:
+            ms = _per_update(r, op["self_ms"])
+            rows.append([f"`{op['name']}`", num(ms, "{:.1f}"), num(100 * op["self_ms"] / total, "{:.1f}") + "%",
+                         op["category"], num(op["calls"] / max(pr["updates"], 1), "{:.0f}")]
+                        + ([num(ref[(op["name"], op["category"])] / ms if ms and (op["name"], op["category"]) in ref
+                                else None)] if base else []))
+        head = ["op", "self ms/update", "share", "category", "calls/update"] + (["speed-up over 1 thread"] if base else [])
+        blocks.append(f"`{r['size']}`, {r['threads']} thread(s):\n\n" + md_table(head, rows))
     return "\n\n".join(blocks)
 
 
@@ -509,6 +516,12 @@ def train_profile_scaling(d: Mapping[str, Any]) -> str:
             a, b = (_per_update(r, r["profile"]["total_ms"] * (1.0 if c == "total" else r["profile"]["shares"][c]))
                     for r in (one, two))
             rows.append([size, c, num(a, "{:.0f}"), num(b, "{:.0f}"), num(a / b if b else None)])
+        if "wall_ms" in one["profile"] and "wall_ms" in two["profile"]:
+            a, b = (_per_update(r, r["profile"]["wall_ms"] - r["profile"]["total_ms"]) for r in (one, two))
+            rows.insert(len(rows) - 1, [size, "outside ops (Python, autograd, profiler)", num(a, "{:.0f}"),
+                                        num(b, "{:.0f}"), num(a / b if b > 0 else None)])
+            a, b = (_per_update(r, r["profile"]["wall_ms"]) for r in (one, two))
+            rows.append([size, "wall (profiled)", num(a, "{:.0f}"), num(b, "{:.0f}"), num(a / b if b else None)])
     return md_table(["size", "part of the step", "ms/update, 1 thread", "ms/update, 2 threads", "speed-up"], rows)
 
 
