@@ -42,6 +42,11 @@ that default is ``false``, eager), ``ratio_bf16_median``, ``mfu_s_1t``, ``mfu_s_
 ``speedup_2t_over_1t_s`` (s/update at 1 thread over s/update at 2 threads), the dev loss at equal
 updates and at equal training time, the goals and whether they are met.
 
+``--dev-seeds S1 S2 ...``: no timing; both toolkits train ``--updates`` updates (ours in fp32) at each seed and
+the dev losses are compared seed by seed (:func:`seed_summary`), to tell a difference per update from the
+spread that parameter initialisation, batch order and dropout draws give (``vs_fairseq_seeds.json``). It
+measures no time, so it may run beside other jobs.
+
 Results: ``docs/results/vs_fairseq.json`` and a table (ratio ours / fairseq: min, median, max).
 """
 
@@ -384,6 +389,36 @@ def summarize(by_prec: dict[str, Any], pairs_dev: dict[str, list[float]], train_
     }
 
 
+def seed_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Dev losses of both toolkits over seeds (``rows``: ``{"seed", "ours_fp32", "fairseq"}``): per-toolkit mean,
+    min and max, the mean and range of ``ours - fairseq`` per seed, and ``spread_over_seeds``, the largest
+    range of one toolkit over the seeds (the scale against which a difference per update is read)."""
+    import statistics
+
+    out: dict[str, Any] = {}
+    for who in ("ours_fp32", "fairseq"):
+        xs = [r[who] for r in rows]
+        out[who] = {"mean": statistics.fmean(xs), "min": min(xs), "max": max(xs)}
+    diff = [r["ours_fp32"] - r["fairseq"] for r in rows]
+    out["ours_minus_fairseq"] = {"mean": statistics.fmean(diff), "min": min(diff), "max": max(diff)}
+    out["spread_over_seeds"] = max(out[w]["max"] - out[w]["min"] for w in ("ours_fp32", "fairseq"))
+    return out
+
+
+def run_dev_seeds(args: argparse.Namespace, data: Path, fs_dir: Path, work: Path) -> dict[str, Any]:
+    """``--dev-seeds``: both toolkits trained ``--updates`` updates at each seed (ours fp32); dev losses only."""
+    rows = []
+    for seed in args.dev_seeds:
+        a = argparse.Namespace(**{**vars(args), "seed": seed})
+        o = run_ours(data, a, "fp32")
+        f = run_fairseq(fs_dir, work / f"seed{seed}", a)
+        rows.append({"seed": seed, "ours_fp32": o["dev_loss"], "fairseq": f["dev_loss"],
+                     "dropouts": {"ours": o["dropouts"], "fairseq": f.get("dropouts")}})
+        print(f"seed {seed}: dev loss after {args.updates} updates ours {o['dev_loss']:.3f}, fairseq "
+              f"{f['dev_loss']:.3f}", flush=True)
+    return {"rows": rows, "summary": seed_summary(rows)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
@@ -416,9 +451,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "the summary's MFU and 2-thread speed-up (none given: skipped)")
     p.add_argument("--mfu-frames", type=int, default=8000, help="padded frames per batch of those rows")
     p.add_argument("--mfu-updates", type=int, default=3, help="timed updates of those rows")
+    p.add_argument("--dev-seeds", nargs="+", type=int, default=None,
+                   help="no timing: train both toolkits --updates updates at each of these seeds and compare the dev "
+                        "losses (default output docs/results/vs_fairseq_seeds.json)")
     p.add_argument("--quick", action="store_true", help="smoke test: 6 updates x 1 pair, small batches")
-    p.add_argument("--out", default=str(RESULTS_DIR / "vs_fairseq.json"),
-                   help="JSON output (default docs/results/vs_fairseq.json)")
+    p.add_argument("--out", default=None,
+                   help="JSON output (default docs/results/vs_fairseq.json; with --dev-seeds vs_fairseq_seeds.json)")
     p.add_argument("--worker-ours", default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker-fairseq", default=None, help=argparse.SUPPRESS)
     p.add_argument("fairseq_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -440,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.updates, args.pairs, args.max_tokens, args.n_train = 6, 1, 1500, 120
         args.mfu_frames, args.mfu_updates = 2000, 1
-    out = Path(args.out)
+    out = Path(args.out or RESULTS_DIR / ("vs_fairseq_seeds.json" if args.dev_seeds else "vs_fairseq.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     if not fairseq_available():
         msg = ("bench_vs_fairseq: skipped: fairseq is not importable (install the optional extra: "
@@ -455,6 +493,18 @@ def main(argv: list[str] | None = None) -> int:
     data = Path(args.data) if args.data else make_data(work, args.n_train)
     fs_dir = work / f"fairseq_{args.lang}"
     info = write_fairseq_inputs(data, fs_dir, args.lang)
+    if args.dev_seeds:
+        t0 = time.perf_counter()
+        res = run_dev_seeds(args, data, fs_dir, work)
+        sm = res["summary"]
+        print(f"ours - fairseq over seeds: mean {sm['ours_minus_fairseq']['mean']:+.3f} (range "
+              f"{sm['ours_minus_fairseq']['min']:+.3f}..{sm['ours_minus_fairseq']['max']:+.3f}); spread of one toolkit "
+              f"over the seeds {sm['spread_over_seeds']:.3f}")
+        cfg = {k: getattr(args, k) for k in ("lang", "max_tokens", "updates", "lr", "warmup_updates", "dropout_match",
+                                             "dev_seeds")}
+        write_results(out, {"provenance": run_record(depends_on=DEPENDS_ON),
+                            "config": cfg | {"data": str(data), **info}, **res, "runtime_s": time.perf_counter() - t0})
+        return 0
     pairs = []
     t_start = time.perf_counter()
     from mmst.training.step import bf16_warning

@@ -189,6 +189,16 @@ def test_vs_fairseq_summary_keys_goals_and_dev_losses():
     assert s["mfu_s_2t"] is None and s["speedup_2t_over_1t_s"] is None
 
 
+def test_vs_fairseq_seed_summary():
+    import bench_vs_fairseq as vs
+
+    s = vs.seed_summary([{"seed": 1, "ours_fp32": 2.80, "fairseq": 2.79}, {"seed": 2, "ours_fp32": 2.71, "fairseq": 2.74},
+                         {"seed": 3, "ours_fp32": 2.79, "fairseq": 2.80}])
+    assert s["ours_fp32"] == pytest.approx({"mean": 2.7666667, "min": 2.71, "max": 2.80})
+    assert s["ours_minus_fairseq"] == pytest.approx({"mean": -0.01, "min": -0.03, "max": 0.01})
+    assert s["spread_over_seeds"] == pytest.approx(0.09)  # ours 2.71..2.80; fairseq 2.74..2.80
+
+
 def test_bench_threads_plan_and_summary():
     import bench_threads as bt
 

@@ -278,3 +278,14 @@ def test_train_profile_tables_per_update_and_scaling():
     sc = render_docs.train_profile_scaling(d).splitlines()
     assert sc[-3:] == ["| s | outside ops (Python, autograd, profiler) | 200 | 300 | 0.67 |",
                        "| s | total | 3000 | 2000 | 1.50 |", "| s | wall (profiled) | 3200 | 2300 | 1.39 |"]
+
+
+def test_vs_fairseq_seeds_table():
+    d = {"config": {"updates": 20, "max_tokens": 3000, "dropout_match": "ours"},
+         "rows": [{"seed": 1, "ours_fp32": 2.80, "fairseq": 2.79}, {"seed": 2, "ours_fp32": 2.71, "fairseq": 2.74}],
+         "summary": {"ours_fp32": {"mean": 2.755}, "fairseq": {"mean": 2.765}, "ours_minus_fairseq": {"mean": -0.01},
+                     "spread_over_seeds": 0.09}}
+    lines = render_docs.vs_fairseq_seeds(d).splitlines()
+    assert lines[2:5] == ["| 1 | 2.800 | 2.790 | +0.010 |", "| 2 | 2.710 | 2.740 | -0.030 |",
+                          "| mean | 2.755 | 2.765 | -0.010 |"]
+    assert lines[-1].endswith("Largest range of one toolkit over the seeds: 0.090.")

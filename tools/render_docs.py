@@ -460,6 +460,20 @@ def vs_fairseq_summary(d: Mapping[str, Any]) -> str:
     return md_table(["measure", "value", "goal", "met"], rows) + "\n\n" + loss + ("\n\n" + how.strip() if how else "")
 
 
+def vs_fairseq_seeds(d: Mapping[str, Any]) -> str:
+    """``bench_vs_fairseq.py --dev-seeds``: dev loss of both toolkits after the same updates, seed by seed."""
+    rows = [[r["seed"], num(r["ours_fp32"], "{:.3f}"), num(r["fairseq"], "{:.3f}"),
+             num(r["ours_fp32"] - r["fairseq"], "{:+.3f}")] for r in d["rows"]]
+    s = d["summary"]
+    rows.append(["mean", num(s["ours_fp32"]["mean"], "{:.3f}"), num(s["fairseq"]["mean"], "{:.3f}"),
+                 num(s["ours_minus_fairseq"]["mean"], "{:+.3f}")])
+    c = d["config"]
+    return (md_table(["seed", "ours fp32", "fairseq", "ours - fairseq"], rows)
+            + f"\n\nDev loss (nats per token) after {c['updates']} updates of `--max-tokens {c['max_tokens']}`, "
+              f"dropouts matched (`--dropout-match {c['dropout_match']}`). Largest range of one toolkit over the seeds: "
+              f"{num(s['spread_over_seeds'], '{:.3f}')}.")
+
+
 def _per_update(r: Mapping[str, Any], ms: float) -> float:
     return ms / max(r["profile"]["updates"], 1)
 
@@ -776,6 +790,7 @@ TABLES: dict[str, Table] = {
     "train-quick": Table("train_quick.json", train_quick),
     "vs-fairseq": Table("vs_fairseq.json", vs_fairseq),
     "vs-fairseq-summary": Table("vs_fairseq.json", vs_fairseq_summary),
+    "vs-fairseq-seeds": Table("vs_fairseq_seeds.json", vs_fairseq_seeds),
     "train-profile": Table("train_profile.json", train_profile),
     "train-profile-ops": Table("train_profile.json", train_profile_ops),
     "train-profile-scaling": Table("train_profile.json", train_profile_scaling),
