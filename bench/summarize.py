@@ -82,6 +82,11 @@ def rows(results: Path) -> list[tuple[str, str, str, str]]:
             out.append(("vs_fairseq", f"dev loss at equal training time: ours ({prec}) / fairseq",
                         f"{_f(e.get('ours_dev_loss'), '{:.3f}')} / {_f(e.get('fairseq_dev_loss'), '{:.3f}')}",
                         "ours <= fairseq"))
+        sm = v.get("summary")
+        if sm:
+            out.append(("vs_fairseq", "MFU of s at 1 / 2 threads, speed-up 2 threads / 1",
+                        f"{_f(sm.get('mfu_s_1t'), '{:.1%}')} / {_f(sm.get('mfu_s_2t'), '{:.1%}')}, "
+                        f"{_f(sm.get('speedup_2t_over_1t_s'))}", "MFU at 2 threads >= 50%"))
     return out
 
 

@@ -93,6 +93,11 @@ def test_vs_fairseq_our_side_and_precision_summary(tmp_path):
         "throughput ours (fp32) / fairseq (fp32) min / median / max",
         "throughput ours (bf16) / fairseq (fp32) min / median / max"]
     assert rows[2][2] == "1.10 / 2.20 / 2.30"
+    (tmp_path / "res" / "vs_fairseq.json").write_text(json.dumps(
+        {"by_precision": by, "summary": {"mfu_s_1t": 0.5, "mfu_s_2t": 0.375, "speedup_2t_over_1t_s": 1.5}}))
+    rows = [r for r in summarize.rows(tmp_path / "res") if r[0] == "vs_fairseq"]
+    assert rows[-1][1:] == ("MFU of s at 1 / 2 threads, speed-up 2 threads / 1", "50.0% / 37.5%, 1.50",
+                            "MFU at 2 threads >= 50%")
 
 
 @pytest.mark.slow

@@ -262,8 +262,13 @@ def test_train_profile_tables_per_update_and_scaling():
 
     one = dict(matmul=0.6, elementwise=0.3, loss=0.05, optimizer=0.05, data=0.0)
     two = dict(matmul=0.5, elementwise=0.4, loss=0.05, optimizer=0.05, data=0.0)
-    d = {"results": [row(1, 6000.0, one, 2.9), row(2, 4000.0, two, 1.9)]}
+    d = {"results": [row(1, 6000.0, one, 2.9), row(2, 4000.0, two, 1.9)],
+         "meta": {"frames_per_batch": 8000, "loadavg_1min": 1.04, "cpu_count": 2}}
+    for r in d["results"]:
+        r["profile"]["data_source"] = "synthetic"
     prof = render_docs.train_profile(d).splitlines()
+    assert prof[-1] == ("2 profiled updates per row (CPU self time of each op; data: synthetic); 8000 frames per batch; "
+                        "load average 1.0 on 2 CPUs when the run ended.")
     assert "| s | 1 | fp32 | 2.90 | 40.0% | 3000 | 60.0% | 30.0% | 5.0% | 5.0% | 0.0% |" in prof
     ops = render_docs.train_profile_ops(d)
     assert "| `aten::mm` | 1500.0 | 50.0% | matmul | 100 |" in ops.splitlines() and "`s`, 2 thread(s):" in ops

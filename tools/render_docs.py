@@ -490,8 +490,13 @@ def train_profile(d: Mapping[str, Any]) -> str:
                      num(100 * r["mfu"], "{:.1f}") + "%" if r.get("mfu") is not None else "-",
                      num(_per_update(r, pr["total_ms"]), "{:.0f}")]
                     + [num(100 * pr["shares"][c], "{:.1f}") + "%" for c in cats])
-    return md_table(["size", "threads", "precision", "s/update (unprofiled)", "MFU", "profiled ms/update",
-                     *[f"{c}" for c in cats], ], rows)
+    m = d.get("meta") or {}
+    n = next((r["profile"]["updates"] for r in d["results"] if "profile" in r), "-")
+    return (md_table(["size", "threads", "precision", "s/update (unprofiled)", "MFU", "profiled ms/update", *cats], rows)
+            + f"\n\n{n} profiled updates per row (CPU self time of each op; data: "
+              f"{next((r['profile']['data_source'] for r in d['results'] if 'profile' in r), '-')}); "
+              f"{m.get('frames_per_batch', '-')} frames per batch; load average {num(m.get('loadavg_1min'), '{:.1f}')} "
+              f"on {m.get('cpu_count', '-')} CPUs when the run ended.")
 
 
 def train_profile_ops(d: Mapping[str, Any], top: int = 10) -> str:
@@ -553,7 +558,9 @@ def train_threads(d: Mapping[str, Any]) -> str:
     return (md_table(["size", "setting", "environment", "s/update 1 thread", "s/update 2 threads", "speed-up 2t / 1t",
                       "MFU 2 threads"], rows)
             + f"\n\nMedians of {c['rounds']} rounds (order alternating), {c['frames']} frames per batch, "
-              f"{c['updates']} timed updates per row. The 2048^2 fp32 matmul peak scales {peaks} from 1 to 2 threads.")
+              f"{c['updates']} timed updates per row; load average {num(c.get('loadavg_1min'), '{:.1f}')} on "
+              f"{c.get('cpus', '-')} CPUs when the run ended. The 2048^2 fp32 matmul peak scales {peaks} from 1 to 2 "
+              f"threads.")
 
 
 def streaming_policies(d: Mapping[str, Any]) -> str:
@@ -791,10 +798,12 @@ TABLES: dict[str, Table] = {
     "vs-fairseq": Table("vs_fairseq.json", vs_fairseq),
     "vs-fairseq-summary": Table("vs_fairseq.json", vs_fairseq_summary),
     "vs-fairseq-seeds": Table("vs_fairseq_seeds.json", vs_fairseq_seeds),
+    "vs-fairseq-own-dropouts": Table("vs_fairseq_own_dropouts.json", vs_fairseq),
     "train-profile": Table("train_profile.json", train_profile),
     "train-profile-ops": Table("train_profile.json", train_profile_ops),
     "train-profile-scaling": Table("train_profile.json", train_profile_scaling),
     "train-threads": Table("train_threads.json", train_threads),
+    "train-threads-run2": Table("train_threads_run2.json", train_threads),
     "serve": Table("serve.json", serve_table),
 }
 
