@@ -53,6 +53,55 @@ def test_stacked_encoder_blocks_equal_alone(tiny_model):
         torch.testing.assert_close(b.states, a.states, atol=1e-5, rtol=1e-5)
 
 
+def test_stacked_front_end_equals_alone(tiny_model):
+    """CMVN + conv subsampler of four streams in one call: streams with 0, 37 and 90 frames already
+    seen, 41, 16, 3 and 0 new frames, the last two finishing their source (the end's zero padding): the
+    conv outputs, then the encoder states, equal those of each stream alone, which equal
+    ``EncoderStream.accept_frames`` (the model's own path)."""
+    from mmst.features import GlobalCMVN
+    from mmst.simultaneous.frontend_request import FrontEndFrames
+
+    m = tiny_model()
+    g = torch.Generator().manual_seed(3)
+    cmvn = GlobalCMVN(mean=torch.randn(80, generator=g).numpy(), std=(torch.rand(80, generator=g) + 0.5).numpy())
+    pre, new, fin = [0, 37, 90, 20], [41, 16, 3, 0], [False, False, True, True]
+
+    def feats(i: int, n: int) -> np.ndarray:
+        return _feats(100 + i, n).numpy()
+
+    def streams():
+        out = []
+        for i in range(4):
+            s = m.encoder.stream()
+            if pre[i]:
+                FrontEndFrames(s, feats(i, pre[i]), cmvn).run()
+                run_alone(s.accept_frames_steps(np.zeros((0, 80), np.float32)))
+            out.append(s)
+        return out
+
+    model_path, alone, stacked = streams(), streams(), streams()
+    reqs_alone = [FrontEndFrames(s, feats(10 + i, new[i]), cmvn, fin[i]) for i, s in enumerate(alone)]
+    reqs = [FrontEndFrames(s, feats(10 + i, new[i]), cmvn, fin[i]) for i, s in enumerate(stacked)]
+    for r in reqs_alone:
+        r.run()
+    assert FrontEndFrames.run_stacked(reqs) == [None] * 4
+    for i in range(4):
+        for layer in (1, 2):  # conv outputs: same rows, same values
+            a, b = alone[i]._bufs[layer], stacked[i]._bufs[layer]
+            assert a.length == b.length > 0
+            torch.testing.assert_close(b.view(), a.view(), atol=1e-5, rtol=1e-5)
+    want = [s.accept_frames(cmvn(feats(10 + i, new[i])), finished=fin[i]) for i, s in enumerate(model_path)]
+    got_alone = [run_alone(s.accept_frames_steps(np.zeros((0, 80), np.float32), fin[i])) for i, s in enumerate(alone)]
+    got = [run_alone(s.accept_frames_steps(np.zeros((0, 80), np.float32), fin[i])) for i, s in enumerate(stacked)]
+    for w, a, b in zip(want, got_alone, got):
+        assert w.size(1) > 0 or w.size(1) == a.size(1) == b.size(1)
+        assert torch.equal(a, w)  # alone: the model's own conv_range path, bit for bit
+        torch.testing.assert_close(b, w, atol=1e-5, rtol=1e-5)
+    assert sum(w.size(1) for w in want) > 0
+    # the four streams' conv outputs differ: mixed-up rows would show
+    assert not torch.allclose(stacked[0]._bufs[2].view()[:4], stacked[1]._bufs[2].view()[:4], atol=1e-3)
+
+
 def _decoder_case(m, seed: int, n_tok: int, n_states: int, rows: int):
     """A stepped decoder state with ``n_tok`` columns (column 1 invalid for row 0) and a request."""
     dec = m.decoder
@@ -134,7 +183,7 @@ def test_streams_stepped_together_write_what_each_writes_alone(factory, audios):
         tick += 1
     for i in range(len(audios)):
         assert got[i] == want[i], f"stream {i}"
-    for kind in ("VadWindows", "EncoderBlock", "DecoderStep"):
+    for kind in ("VadWindows", "FrontEndFrames", "EncoderBlock", "DecoderStep"):
         calls, requests = stats.by_kind[kind]
         assert requests > calls, f"{kind} requests were never stacked"
     for d in drivers:
@@ -186,7 +235,7 @@ def test_server_tick_and_off_equal_the_offline_cli(factory, audios, tiny_system,
             from mmst.serve.batching import DEFAULT_MAX_STEP_SAMPLES
 
             assert stats["ticks"] <= 2 + -(-max(map(len, audios)) // DEFAULT_MAX_STEP_SAMPLES) + 1, stats
-            for kind in ("VadWindows", "EncoderBlock"):  # every stream has windows and encoder blocks
+            for kind in ("VadWindows", "FrontEndFrames", "EncoderBlock"):  # every stream has all three
                 assert stats["stacked"][kind]["requests"] > stats["stacked"][kind]["calls"], (kind, stats)
         else:
             assert stats["stacked"] == {}
