@@ -45,7 +45,7 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from .batching import DEFAULT_MAX_STEP_SAMPLES, TickScheduler
+from .batching import DEFAULT_MAX_STEP_SAMPLES, DEFAULT_TICK_MS, TickScheduler
 from .protocol import (
     CLOSE_BAD_MESSAGE,
     CLOSE_IDLE,
@@ -153,6 +153,9 @@ class ServerConfig:
             entry); other peers' headers are ignored.
         allow_origins: browser origins (``https://host[:port]``) allowed besides the server's own.
         max_step_samples: most audio (16 kHz samples) one step of a stream computes.
+        compute_workers: compute threads (streams of a tick split over them); None = one per CPU core
+            (:func:`~mmst.serve.batching.default_workers`).
+        tick_ms: shortest interval between the starts of two ticks (tick batching; 0 = no wait).
     """
 
     langs: list[str]
@@ -170,6 +173,8 @@ class ServerConfig:
     trusted_proxy: str | None = None
     allow_origins: list[str] = field(default_factory=list)
     max_step_samples: int = DEFAULT_MAX_STEP_SAMPLES
+    compute_workers: int | None = None
+    tick_ms: float = DEFAULT_TICK_MS
     info: dict = field(default_factory=dict)
 
 
@@ -217,7 +222,8 @@ class TranslationServer:
     async def running(self, host: str = "127.0.0.1", port: int = 8765):
         """Serve on ``host:port`` inside the ``async with`` block; yields the websockets ``Server``
         (``server.sockets[0].getsockname()[1]`` is the port when 0 was asked)."""
-        self.scheduler = TickScheduler(self._deliver, self.config.batching, self.config.max_step_samples)
+        self.scheduler = TickScheduler(self._deliver, self.config.batching, self.config.max_step_samples,
+                                       workers=self.config.compute_workers, tick_ms=self.config.tick_ms)
         self.scheduler.start()
         try:
             async with serve(self._handler, host, port, process_request=self._process_request,
@@ -273,6 +279,7 @@ class TranslationServer:
                 "health": s.health() if s else {"loop": "not started"},
                 "ticks": s.ticks if s else 0, "steps": s.steps if s else 0,
                 "compute_s": round(s.busy_s, 3) if s else 0.0, "batching": self.config.batching,
+                "compute_workers": s.workers if s else None,
                 "stacked": {kind: {"calls": c, "requests": r} for kind, (c, r) in s.stack.by_kind.items()} if s else {}}
 
     # ------------------------------------------------------------------ WebSocket
