@@ -228,7 +228,7 @@ def test_server_tick_and_off_equal_the_offline_cli(factory, audios, tiny_system,
         return await asyncio.gather(*clients), server.stats()
 
     for mode in ("tick", "off"):
-        res, stats = run_server(factory, fn, batching=mode)
+        res, stats = run_server(factory, fn, batching=mode, compute_workers=2)
         for i, r in enumerate(res):
             assert r.close_code == 1000 and as_tuples(r) == want[i], f"{mode}: stream {i}"
         if mode == "tick":
@@ -346,3 +346,108 @@ def test_a_failed_stacked_call_is_retried_request_by_request():
             assert isinstance(out[1][1], ValueError) and stats.retried == 1
         else:
             assert all(isinstance(e, RuntimeError) for _, e in out) and stats.retried == 0
+
+
+class _Echo:
+    """A scripted compute request: its result is its value; every stacked call records its thread."""
+
+    stage = 0
+    threads: list[int] = []
+
+    def __init__(self, value):
+        self.value = value
+
+    def stack_key(self):
+        return "echo"
+
+    def run(self):
+        return self.value
+
+    @classmethod
+    def run_stacked(cls, reqs):
+        cls.threads.append(threading.get_ident())
+        return [r.value for r in reqs]
+
+
+class _ScriptedSession:
+    """What the scheduler needs of a session: queued values, one ``_Echo`` request per step."""
+
+    def __init__(self, name: str):
+        self.name, self.pending, self.compute_s = name, [], 0.0
+
+    def has_work(self) -> bool:
+        return bool(self.pending)
+
+    def step_steps(self, max_samples=None):
+        value, self.pending = self.pending, []
+        got = yield _Echo((self.name, value))
+        return [got]
+
+
+def _scheduler_run(script, **kw):
+    """Run ``script(scheduler, sessions, delivered)`` against a started TickScheduler of 4 scripted sessions."""
+    from mmst.serve.batching import TickScheduler
+
+    async def main():
+        delivered = []
+        sched = TickScheduler(lambda s, events, err: delivered.append((s.name, events, err)), "tick", **kw)
+        sched.start()
+        sessions = [_ScriptedSession(n) for n in "abcd"]
+        try:
+            return await script(sched, sessions, delivered)
+        finally:
+            await sched.stop()
+
+    return asyncio.run(main())
+
+
+async def _until(cond, what: str):
+    for _ in range(3000):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not within 30 s: {what}")
+
+
+def test_a_tick_waits_for_the_frames_of_its_interval():
+    """tick_ms = 10 min: after a tick, a frame of stream a alone does not start the next tick; it starts
+    once the other stream's frame is in (every stream has work) and steps both in one stacked call."""
+
+    async def script(sched, sessions, delivered):
+        a, b = sessions[:2]
+        for s in (a, b):
+            sched.add(s)
+        a.pending, b.pending = [1], [1]
+        await sched.notify(a)
+        await _until(lambda: len(delivered) == 2, "the first tick")
+        a.pending = [2]
+        await sched.notify(a)
+        await asyncio.sleep(0.3)  # time for a loop that does not wait to compute a alone
+        assert sched.ticks == 1 and len(delivered) == 2
+        b.pending = [2]
+        await sched.notify(b)
+        await _until(lambda: len(delivered) == 4, "the second tick")
+        return sched, delivered
+
+    sched, delivered = _scheduler_run(script, workers=1, tick_ms=600_000.0)
+    assert sched.ticks == 2 and sched.stack.by_kind == {"_Echo": [2, 4]}  # two calls, both streams in each
+    assert sorted(ev for _, ev, _ in delivered[2:]) == [[("a", [2])], [("b", [2])]]
+
+
+def test_compute_workers_step_disjoint_groups_in_parallel_threads():
+    """Four streams, two workers: one tick, two stacked calls of two streams each, on two threads; every
+    stream gets its own result."""
+
+    async def script(sched, sessions, delivered):
+        for i, s in enumerate(sessions):
+            sched.add(s)
+            s.pending = [i]
+        _Echo.threads.clear()
+        await sched.notify(sessions[0])
+        await _until(lambda: len(delivered) == 4, "the tick")
+        return sched, delivered
+
+    sched, delivered = _scheduler_run(script, workers=2, tick_ms=0.0)
+    assert sched.ticks == 1 and sched.stack.by_kind == {"_Echo": [2, 4]}
+    assert len(set(_Echo.threads)) == 2
+    assert sorted((n, ev) for n, ev, _ in delivered) == [(n, [(n, [i])]) for i, n in enumerate("abcd")]
