@@ -228,7 +228,7 @@ def test_server_tick_and_off_equal_the_offline_cli(factory, audios, tiny_system,
         return await asyncio.gather(*clients), server.stats()
 
     for mode in ("tick", "off"):
-        res, stats = run_server(factory, fn, batching=mode, compute_workers=2)
+        res, stats = run_server(factory, fn, batching=mode, compute_workers=2, worker_min_streams=1)
         for i, r in enumerate(res):
             assert r.close_code == 1000 and as_tuples(r) == want[i], f"{mode}: stream {i}"
         if mode == "tick":
@@ -447,7 +447,7 @@ def test_compute_workers_step_disjoint_groups_in_parallel_threads():
         await _until(lambda: len(delivered) == 4, "the tick")
         return sched, delivered
 
-    sched, delivered = _scheduler_run(script, workers=2, tick_ms=0.0)
+    sched, delivered = _scheduler_run(script, workers=2, tick_ms=0.0, min_group=2)
     assert sched.ticks == 1 and sched.stack.by_kind == {"_Echo": [2, 4]}
     assert len(set(_Echo.threads)) == 2
     assert sorted((n, ev) for n, ev, _ in delivered) == [(n, [(n, [i])]) for i, n in enumerate("abcd")]

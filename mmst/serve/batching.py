@@ -2,9 +2,12 @@
 model calls of different streams stacked into one call.
 
 All streams share one model; the asyncio event loop only receives audio and sends events. The compute
-runs on ``workers`` threads (``mmst-serve --compute-workers``, default: one per CPU core, at most
-:data:`MAX_DEFAULT_WORKERS`): a tick's streams are split into that many disjoint groups of about equal
-size, each group stepped (and its calls stacked) on its own thread, the groups in parallel. torch
+runs on up to ``workers`` threads (``mmst-serve --compute-workers``, default: one per CPU core, at most
+:data:`MAX_DEFAULT_WORKERS`): a tick's streams are split into disjoint groups of about equal size, at
+least ``min_group`` streams each (``--worker-min-streams``, default :data:`DEFAULT_MIN_GROUP`), each group
+stepped (and its calls stacked) on its own thread, the groups in parallel. Below ``2 * min_group``
+streams a tick is one group on one thread: splitting a light load would only halve what each call
+stacks. torch
 releases the GIL inside its kernels, so the groups overlap in the model calls while the Python of the
 steps (policies, detokenisation, bookkeeping) takes turns. Each stream is in one group per tick, so its
 state is never touched by two threads at once; the model is only read. torch's intra-op threads
@@ -88,6 +91,8 @@ DEFAULT_MAX_STEP_SAMPLES = 5120
 DEFAULT_TICK_MS = 100.0
 #: most compute threads by default (one per core up to this)
 MAX_DEFAULT_WORKERS = 4
+#: default fewest streams per compute thread in a tick
+DEFAULT_MIN_GROUP = 8
 
 
 def default_workers() -> int:
@@ -115,14 +120,16 @@ class TickScheduler:
         workers: compute threads (>= 1); the streams of a tick are split into this many groups computed
             in parallel. None = :func:`default_workers`.
         tick_ms: shortest interval between the starts of two ticks, ms (>= 0; tick mode only).
+        min_group: fewest streams per group when a tick is split over the workers (>= 1).
 
     Raises:
-        ValueError: unknown mode, ``max_step_samples < 1``, ``workers < 1`` or ``tick_ms < 0``.
+        ValueError: unknown mode, ``max_step_samples < 1``, ``workers < 1``, ``tick_ms < 0`` or
+            ``min_group < 1``.
     """
 
     def __init__(self, deliver: Deliver, mode: str = "tick", max_step_samples: int = DEFAULT_MAX_STEP_SAMPLES,
-                 *, workers: int | None = 1, tick_ms: float = 0.0, clock: Callable[[], float] = time.monotonic
-                 ) -> None:
+                 *, workers: int | None = 1, tick_ms: float = 0.0, min_group: int = DEFAULT_MIN_GROUP,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if mode not in BATCHING_MODES:
             raise ValueError(f"batching mode must be one of {BATCHING_MODES}, got {mode!r}")
         if max_step_samples < 1:
@@ -132,10 +139,13 @@ class TickScheduler:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if not tick_ms >= 0:
             raise ValueError(f"tick_ms must be >= 0, got {tick_ms}")
+        if min_group < 1:
+            raise ValueError(f"min_group must be >= 1, got {min_group}")
         self.deliver = deliver
         self.mode = mode
         self.max_step_samples = int(max_step_samples)
         self.workers = workers
+        self.min_group = int(min_group)
         self.tick_s = float(tick_ms) / 1000.0 if mode == "tick" else 0.0
         self.clock = clock
         self.sessions: set[StreamSession] = set()
@@ -259,8 +269,9 @@ class TickScheduler:
                 return
 
     def _groups(self, batch: list[StreamSession]) -> list[list[int]]:
-        """Indices of ``batch`` split into at most ``workers`` disjoint groups of about equal size."""
-        k = min(self.workers, len(batch))
+        """Indices of ``batch`` split into at most ``workers`` disjoint groups of about equal size, at
+        least ``min_group`` indices each (one group when ``batch`` is smaller)."""
+        k = max(1, min(self.workers, len(batch) // self.min_group))
         return [list(range(g, len(batch), k)) for g in range(k)]
 
     def _parallel(self, groups: list[list[int]], fn: Callable[[list[int], StackStats], None]) -> None:

@@ -38,7 +38,7 @@ logger = logging.getLogger("mmst.serve")
 
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``mmst-serve``."""
-    from .batching import BATCHING_MODES, DEFAULT_TICK_MS, MAX_DEFAULT_WORKERS
+    from .batching import BATCHING_MODES, DEFAULT_MIN_GROUP, DEFAULT_TICK_MS, MAX_DEFAULT_WORKERS
     from .protocol import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_RATE
 
     p = argparse.ArgumentParser(prog="mmst-serve", description=__doc__, formatter_class=HelpFormatter)
@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compute-workers", type=int, default=None,
                    help="compute threads; the streams of a tick are split over them "
                    f"(default: one per CPU core, at most {MAX_DEFAULT_WORKERS})")
+    p.add_argument("--worker-min-streams", type=int, default=DEFAULT_MIN_GROUP,
+                   help="fewest streams per compute thread in a tick (a lighter tick runs on fewer threads, so "
+                   "its calls stack more)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op CPU threads of each compute thread")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level")
@@ -97,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for name in ("max_clients", "max_clients_per_ip", "send_queue", "max_message_bytes", "threads", "beam"):
+    for name in ("max_clients", "max_clients_per_ip", "send_queue", "max_message_bytes", "threads", "beam",
+                 "worker_min_streams"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     for name in ("max_ahead_s", "max_rate", "idle_timeout_s"):
@@ -163,6 +167,7 @@ async def _serve(args: argparse.Namespace, make_driver, langs: list[str]) -> Non
                        allow_origins=list(args.allow_origin),
                        max_step_samples=max(1, int(round(args.source_segment_size * 16))),
                        compute_workers=args.compute_workers, tick_ms=args.tick_ms,
+                       worker_min_streams=args.worker_min_streams,
                        info={"checkpoint": Path(args.model).name})
     server = TranslationServer(make_driver, cfg)
     stop = asyncio.Event()

@@ -45,7 +45,7 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from .batching import DEFAULT_MAX_STEP_SAMPLES, DEFAULT_TICK_MS, TickScheduler
+from .batching import DEFAULT_MAX_STEP_SAMPLES, DEFAULT_MIN_GROUP, DEFAULT_TICK_MS, TickScheduler
 from .protocol import (
     CLOSE_BAD_MESSAGE,
     CLOSE_IDLE,
@@ -156,6 +156,7 @@ class ServerConfig:
         compute_workers: compute threads (streams of a tick split over them); None = one per CPU core
             (:func:`~mmst.serve.batching.default_workers`).
         tick_ms: shortest interval between the starts of two ticks (tick batching; 0 = no wait).
+        worker_min_streams: fewest streams per compute thread when a tick is split over them.
     """
 
     langs: list[str]
@@ -175,6 +176,7 @@ class ServerConfig:
     max_step_samples: int = DEFAULT_MAX_STEP_SAMPLES
     compute_workers: int | None = None
     tick_ms: float = DEFAULT_TICK_MS
+    worker_min_streams: int = DEFAULT_MIN_GROUP
     info: dict = field(default_factory=dict)
 
 
@@ -223,7 +225,8 @@ class TranslationServer:
         """Serve on ``host:port`` inside the ``async with`` block; yields the websockets ``Server``
         (``server.sockets[0].getsockname()[1]`` is the port when 0 was asked)."""
         self.scheduler = TickScheduler(self._deliver, self.config.batching, self.config.max_step_samples,
-                                       workers=self.config.compute_workers, tick_ms=self.config.tick_ms)
+                                       workers=self.config.compute_workers, tick_ms=self.config.tick_ms,
+                                       min_group=self.config.worker_min_streams)
         self.scheduler.start()
         try:
             async with serve(self._handler, host, port, process_request=self._process_request,
