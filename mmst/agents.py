@@ -52,7 +52,7 @@ from simuleval.data.dataloader import register_dataloader
 from simuleval.data.dataloader.s2t_dataloader import SpeechToTextDataloader, load_list_from_file
 
 from mmst.audio import TARGET_SAMPLE_RATE
-from mmst.cli_help import add_quantize_argument
+from mmst.cli_help import add_length_arguments, add_quantize_argument
 from mmst.evaluation.frontend import StreamInput, read_source_file
 from mmst.simultaneous.waitk import parse_waitk
 
@@ -147,14 +147,7 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
         add_policy_arguments(parser)
         parser.add_argument("--beam", type=int, default=1,
                             help="beam search while streaming (alignatt, edatt, la, holdn); 1 = greedy")
-        parser.add_argument("--max-len-a", type=float, default=0.0, help="max target tokens = a * enc_states + b")
-        parser.add_argument("--max-len-b", type=int, default=200, help="max target tokens = a * enc_states + b")
-        parser.add_argument(
-            "--min-len",
-            type=int,
-            default=0,
-            help="suppress EOS before this many tokens (only for checks with untrained models)",
-        )
+        add_length_arguments(parser)
         add_quantize_argument(parser)
         parser.add_argument(
             "--input-scale",

@@ -1,6 +1,7 @@
 """The one ``argparse`` parser and help formatter of mmst's command-line scripts (with deprecated option
 spellings), the option groups several scripts share (one name, default and help text per option) and the
-entry-point wrapper of the evaluation scripts. The option vocabulary is in ``docs/CONTRACTS.md``."""
+entry-point wrapper of the evaluation and corpus-preparation scripts. The option vocabulary is in
+``docs/CONTRACTS.md``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+
+EVAL_LOG_FORMAT = "%(levelname)s: %(message)s"
+"""Log lines of the evaluation scripts: ``LEVEL: message``."""
+PREP_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""Log lines of the corpus-preparation scripts (long runs): time, level and logger name first."""
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -68,6 +74,16 @@ class ArgumentParser(argparse.ArgumentParser):
         return super().parse_known_intermixed_args(self._rewrite_deprecated(args), namespace)
 
 
+def add_progress_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, *,
+                           log_level: bool = True) -> None:
+    """Add ``--no-progress`` (hide the tqdm progress bars; pass ``progress=not args.no_progress`` on) and, with
+    ``log_level``, ``--log-level`` (a :mod:`logging` level name in any case, default INFO; a name that is not a
+    level means INFO), which :func:`run_cli` applies."""
+    p.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
+    if log_level:
+        p.add_argument("--log-level", default="INFO", help="logging level")
+
+
 def add_quantize_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """Add ``--quantize none|int8``: run the model's linear layers in fp32 or dynamic int8
     (``mmst.models.quantize.quantize_model``; CPU only). Pass ``args.quantize`` to ``load_system``."""
@@ -119,6 +135,18 @@ def add_streaming_policy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam", type=int, default=1, help="beam search while streaming (alignatt, edatt, la, holdn)")
 
 
+def add_length_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, *, min_len: bool = True) -> None:
+    """Add the output length limits of a decoding, as in fairseq: ``--max-len-a`` and ``--max-len-b`` (at most
+    ``a * encoder_states + b`` target tokens per language) and, with ``min_len``, ``--min-len`` (no EOS
+    before that many tokens). Pass ``args.max_len_a``, ``args.max_len_b`` and ``args.min_len`` on."""
+    p.add_argument("--max-len-a", type=float, default=0.0, help="max target tokens = a * encoder_states + b")
+    p.add_argument("--max-len-b", type=int, default=200, help="max target tokens = a * encoder_states + b")
+    if min_len:
+        p.add_argument("--min-len", type=int, default=0,
+                       help="suppress EOS before this many tokens (only for cost/agreement checks with untrained "
+                            "models)")
+
+
 def add_vad_arguments(p: argparse.ArgumentParser) -> None:
     """Add the Silero VAD segmentation options of a long stream (``mmst.simultaneous.vad.StreamingVad``):
     ``--max-segment-s`` (s), ``--vad-threshold`` (speech probability), ``--vad-min-silence-ms`` and
@@ -132,24 +160,33 @@ def add_vad_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_cli(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace], int],
-            argv: Sequence[str] | None, errors: tuple[type[BaseException], ...]) -> int:
-    """Parse ``argv`` (``None``: the process's arguments) and return ``run(args)``, with INFO logging to
-    stderr as ``LEVEL: message``.
+            argv: Sequence[str] | None, errors: tuple[type[BaseException], ...], *,
+            log_format: str = EVAL_LOG_FORMAT, error_log: logging.Logger | None = None) -> int:
+    """Parse ``argv`` (``None``: the process's arguments) and return ``run(args)``, with logging to stderr at
+    ``args.log_level`` (:func:`add_progress_arguments`; INFO when the parser has no ``--log-level``).
 
     Args:
         parser: the script's options.
         run: the script's work; returns the exit status.
         argv: the command line without the program name.
-        errors: exception types that mean bad options or input: each becomes one line ``error: MESSAGE``
-            on stderr and exit status 1.
+        errors: exception types that mean bad options or input: each becomes one line on stderr and exit
+            status 1.
+        log_format: the :mod:`logging` format of every line (:data:`EVAL_LOG_FORMAT` or
+            :data:`PREP_LOG_FORMAT`).
+        error_log: where ``errors`` are reported: ``error_log.error(MESSAGE)`` (a log line in
+            ``log_format``); ``None``: printed as ``error: MESSAGE``.
 
     Raises:
         SystemExit: status 2 from ``argparse`` for unknown or malformed options (0 for ``--help``).
     """
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    level = getattr(logging, str(getattr(args, "log_level", "INFO")).upper(), logging.INFO)
+    logging.basicConfig(level=level, format=log_format, stream=sys.stderr)
     try:
         return run(args)
     except errors as e:
-        print(f"error: {e}", file=sys.stderr)
+        if error_log is None:
+            print(f"error: {e}", file=sys.stderr)
+        else:
+            error_log.error("%s", e)
         return 1

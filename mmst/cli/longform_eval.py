@@ -38,7 +38,9 @@ from pathlib import Path
 
 from mmst.cli_help import (
     ArgumentParser,
+    add_length_arguments,
     add_model_arguments,
+    add_progress_arguments,
     add_streaming_policy_arguments,
     add_vad_arguments,
     run_cli,
@@ -69,8 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--oracle-segments", action="store_true",
                    help="segment at the --segments / yaml sentence boundaries instead of the VAD (gold "
                         "segmentation; one talk at a time)")
-    p.add_argument("--max-len-a", type=float, default=0.0, help="max target tokens = a * encoder_states + b")
-    p.add_argument("--max-len-b", type=int, default=200, help="max target tokens = a * encoder_states + b")
+    add_length_arguments(p, min_len=False)
     p.add_argument("--eval-latency-unit", choices=["auto", "word", "char"], default="auto",
                    help="latency unit: auto = char for zh/ja, word otherwise")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch's choice)")
@@ -81,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--subtitle-timing", choices=["emission", "source"], default="emission",
                    help="cue times: when the words were written (simultaneous captions) or the VAD segment's "
                         "span in the source")
-    p.add_argument("--no-progress", action="store_true", help="disable the progress bar")
+    add_progress_arguments(p, log_level=False)
     return p
 
 

@@ -27,7 +27,7 @@ import logging
 import os
 import sys
 
-from mmst.cli_help import ArgumentParser
+from mmst.cli_help import PREP_LOG_FORMAT, ArgumentParser, add_progress_arguments, run_cli
 from mmst.corpora.audiolist import AudioListError, drop_bad_audio, read_audio_list
 from mmst.corpora.multiway import BuildError, build_from_rows, format_summary
 from mmst.data.corpus import load_data_config
@@ -66,50 +66,49 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--skip-bad", action="store_true",
                    help="leave out bad clips (unreadable, silent, or shorter/longer than duration_s by more than "
                         "0.1 s) with a report naming each one and its reason, instead of stopping; off by default")
-    p.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
-    p.add_argument("--log-level", default="INFO", help="logging level")
+    add_progress_arguments(p)
     return p
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The parsed command line (``None``: the process's arguments)."""
-    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns 0 ok, 1 bad input, 2 bad arguments."""
-    args = parse_args(argv)
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run_cli(build_parser(), run, argv, errors=(AudioListError, BuildError), log_format=PREP_LOG_FORMAT,
+                   error_log=log)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the list's audio and build the DATA directory (see the module docstring); returns 0, or 2 for
+    bad arguments.
+
+    Raises:
+        mmst.corpora.audiolist.AudioListError: a bad list or bad audio (without ``--skip-bad``).
+        mmst.corpora.multiway.BuildError: the build failed (the message names the file).
+    """
     if args.jobs < 1:
         log.error("--jobs must be >= 1")
         return 2
     split = args.split or os.path.splitext(os.path.basename(args.tsv))[0]
-    try:
-        langs = [x.strip() for x in args.tgt_langs.split(",") if x.strip()] if args.tgt_langs else None
-        if langs is None and args.vocab_from:
-            from mmst.data.manifest import read_manifest_header
+    langs = [x.strip() for x in args.tgt_langs.split(",") if x.strip()] if args.tgt_langs else None
+    if langs is None and args.vocab_from:
+        from mmst.data.manifest import read_manifest_header
 
-            header = read_manifest_header(args.tsv)
-            langs = [lang for lang in load_data_config(args.vocab_from)["tgt_langs"] if lang in header]
-            if not langs:
-                raise AudioListError(f"{args.tsv}: none of the --vocab-from languages is a column")
-        rows, langs = read_audio_list(args.tsv, langs, args.src_col)
-        if not rows:
-            raise AudioListError(f"{args.tsv}: no data rows")
-        rows, skipped = drop_bad_audio(rows, args.skip_bad, progress=not args.no_progress)
-        if not rows:
-            raise AudioListError(f"{args.tsv}: every clip is bad audio")
-        report = build_from_rows(
-            {split: rows}, args.out, langs, jobs=args.jobs, no_filter_splits=[split],
-            extra_report={"tsv": os.path.abspath(args.tsv), "skipped_bad_audio": skipped},
-            vocab_size=args.vocab_size, per_lang_vocab=args.per_lang_vocab, vocab_from=args.vocab_from,
-            dither=args.dither, peak_normalize=args.peak_normalize, fit_split=split,
-            progress=not args.no_progress, tool="prep_audio_list",
-        )
-    except (AudioListError, BuildError) as e:
-        log.error("%s", e)
-        return 1
+        header = read_manifest_header(args.tsv)
+        langs = [lang for lang in load_data_config(args.vocab_from)["tgt_langs"] if lang in header]
+        if not langs:
+            raise AudioListError(f"{args.tsv}: none of the --vocab-from languages is a column")
+    rows, langs = read_audio_list(args.tsv, langs, args.src_col)
+    if not rows:
+        raise AudioListError(f"{args.tsv}: no data rows")
+    rows, skipped = drop_bad_audio(rows, args.skip_bad, progress=not args.no_progress)
+    if not rows:
+        raise AudioListError(f"{args.tsv}: every clip is bad audio")
+    report = build_from_rows(
+        {split: rows}, args.out, langs, jobs=args.jobs, no_filter_splits=[split],
+        extra_report={"tsv": os.path.abspath(args.tsv), "skipped_bad_audio": skipped},
+        vocab_size=args.vocab_size, per_lang_vocab=args.per_lang_vocab, vocab_from=args.vocab_from,
+        dither=args.dither, peak_normalize=args.peak_normalize, fit_split=split,
+        progress=not args.no_progress, tool="prep_audio_list",
+    )
     if args.vocab_from is None:
         log.warning("no --vocab-from: vocabulary and gcmvn were estimated on the evaluation list itself")
     print(format_summary(report))

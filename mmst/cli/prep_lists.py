@@ -25,7 +25,7 @@ import argparse
 import logging
 import sys
 
-from mmst.cli_help import ArgumentParser
+from mmst.cli_help import PREP_LOG_FORMAT, ArgumentParser, add_progress_arguments, run_cli
 from mmst.corpora.audiolist import AudioListError
 from mmst.corpora.build_cli import add_build_arguments, build_kwargs
 from mmst.corpora.lists import build_from_lists, parse_test_lists
@@ -52,33 +52,31 @@ def build_parser() -> ArgumentParser:
                    help="leave out bad clips (unreadable, silent, truncated) with a report naming each one and its "
                         "reason, instead of stopping")
     p.add_argument("--jobs", type=int, default=1, help="feature extraction processes")
-    p.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
-    p.add_argument("--log-level", default="INFO", help="logging level")
+    add_progress_arguments(p)
     return p
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The parsed command line (``None``: the process's arguments)."""
-    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns 0 ok, 1 bad input, 2 bad arguments."""
-    args = parse_args(argv)
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run_cli(build_parser(), run, argv, errors=(AudioListError, BuildError), log_format=PREP_LOG_FORMAT,
+                   error_log=log)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the DATA directory from the lists (see the module docstring); returns 0, or 2 for bad arguments.
+
+    Raises:
+        mmst.corpora.audiolist.AudioListError: a bad list or bad audio (without ``--skip-bad``).
+        mmst.corpora.multiway.BuildError: the build failed (the message names the file).
+    """
     langs = [x.strip() for x in args.tgt_langs.split(",") if x.strip()] if args.tgt_langs else None
     if args.jobs < 1 or (langs is not None and (not langs or len(set(langs)) != len(langs))):
         log.error("--jobs must be >= 1 and --tgt-langs a non-empty list without duplicates")
         return 2
-    try:
-        tests = parse_test_lists(args.test)
-        report = build_from_lists(args.train, args.out, dev=args.dev, tests=tests, tgt_langs=langs,
-                                  src_col=args.src_col, skip_bad=args.skip_bad, jobs=args.jobs,
-                                  progress=not args.no_progress, **build_kwargs(args))
-    except (AudioListError, BuildError) as e:
-        log.error("%s", e)
-        return 1
+    tests = parse_test_lists(args.test)
+    report = build_from_lists(args.train, args.out, dev=args.dev, tests=tests, tgt_langs=langs,
+                              src_col=args.src_col, skip_bad=args.skip_bad, jobs=args.jobs,
+                              progress=not args.no_progress, **build_kwargs(args))
     print(format_summary(report))
     if report["skipped_bad_audio"]:
         print(f"bad audio left out: {len(report['skipped_bad_audio'])} clip(s) (skipped_bad_audio in prep_report.json)")

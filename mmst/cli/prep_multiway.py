@@ -19,13 +19,12 @@ import argparse
 import logging
 import sys
 
-from mmst.cli_help import ArgumentParser
+from mmst.cli_help import PREP_LOG_FORMAT, ArgumentParser, add_progress_arguments, run_cli
 from mmst.corpora.build_cli import add_build_arguments, build_kwargs
 from mmst.corpora.multiway import BuildError, build_from_rows, format_summary, read_and_join
 from mmst.corpora.mustc_layout import RawCorpusError, available_pairs
 
 log = logging.getLogger("prep_multiway")
-
 
 
 def build_parser() -> ArgumentParser:
@@ -50,21 +49,23 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--join", choices=("inner", "outer"), default="inner",
                    help="inner: keep segments present in every language; outer: keep all, empty cells for "
                         "missing translations")
-    p.add_argument("--no-progress", action="store_true", help="hide tqdm progress bars")
-    p.add_argument("--log-level", default="INFO", help="logging level")
+    add_progress_arguments(p)
     return p
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The parsed command line (``None``: the process's arguments)."""
-    return build_parser().parse_args(argv)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code."""
-    args = parse_args(argv)
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """Entry point; returns the exit code (0 ok, 1 bad input, 2 bad arguments)."""
+    return run_cli(build_parser(), run, argv, errors=(RawCorpusError, BuildError), log_format=PREP_LOG_FORMAT,
+                   error_log=log)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read, join and build (see the module docstring); returns 0, or 2 for bad arguments.
+
+    Raises:
+        mmst.corpora.mustc_layout.RawCorpusError: a bad corpus file (the message names file, line and field).
+        mmst.corpora.multiway.BuildError: the build failed (the message names the file).
+    """
     if args.tgt_langs is None:
         langs = available_pairs(args.mustc_root, args.src_lang)
         log.info("--tgt-langs not given; using the pairs under %s: %s", args.mustc_root, ",".join(langs))
@@ -78,20 +79,16 @@ def main(argv: list[str] | None = None) -> int:
         log.error("--jobs must be >= 1")
         return 2
     progress = not args.no_progress
-    try:
-        rows, join_rep = read_and_join(args.mustc_root, langs, splits, args.tolerance_ms, args.join, args.src_lang,
-                                       progress)
-        for split in splits:
-            log.info("split %s: %d multi-way utterances", split, len(rows.get(split, [])))
-        rows = {s: rows.get(s, []) for s in splits}
-        report = build_from_rows(
-            rows, args.out, langs, jobs=args.jobs, extra_report={"join": join_rep, "root": args.mustc_root},
-            **build_kwargs(args), end_tolerance_ms=args.tolerance_ms, src_lang=args.src_lang,
-            progress=progress, tool="prep_multiway",
-        )
-    except (RawCorpusError, BuildError) as e:
-        log.error("%s", e)
-        return 1
+    rows, join_rep = read_and_join(args.mustc_root, langs, splits, args.tolerance_ms, args.join, args.src_lang,
+                                   progress)
+    for split in splits:
+        log.info("split %s: %d multi-way utterances", split, len(rows.get(split, [])))
+    rows = {s: rows.get(s, []) for s in splits}
+    report = build_from_rows(
+        rows, args.out, langs, jobs=args.jobs, extra_report={"join": join_rep, "root": args.mustc_root},
+        **build_kwargs(args), end_tolerance_ms=args.tolerance_ms, src_lang=args.src_lang,
+        progress=progress, tool="prep_multiway",
+    )
     print(format_summary(report))
     return 0
 

@@ -22,7 +22,7 @@ import logging
 import os
 import sys
 
-from mmst.cli_help import ArgumentParser
+from mmst.cli_help import PREP_LOG_FORMAT, ArgumentParser, add_progress_arguments, run_cli
 from mmst.corpora.build_cli import add_build_arguments, build_kwargs
 from mmst.corpora.mustc import (
     DEFAULT_SPLITS,
@@ -71,16 +71,10 @@ def build_parser() -> ArgumentParser:
                     help="stop after alignment: write OUT/aligned/<split>.tsv and the alignment report, no features/vocab")
     ap.add_argument("--jobs", type=int, default=1, help="processes for feature extraction in the builder (default 1)")
     add_build_arguments(ap)
-    ap.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
-    ap.add_argument("--no-progress", action="store_true", help="disable tqdm progress bars")
+    add_progress_arguments(ap)
     ap.add_argument("builder_args", nargs=argparse.REMAINDER,
                     help="after '--': extra --key value options passed to the multi-way builder (e.g. -- --vocab-size 8000)")
     return ap
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The parsed command line (``None``: the process's arguments)."""
-    return build_parser().parse_args(argv)
 
 
 def _write_aligned(out: str, rows_by_split: dict, langs: list[str]) -> None:
@@ -157,9 +151,12 @@ def run_builder(out: str, rows_by_split: dict, langs: list[str], report: dict, j
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code (0 ok, 1 nothing aligned, 2 bad arguments)."""
-    args = parse_args(argv)
-    logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run_cli(build_parser(), run, argv, errors=(), log_format=PREP_LOG_FORMAT)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read and align the pairs, write the alignment report, then build the DATA directory (see the module
+    docstring); returns the exit code (0 ok, 1 nothing aligned or the build failed, 2 bad arguments)."""
     langs = [x.strip() for x in args.tgt_langs.split(",") if x.strip()]
     splits = [x.strip() for x in args.splits.split(",") if x.strip()]
     if not langs:

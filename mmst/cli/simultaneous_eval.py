@@ -42,7 +42,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from mmst.cli_help import ArgumentParser, add_model_arguments, run_cli
+from mmst.cli_help import (
+    ArgumentParser,
+    add_length_arguments,
+    add_model_arguments,
+    add_progress_arguments,
+    run_cli,
+)
 
 logger = logging.getLogger("simultaneous_eval")
 
@@ -67,14 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam", type=int, default=None,
                    help="beam size: --offline (default 5), or beam search while streaming with alignatt, edatt, "
                         "la, holdn (default 1 = greedy)")
-    p.add_argument("--max-len-a", type=float, default=0.0, help="max target tokens = a * encoder_states + b")
-    p.add_argument("--max-len-b", type=int, default=200, help="max target tokens = a * encoder_states + b")
-    p.add_argument(
-        "--min-len",
-        type=int,
-        default=0,
-        help="suppress EOS before this many tokens (only for cost/agreement checks with untrained models)",
-    )
+    add_length_arguments(p)
     p.add_argument(
         "--eval-latency-unit",
         choices=["auto", "word", "char"],
@@ -90,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--simuleval-compat", action="store_true",
                    help="count reference words as SimulEval 1.1.4 does (split on single spaces, so repeated or "
                         "trailing spaces add words) to reproduce its AL/LAAL/AP; default: whitespace-separated words")
-    p.add_argument("--no-progress", action="store_true", help="disable the tqdm progress bar")
+    add_progress_arguments(p, log_level=False)
     return p
 
 

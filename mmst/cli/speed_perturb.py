@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 
-from mmst.cli_help import ArgumentParser
+from mmst.cli_help import ArgumentParser, add_progress_arguments
 from mmst.corpora.speed_perturb import DEFAULT_FACTORS, SpeedPerturbBuildError, build_speed_perturbed
 from mmst.data.corpus import DataConfigError
 
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated speed factors; 1.0 keeps the originals in the new manifest "
                         "(default: 0.9,1.0,1.1)")
     p.add_argument("--jobs", type=int, default=1, help="feature extraction processes (default: 1)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_progress_arguments(p, log_level=False)
     return p
 
 
