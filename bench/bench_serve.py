@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="numbers of clients of the runs with --batching off (comma list; empty = skip)")
     p.add_argument("--flood-clients", type=int, default=8,
                    help="real-time clients of the flood row, next to one flooder (0 = skip)")
+    p.add_argument("--one-thread-clients", default="16",
+                   help="numbers of clients of tick runs on ONE compute thread (--compute-workers 1), to compare "
+                   "with the default threads (comma list; empty = skip)")
     p.add_argument("--seconds", type=float, default=20.0, help="audio per client (talks cut to this length)")
     p.add_argument("--server-args", default="", help="extra mmst-serve options, e.g. '--policy alignatt'")
     p.add_argument("--out", default=str(RESULTS_DIR / "serve.json"), help="output JSON")
@@ -149,12 +152,17 @@ class Server:
         self.log.close()
 
 
-def stacked_counts(port: int) -> dict:
-    """The server's ``/stats.json`` ``stacked`` counters: ``{kind: {"calls", "requests"}}``."""
+def server_stats(port: int) -> dict:
+    """The server's ``/stats.json``."""
     from urllib.request import urlopen
 
     with urlopen(f"http://127.0.0.1:{port}/stats.json", timeout=10) as r:
-        return json.loads(r.read())["stacked"]
+        return json.loads(r.read())
+
+
+def stacked_counts(port: int) -> dict:
+    """The server's ``/stats.json`` ``stacked`` counters: ``{kind: {"calls", "requests"}}``."""
+    return server_stats(port)["stacked"]
 
 
 def streams_per_call(before: dict, after: dict) -> dict:
@@ -186,7 +194,7 @@ def measure(server: Server, audios: list[np.ndarray], flood: np.ndarray | None =
     row = summarize_clients(results, wall)
     row.update(server_cpu_s=cpu, server_cpu_pct=100.0 * cpu / wall,
                cpu_s_per_audio_s=cpu / row["audio_s"] if row["audio_s"] else None,
-               clients_cpu_s=time.process_time() - own0,
+               clients_cpu_s=time.process_time() - own0, compute_workers=server_stats(server.port)["compute_workers"],
                peak_rss_mib=server.peak_rss_mib, loadavg_1m=[load0, os.getloadavg()[0]],
                streams_per_call=streams_per_call(stacked0, stacked_counts(server.port)))
     if flood is not None:
@@ -261,15 +269,18 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, dict] = {}
     log_dir = Path(tempfile.mkdtemp(prefix="bench_serve_"))
     print(f"server logs in {log_dir}", file=sys.stderr)
-    modes = [("tick", ns)] + ([("off", ns_off)] if ns_off else [])
-    for mode, counts in modes:
-        server = Server([*base, "--batching", mode], log_dir / f"server_{mode}.log")
+    ns_one = [int(n) for n in args.one_thread_clients.split(",") if n.strip()]
+    modes = [("tick", ns, [])] + ([("off", ns_off, [])] if ns_off else []) + \
+        ([("tick", ns_one, ["--compute-workers", "1"])] if ns_one else [])
+    for mode, counts, extra in modes:
+        key = mode + ("-1thread" if extra else "")
+        server = Server([*base, "--batching", mode, *extra], log_dir / f"server_{key}.log")
         try:
             for n in counts:
                 audios = [talks[i % len(talks)] for i in range(n)]
-                print(f"batching {mode}: {n} client(s) ...", file=sys.stderr, flush=True)
-                rows[f"{mode}/{n}"] = {"batching": mode, "n": n, **measure(server, audios)}
-            if mode == "tick" and args.flood_clients:
+                print(f"batching {mode} {' '.join(extra)}: {n} client(s) ...", file=sys.stderr, flush=True)
+                rows[f"{key}/{n}"] = {"batching": mode, "n": n, **measure(server, audios)}
+            if mode == "tick" and not extra and args.flood_clients:
                 n = args.flood_clients
                 audios = [talks[i % len(talks)] for i in range(n)]
                 need = int((args.seconds + 5) * DEFAULT_MAX_RATE * 16000)  # enough for the whole row at the fastest pace
@@ -285,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tick8 = rows.get("tick/8")
     flood_row = rows.get(f"flood/{args.flood_clients}")
-    realtime = [r["n"] for r in rows.values() if r["batching"] == "tick" and not r.get("flood") and r["realtime"]]
+    realtime = [int(k.split("/")[1]) for k, r in rows.items() if k.startswith("tick/") and r["realtime"]]
     summary = {"p95_added_latency_ms_8_clients": tick8["added_latency_ms_p95"] if tick8 else None,
                "batched_over_unbatched_cost_8_clients": cost_ratio(8),
                "max_realtime_clients": max(realtime) if realtime else 0,

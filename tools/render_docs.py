@@ -605,7 +605,7 @@ def serve_table(d: Mapping[str, Any]) -> str:
     def clients(r: Mapping[str, Any]) -> str:
         return f"{r['n']} + 1 flooder" if r.get("flood") else str(r["n"])
 
-    rows = [[r["batching"], clients(r), f"{num(r['added_latency_ms_p50'], '{:.0f}')} / {num(r['added_latency_ms_p95'], '{:.0f}')}",
+    rows = [[r["batching"], num(r.get("compute_workers"), "{:.0f}"), clients(r), f"{num(r['added_latency_ms_p50'], '{:.0f}')} / {num(r['added_latency_ms_p95'], '{:.0f}')}",
              num(r["rtf_max"], "{:.3f}"), num(r["server_cpu_pct"], "{:.0f}") + "%", num(r["cpu_s_per_audio_s"], "{:.3f}"),
              num(r.get("clients_cpu_s"), "{:.1f}"), per_call(r), num(r["peak_rss_mib"], "{:.0f}"),
              num(r["words_per_s"], "{:.1f}"), "yes" if r["realtime"] else "no"]
@@ -615,7 +615,7 @@ def serve_table(d: Mapping[str, Any]) -> str:
     goal_rows = [[f"`{k}`", g["target"], "-" if g["value"] is None else num(g["value"], "{:.3g}") if isinstance(g["value"], float)
                   else str(g["value"]),
                   "met" if g["met"] else "**missed**"] for k, g in goals.items()]
-    text = (md_table(["batching", "clients", "added latency p50 / p95 (ms)", "RTF (max client)", "server CPU",
+    text = (md_table(["batching", "compute threads", "clients", "added latency p50 / p95 (ms)", "RTF (max client)", "server CPU",
                       "CPU s per audio s", "clients' CPU s", "streams per call (VAD / front end / encoder / decoder)",
                       "peak RSS (MiB)", "words/s", "real time"], rows)
             + f"\n\nAt 8 clients: p95 added latency {num(s['p95_added_latency_ms_8_clients'], '{:.0f}')} ms, "
