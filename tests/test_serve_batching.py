@@ -451,3 +451,28 @@ def test_compute_workers_step_disjoint_groups_in_parallel_threads():
     assert sched.ticks == 1 and sched.stack.by_kind == {"_Echo": [2, 4]}
     assert len(set(_Echo.threads)) == 2
     assert sorted((n, ev) for n, ev, _ in delivered) == [(n, [(n, [i])]) for i, n in enumerate("abcd")]
+
+
+def test_a_tick_starts_once_tick_streams_streams_have_audio():
+    """tick_ms = 10 min, tick_streams = 2, three streams: after a tick, a's frame waits; once b's is in,
+    the tick starts without waiting for c's, and steps a and b in one call."""
+
+    async def script(sched, sessions, delivered):
+        a, b, c = sessions[:3]
+        for s in (a, b, c):
+            sched.add(s)
+            s.pending = [1]
+        await sched.notify(a)
+        await _until(lambda: len(delivered) == 3, "the first tick")
+        a.pending = [2]
+        await sched.notify(a)
+        await asyncio.sleep(0.3)  # time for a loop that does not wait to compute a alone
+        assert sched.ticks == 1 and len(delivered) == 3
+        b.pending = [2]
+        await sched.notify(b)
+        await _until(lambda: len(delivered) == 5, "the second tick")
+        return sched, delivered
+
+    sched, delivered = _scheduler_run(script, workers=1, tick_ms=600_000.0, tick_streams=2)
+    assert sched.ticks == 2 and sched.stack.by_kind == {"_Echo": [2, 5]}
+    assert sorted(ev for _, ev, _ in delivered[3:]) == [[("a", [2])], [("b", [2])]]

@@ -41,14 +41,16 @@ splitting one operator over cores costs more than it gains. Two modes:
     every stream's window of new outputs (the fbank itself is computed per stream by kaldi-native-fbank
     as the samples come).
 
-  Ticks start at most every ``tick_ms`` (default :data:`DEFAULT_TICK_MS`): when the previous tick
-  started less than ``tick_ms`` ago, the loop waits for the rest of that interval (or until every stream
-  has audio waiting) before taking the batch, so that the frames the clients send in that interval are
-  computed together: with clients sending 100 ms frames, a 100 ms interval puts one frame of every
-  stream in each tick, which stacks every stream's VAD windows and the blocks of the streams whose
-  320 ms chunk completed in it. The price is at most ``tick_ms`` of added latency (a frame that arrives
-  just after a tick started waits for the next); ``tick_ms=0`` starts a tick as soon as the compute
-  threads are free. While a tick computes, new audio of every stream accumulates, so under load the
+  Ticks gather: when the previous tick started less than ``tick_ms`` ago (default
+  :data:`DEFAULT_TICK_MS`), the loop waits for the rest of that interval, or until ``tick_streams``
+  streams (default :data:`DEFAULT_TICK_STREAMS`; or every stream, when there are fewer) have audio
+  waiting, before taking the batch, so that the frames the clients send meanwhile are computed together:
+  with clients sending 100 ms frames, up to 8 clients get one frame of every stream in each tick, which
+  stacks every stream's VAD windows and the blocks of the streams whose 320 ms chunk completed in it;
+  with more clients the ticks come faster (8 streams' frames arrive sooner), so the wait, and the added
+  latency it costs, shrinks as the load grows, while each tick still stacks 8 streams or more. The price
+  is at most ``tick_ms`` of added latency (a frame that arrives just after a tick started waits for the
+  next); ``tick_ms=0`` starts a tick as soon as the compute threads are free. While a tick computes, new audio of every stream accumulates, so under load the
   ticks grow and more streams have a request in the same round. What is not stacked runs inside the
   stream's own step: the fbank, the embedding of the conv outputs, policy decisions, detokenisation,
   hypothesis policies (local agreement, hold-n, beam search) and async or re-encoding models.
@@ -89,6 +91,8 @@ BATCHING_MODES = ("tick", "off")
 DEFAULT_MAX_STEP_SAMPLES = 5120
 #: default shortest interval between the starts of two ticks (ms): one 100 ms client frame
 DEFAULT_TICK_MS = 100.0
+#: default number of streams with audio waiting that start a tick before the interval is over
+DEFAULT_TICK_STREAMS = 8
 #: most compute threads by default (one per core up to this)
 MAX_DEFAULT_WORKERS = 4
 #: default fewest streams per compute thread in a tick
@@ -119,17 +123,19 @@ class TickScheduler:
         max_step_samples: most 16 kHz samples of queued audio one step of a session takes (>= 1).
         workers: compute threads (>= 1); the streams of a tick are split into this many groups computed
             in parallel. None = :func:`default_workers`.
-        tick_ms: shortest interval between the starts of two ticks, ms (>= 0; tick mode only).
+        tick_ms: shortest interval between the starts of two ticks, ms (>= 0; tick mode only), unless
+            ``tick_streams`` streams have audio waiting before it is over.
+        tick_streams: streams with audio waiting that start a tick before ``tick_ms`` is over (>= 1).
         min_group: fewest streams per group when a tick is split over the workers (>= 1).
 
     Raises:
-        ValueError: unknown mode, ``max_step_samples < 1``, ``workers < 1``, ``tick_ms < 0`` or
-            ``min_group < 1``.
+        ValueError: unknown mode, ``max_step_samples < 1``, ``workers < 1``, ``tick_ms < 0``,
+            ``tick_streams < 1`` or ``min_group < 1``.
     """
 
     def __init__(self, deliver: Deliver, mode: str = "tick", max_step_samples: int = DEFAULT_MAX_STEP_SAMPLES,
-                 *, workers: int | None = 1, tick_ms: float = 0.0, min_group: int = DEFAULT_MIN_GROUP,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 *, workers: int | None = 1, tick_ms: float = 0.0, tick_streams: int = DEFAULT_TICK_STREAMS,
+                 min_group: int = DEFAULT_MIN_GROUP, clock: Callable[[], float] = time.monotonic) -> None:
         if mode not in BATCHING_MODES:
             raise ValueError(f"batching mode must be one of {BATCHING_MODES}, got {mode!r}")
         if max_step_samples < 1:
@@ -141,11 +147,14 @@ class TickScheduler:
             raise ValueError(f"tick_ms must be >= 0, got {tick_ms}")
         if min_group < 1:
             raise ValueError(f"min_group must be >= 1, got {min_group}")
+        if tick_streams < 1:
+            raise ValueError(f"tick_streams must be >= 1, got {tick_streams}")
         self.deliver = deliver
         self.mode = mode
         self.max_step_samples = int(max_step_samples)
         self.workers = workers
         self.min_group = int(min_group)
+        self.tick_streams = int(tick_streams)
         self.tick_s = float(tick_ms) / 1000.0 if mode == "tick" else 0.0
         self.clock = clock
         self.sessions: set[StreamSession] = set()
@@ -255,10 +264,15 @@ class TickScheduler:
                 if any(s.has_work() for s in self.sessions):
                     self._wake.set()
 
+    def _enough(self) -> bool:
+        """``tick_streams`` sessions have work (or every session has: nothing more can join)."""
+        need = min(self.tick_streams, len(self.sessions))
+        return sum(1 for s in self.sessions if s.has_work()) >= need
+
     async def _gather(self, wait_s: float) -> None:
-        """Wait ``wait_s`` seconds, or less once every session has work (nothing more can join)."""
+        """Wait ``wait_s`` seconds, or less once :meth:`_enough` sessions have work."""
         deadline = self.clock() + wait_s
-        while not all(s.has_work() for s in self.sessions):
+        while not self._enough():
             left = deadline - self.clock()
             if left <= 0:
                 return

@@ -38,7 +38,13 @@ logger = logging.getLogger("mmst.serve")
 
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``mmst-serve``."""
-    from .batching import BATCHING_MODES, DEFAULT_MIN_GROUP, DEFAULT_TICK_MS, MAX_DEFAULT_WORKERS
+    from .batching import (
+        BATCHING_MODES,
+        DEFAULT_MIN_GROUP,
+        DEFAULT_TICK_MS,
+        DEFAULT_TICK_STREAMS,
+        MAX_DEFAULT_WORKERS,
+    )
     from .protocol import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_RATE
 
     p = argparse.ArgumentParser(prog="mmst-serve", description=__doc__, formatter_class=HelpFormatter)
@@ -87,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tick batching: shortest interval between two ticks (ms); the frames that arrive "
                    "within it are computed together (more stacking, at most this much added latency; 0 = "
                    "compute as soon as a thread is free)")
+    p.add_argument("--tick-streams", type=int, default=DEFAULT_TICK_STREAMS,
+                   help="tick batching: a tick starts before --tick-ms is over once this many streams have audio "
+                   "waiting (so the wait shrinks as the load grows)")
     p.add_argument("--compute-workers", type=int, default=None,
                    help="compute threads; the streams of a tick are split over them "
                    f"(default: one per CPU core, at most {MAX_DEFAULT_WORKERS})")
@@ -101,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for name in ("max_clients", "max_clients_per_ip", "send_queue", "max_message_bytes", "threads", "beam",
-                 "worker_min_streams"):
+                 "worker_min_streams", "tick_streams"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     for name in ("max_ahead_s", "max_rate", "idle_timeout_s"):
@@ -167,7 +176,7 @@ async def _serve(args: argparse.Namespace, make_driver, langs: list[str]) -> Non
                        allow_origins=list(args.allow_origin),
                        max_step_samples=max(1, int(round(args.source_segment_size * 16))),
                        compute_workers=args.compute_workers, tick_ms=args.tick_ms,
-                       worker_min_streams=args.worker_min_streams,
+                       worker_min_streams=args.worker_min_streams, tick_streams=args.tick_streams,
                        info={"checkpoint": Path(args.model).name})
     server = TranslationServer(make_driver, cfg)
     stop = asyncio.Event()

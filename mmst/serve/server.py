@@ -45,7 +45,13 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from .batching import DEFAULT_MAX_STEP_SAMPLES, DEFAULT_MIN_GROUP, DEFAULT_TICK_MS, TickScheduler
+from .batching import (
+    DEFAULT_MAX_STEP_SAMPLES,
+    DEFAULT_MIN_GROUP,
+    DEFAULT_TICK_MS,
+    DEFAULT_TICK_STREAMS,
+    TickScheduler,
+)
 from .protocol import (
     CLOSE_BAD_MESSAGE,
     CLOSE_IDLE,
@@ -155,7 +161,9 @@ class ServerConfig:
         max_step_samples: most audio (16 kHz samples) one step of a stream computes.
         compute_workers: compute threads (streams of a tick split over them); None = one per CPU core
             (:func:`~mmst.serve.batching.default_workers`).
-        tick_ms: shortest interval between the starts of two ticks (tick batching; 0 = no wait).
+        tick_ms: shortest interval between the starts of two ticks (tick batching; 0 = no wait), unless
+            ``tick_streams`` streams have audio waiting before it is over.
+        tick_streams: streams with audio waiting that start a tick before ``tick_ms`` is over.
         worker_min_streams: fewest streams per compute thread when a tick is split over them.
     """
 
@@ -176,6 +184,7 @@ class ServerConfig:
     max_step_samples: int = DEFAULT_MAX_STEP_SAMPLES
     compute_workers: int | None = None
     tick_ms: float = DEFAULT_TICK_MS
+    tick_streams: int = DEFAULT_TICK_STREAMS
     worker_min_streams: int = DEFAULT_MIN_GROUP
     info: dict = field(default_factory=dict)
 
@@ -226,6 +235,7 @@ class TranslationServer:
         (``server.sockets[0].getsockname()[1]`` is the port when 0 was asked)."""
         self.scheduler = TickScheduler(self._deliver, self.config.batching, self.config.max_step_samples,
                                        workers=self.config.compute_workers, tick_ms=self.config.tick_ms,
+                                       tick_streams=self.config.tick_streams,
                                        min_group=self.config.worker_min_streams)
         self.scheduler.start()
         try:
