@@ -257,10 +257,20 @@ def stragglers_mmst(d: Mapping[str, Any]) -> str:
     c = d["config"]
     per_core = ", ".join(f"W = {w}: {float(x):.1f}" for w, x in sorted(c.get("ranks_per_core", {}).items()))
     curve_seeds = c.get("curve_seeds", len(c.get("seeds", [])))
+    n = len(c["seeds"])
+    seeds = (f"{n} seeds per row" if curve_seeds >= n else
+             f"{n} seeds per row, of which {curve_seeds} trained {c['updates']} updates with validation every "
+             f"{c['valid_every']} (dev-loss curve, time to target) and the others "
+             f"{c.get('throughput_updates', c['updates'])} updates (throughput only)")
+    if curve_seeds >= n:
+        seeds += (f", each trained {c['updates']} updates with validation every {c['valid_every']} (dev-loss curve, "
+                  f"time to target)")
+    if c.get("oversubscribed_seeds"):
+        seeds += f" ({c['oversubscribed_seeds']} in the oversubscribed W > {c.get('cores', '?')} rows)"
+    if c.get("valid_utterances"):
+        seeds += f"; validation on the first {c['valid_utterances']} dev utterances (the same for every run)"
     return (d["table_markdown"] + "\n\n"
-            f"Setup: {len(c['seeds'])} seeds per row, of which {curve_seeds} trained {c['updates']} updates with "
-            f"validation every {c['valid_every']} (dev-loss curve, time to target) and the others "
-            f"{c.get('throughput_updates', c['updates'])} updates (throughput only); M = {c['update_freq']} micro-batches "
+            f"Setup: {seeds}; M = {c['update_freq']} micro-batches "
             f"of <= {c['max_tokens']} padded frames per rank and update; throughput over log windows of "
             f"{c.get('log_every', c['valid_every'])} updates after the first; target dev loss per W from the "
             f"single-process run ({', '.join(f'W = {w}: {float(t):.3f}' for w, t in sorted(d['targets'].items()))}); "
@@ -303,7 +313,25 @@ def _stragglers_w2(d: Mapping[str, Any]) -> str:
             f"The model's samples/s predictions for DDP and DropCompute at W = 2 were off by at most "
             f"{num(s['prediction_error_samples_per_s_max'], '{:.3f}')} (relative; goal <= 0.15: "
             f"{goal('prediction_error_samples_per_s_max')}). The parameter server (a third process on 2 cores) reached "
-            f"{num(s['param_server_over_ddp_samples_per_s_slow_w2'])}x DDP's samples/s (reported, no goal).\n\n")
+            f"{num(s['param_server_over_ddp_samples_per_s_slow_w2'])}x DDP's samples/s (reported, no goal)."
+            + _stragglers_control(d, 2) + _stragglers_sync_prediction(d) + "\n\n")
+
+
+def _stragglers_sync_prediction(d: Mapping[str, Any]) -> str:
+    """At W = 2: the synchronous samples/s predicted from DropCompute's tau = inf steps, against the
+    never-dropping control (the same code path) and against DDP."""
+    by = {(r["scenario"], r["mode"]): r for r in d["aggregate"] if r["W"] == 2}
+    parts = []
+    for scen, what in (("ln0.5", "lognormal CV 0.5"), ("slow", "a slow rank")):
+        ddp, ctl = by.get((scen, "ddp")), by.get((scen, "dropcompute-inf"))
+        if ddp and ctl and ddp.get("pred_samples_per_s") and ctl.get("samples_per_s") and ddp.get("samples_per_s"):
+            p = ddp["pred_samples_per_s"]
+            parts.append(f"with {what} the prediction was {num(p / ctl['samples_per_s'])}x the control's measured "
+                         f"samples/s and {num(p / ddp['samples_per_s'])}x DDP's")
+    if not parts:
+        return ""
+    return (" The synchronous prediction is made from DropCompute's recorded tau = inf steps, i.e. the control's "
+            "code path: " + "; ".join(parts) + ".")
 
 
 def _stragglers_control(d: Mapping[str, Any], w: Any) -> str:
