@@ -463,6 +463,22 @@ def streaming_policies(d: Mapping[str, Any]) -> str:
               f"{num(pr['la_beam4_rtf'], '{:.3f}')} (target < 1).")
 
 
+def streaming_hf(d: Mapping[str, Any]) -> str:
+    """Streaming over a Hugging Face encoder (``bench/bench_streaming.py --hf-only``): ms per chunk by position."""
+    hr = d["hf"]
+    hf, xs = hr["rows"]["hf"], hr["rows"]["xs_incremental"]
+    rows = [[f"{a['from_s']:.0f}-{a['to_s']:.0f} s", num(a["ms_per_segment"], "{:.1f}"), num(b["ms_per_segment"], "{:.1f}")]
+            for a, b in zip(hf["buckets"], xs["buckets"])]
+    return (md_table(["position in the segment", f"{hr['encoder']} (re-encoded), ms per chunk",
+                      "xs chunk-causal (incremental), ms per chunk"], rows)
+            + f"\n\nThread-CPU ms per {num(hr['segment_ms'], '{:.0f}')} ms chunk over one {num(hr['seconds'], '{:.0f}')} s "
+              f"segment, {len(hr['langs'])} languages jointly, wait-k, {hr['threads']} thread(s), untrained models "
+              f"(random weights, forced output length). Last bucket / first: {num(hf['last_over_first'], '{:.1f}')}x "
+              f"for the re-encoded encoder ({hf['first_ms']:.1f} -> {hf['last_ms']:.1f} ms), "
+              f"{num(xs['last_over_first'], '{:.1f}')}x for the incremental one. Encoder parameters: "
+              f"{hr['hf_params'] / 1e6:.1f}M ({hr['encoder']}) and {hr['xs_params'] / 1e6:.1f}M (xs).")
+
+
 def goal_met(value: float | None, limit: float, strict: bool = False) -> str:
     """``met`` when ``value <= limit`` (``<`` with ``strict``), ``missed`` otherwise, ``-`` when not measured."""
     if value is None:
@@ -694,6 +710,7 @@ TABLES: dict[str, Table] = {
     "streaming": Table("streaming.json", streaming_summary),
     "streaming-growth": Table("streaming.json", streaming_growth),
     "streaming-policies": Table("streaming_policies.json", streaming_policies),
+    "streaming-hf": Table("streaming_hf.json", streaming_hf),
     "longform": Table("longform.json", longform_cost),
     "longform-crosscheck": Table("longform.json", longform_crosscheck),
     "longform-rows": Table("longform.json", longform_rows),
