@@ -21,7 +21,10 @@ taken from the same cores. Reports, per N:
 
 Summary (the first key of the JSON): ``p95_added_latency_ms_8_clients``,
 ``batched_over_unbatched_cost_8_clients`` and ``batched_over_unbatched_cost_16_clients`` (server CPU
-seconds per second of audio at 8 / 16 clients, tick batching / ``--batching off``),
+seconds per second of audio at 8 / 16 clients, tick batching / ``--batching off``; with ``--cost-reps R``
+the median over R pairs of runs that alternate between a tick and an unbatched server, both started
+once and kept running, so a drift of the machine's speed between the two servers' rows cancels; the
+pairs are in ``cost_pairs``),
 ``max_realtime_clients`` (the largest N whose clients all have RTF < 1 and whose p95 added latency is
 < 300 ms; 0 when none) and ``flood_p95_added_latency_ms`` (p95 added latency of the real-time clients of
 the flood row). ``goals`` records each target (:data:`GOALS`) and whether it was met.
@@ -42,6 +45,7 @@ import asyncio
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -89,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--one-thread-clients", default="16",
                    help="numbers of clients of tick runs on ONE compute thread (--compute-workers 1), to compare "
                    "with the default threads (comma list; empty = skip)")
+    p.add_argument("--cost-reps", type=int, default=3,
+                   help="paired tick / unbatched runs at each --unbatched-clients N for the cost ratios (median; 0 = "
+                        "the ratio of the two single rows)")
     p.add_argument("--seconds", type=float, default=20.0, help="audio per client (talks cut to this length)")
     p.add_argument("--server-args", default="", help="extra mmst-serve options, e.g. '--policy alignatt'")
     p.add_argument("--out", default=str(RESULTS_DIR / "serve.json"), help="output JSON")
@@ -290,7 +297,28 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.stop()
 
+    pairs: dict[str, list[dict]] = {}
+    if args.cost_reps > 0 and ns_off:
+        servers = {mode: Server([*base, "--batching", mode], log_dir / f"server_pairs_{mode}.log")
+                   for mode in ("tick", "off")}
+        try:
+            for r in range(args.cost_reps):
+                for n in ns_off:
+                    audios = [talks[i % len(talks)] for i in range(n)]
+                    order = ("tick", "off") if r % 2 == 0 else ("off", "tick")  # alternate which runs first
+                    cost = {}
+                    for mode in order:
+                        print(f"cost pair {r + 1}/{args.cost_reps}: {mode}, {n} client(s) ...", file=sys.stderr,
+                              flush=True)
+                        cost[mode] = measure(servers[mode], audios)["cpu_s_per_audio_s"]
+                    pairs.setdefault(str(n), []).append({**cost, "ratio": cost["tick"] / cost["off"]})
+        finally:
+            for server in servers.values():
+                server.stop()
+
     def cost_ratio(n: int) -> float | None:
+        if pairs.get(str(n)):
+            return statistics.median(p["ratio"] for p in pairs[str(n)])
         tick, off = rows.get(f"tick/{n}"), rows.get(f"off/{n}")
         return tick["cpu_s_per_audio_s"] / off["cpu_s_per_audio_s"] if tick and off and off["cpu_s_per_audio_s"] else None
 
@@ -306,11 +334,12 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "goals": goals(summary),
         "rows": rows,
+        "cost_pairs": pairs,
         "config": {"checkpoint": args.model, "data": args.data, "quantize": args.quantize,
                    "seconds_per_client": args.seconds,
                    "talks": [str(w) for w in wavs], "frame_ms": 100, "sample_format": "int16",
                    "server_args": base[4:], "realtime_p95_ms": RT_P95_MS, "cpus": os.cpu_count(),
-                   "flood_clients": args.flood_clients, "note": args.note},
+                   "flood_clients": args.flood_clients, "cost_reps": args.cost_reps, "note": args.note},
         "provenance": record,
     }
     Path(args.out).write_text(json.dumps(res, indent=1) + "\n")

@@ -670,6 +670,13 @@ def serve_table(d: Mapping[str, Any]) -> str:
               f"{num(s.get('flood_p95_added_latency_ms'), '{:.0f}')} ms. "
               f"{num(c['seconds_per_client'], '{:.0f}')} s of real-time audio per client, {c['cpus']} CPUs"
               + (f"; {c['note']}" if c.get("note") else "") + ".")
+    pairs = d.get("cost_pairs") or {}
+    if pairs:
+        text += (" The cost ratios are the median over paired runs alternating between a tick and an unbatched "
+                 "server, both kept running (tick / unbatched CPU s per audio s per pair: "
+                 + "; ".join(f"{n} clients: " + ", ".join(f"{num(p['tick'], '{:.3f}')}/{num(p['off'], '{:.3f}')} = "
+                                                          f"{num(p['ratio'])}" for p in ps)
+                             for n, ps in pairs.items()) + ").")
     if goal_rows:
         text += "\n\n" + md_table(["goal (2 cores, quickstart xs model)", "target", "measured", ""], goal_rows)
     return text
