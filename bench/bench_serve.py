@@ -1,10 +1,14 @@
 #!/usr/bin/env python
-"""mmst-serve under load: 1, 4, 8, 16 simulated real-time clients on loopback, cross-stream batching on
-and off.
+"""mmst-serve under load: 1 to 32 simulated real-time clients on loopback, cross-stream batching on and
+off, and a flooding client next to 8 real-time ones.
 
 Starts ``python -m mmst.serve`` (one server per batching mode), then, for each N, N clients that each
 stream a different talk of ``DATA/../raw`` (or ``--wav`` files) at real-time speed in 100 ms int16
-frames, all at once. Reports, per N:
+frames, all at once. The flood row (tick batching): ``--flood-clients`` such clients plus one flooder that
+declares the server's fastest pace (``rate`` = ``--max-rate``) and sends as fast as the server accepts
+(half ``--max-ahead-s`` ahead of that pace), for as long as the real-time clients stream. The clients run
+in this process, on the same machine as the server: their CPU (``clients_cpu_s``, recorded per row) is
+taken from the same cores. Reports, per N:
 
 - added latency p50 / p95 (ms; server receive of the frame after which a word could be written ->
   server send of the word; over all words of all clients);
@@ -12,12 +16,18 @@ frames, all at once. Reports, per N:
 - server CPU (process CPU seconds / wall seconds, %), CPU seconds per second of audio, peak RSS (MiB);
 - words per second (all clients);
 - streams per model call (tick mode): stream requests served per stacked call, per kind of call (Silero
-  VAD window, encoder block, decoder step; from the server's ``/stats.json``; 1.0 = nothing stacked).
+  VAD window, front end, encoder block, decoder step; from the server's ``/stats.json``; 1.0 = nothing
+  stacked).
 
 Summary (the first key of the JSON): ``p95_added_latency_ms_8_clients``,
-``batched_over_unbatched_cost_8_clients`` (server CPU seconds per second of audio at 8 clients, tick
-batching / ``--batching off``) and ``max_realtime_clients`` (the largest N whose clients all have
-RTF < 1 and whose p95 added latency is < 300 ms; 0 when none).
+``batched_over_unbatched_cost_8_clients`` and ``batched_over_unbatched_cost_16_clients`` (server CPU
+seconds per second of audio at 8 / 16 clients, tick batching / ``--batching off``; with ``--cost-reps R``
+the median over R pairs of runs that alternate between a tick and an unbatched server, both started
+once and kept running, so a drift of the machine's speed between the two servers' rows cancels; the
+pairs are in ``cost_pairs``),
+``max_realtime_clients`` (the largest N whose clients all have RTF < 1 and whose p95 added latency is
+< 300 ms; 0 when none) and ``flood_p95_added_latency_ms`` (p95 added latency of the real-time clients of
+the flood row). ``goals`` records each target (:data:`GOALS`) and whether it was met.
 
 Writes ``docs/results/serve.json`` (with provenance) and prints the Markdown table. The machine's load
 average during the run is recorded: numbers from a shared machine are pessimistic.
@@ -35,6 +45,7 @@ import asyncio
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,6 +60,7 @@ from provenance import RESULTS_DIR, run_record
 
 from mmst.cli_help import HelpFormatter, add_model_arguments
 from mmst.serve.loadtest import run_clients, summarize_clients
+from mmst.serve.protocol import DEFAULT_MAX_RATE
 
 #: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
 DEPENDS_ON = (
@@ -62,6 +74,9 @@ DEPENDS_ON = (
 
 REPO = Path(__file__).resolve().parents[1]
 RT_P95_MS = 300.0
+#: targets on 2 cores with the quickstart xs model: summary key -> (comparison, value)
+GOALS = {"max_realtime_clients": (">=", 16), "batched_over_unbatched_cost_8_clients": ("<=", 0.7),
+         "flood_p95_added_latency_ms": ("<", 300.0)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,8 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(p, data_required=True, langs_default=None)
     p.add_argument("--wav", nargs="*", default=None,
                    help="talk wavs to stream (default: the tst-COMMON talks named by DATA/tst-COMMON.tsv)")
-    p.add_argument("--clients", default="1,4,8,16", help="numbers of concurrent clients")
-    p.add_argument("--unbatched-clients", type=int, default=8, help="N of the run with --batching off (0 = skip)")
+    p.add_argument("--clients", default="1,4,8,16,24,32", help="numbers of concurrent clients")
+    p.add_argument("--unbatched-clients", default="8,16",
+                   help="numbers of clients of the runs with --batching off (comma list; empty = skip)")
+    p.add_argument("--flood-clients", type=int, default=8,
+                   help="real-time clients of the flood row, next to one flooder (0 = skip)")
+    p.add_argument("--one-thread-clients", default="16",
+                   help="numbers of clients of tick runs on ONE compute thread (--compute-workers 1), to compare "
+                   "with the default threads (comma list; empty = skip)")
+    p.add_argument("--cost-reps", type=int, default=3,
+                   help="paired tick / unbatched runs at each --unbatched-clients N for the cost ratios (median; 0 = "
+                        "the ratio of the two single rows)")
     p.add_argument("--seconds", type=float, default=20.0, help="audio per client (talks cut to this length)")
     p.add_argument("--server-args", default="", help="extra mmst-serve options, e.g. '--policy alignatt'")
     p.add_argument("--out", default=str(RESULTS_DIR / "serve.json"), help="output JSON")
@@ -135,12 +159,17 @@ class Server:
         self.log.close()
 
 
-def stacked_counts(port: int) -> dict:
-    """The server's ``/stats.json`` ``stacked`` counters: ``{kind: {"calls", "requests"}}``."""
+def server_stats(port: int) -> dict:
+    """The server's ``/stats.json``."""
     from urllib.request import urlopen
 
     with urlopen(f"http://127.0.0.1:{port}/stats.json", timeout=10) as r:
-        return json.loads(r.read())["stacked"]
+        return json.loads(r.read())
+
+
+def stacked_counts(port: int) -> dict:
+    """The server's ``/stats.json`` ``stacked`` counters: ``{kind: {"calls", "requests"}}``."""
+    return server_stats(port)["stacked"]
 
 
 def streams_per_call(before: dict, after: dict) -> dict:
@@ -154,23 +183,65 @@ def streams_per_call(before: dict, after: dict) -> dict:
     return out
 
 
-def measure(server: Server, audios: list[np.ndarray]) -> dict:
-    """One load point: warm the driver pool, then stream every audio at once in real time."""
+def measure(server: Server, audios: list[np.ndarray], flood: np.ndarray | None = None) -> dict:
+    """One load point: warm the driver pool, then stream every audio at once in real time (and, with
+    ``flood``, one more client sending ``flood`` as fast as the server accepts until they are done)."""
     url = f"ws://127.0.0.1:{server.port}/ws"
-    asyncio.run(run_clients(url, [a[:16000] for a in audios], realtime=False))  # one driver per client, warm
+    warm = [a[:16000] for a in audios] + ([flood[:16000]] if flood is not None else [])
+    asyncio.run(run_clients(url, warm, realtime=False))  # one driver per client, warm
     server.reset_peak()
     stacked0 = stacked_counts(server.port)
-    cpu0, load0 = server.cpu_s(), os.getloadavg()[0]
-    results, wall = asyncio.run(run_clients(url, audios, realtime=True, stagger_ms=37.0))
+    cpu0, load0, own0 = server.cpu_s(), os.getloadavg()[0], time.process_time()
+    flooder: dict = {}
+    if flood is None:
+        results, wall = asyncio.run(run_clients(url, audios, realtime=True, stagger_ms=37.0))
+    else:
+        results, wall = asyncio.run(_with_flooder(url, audios, flood, flooder))
     cpu = server.cpu_s() - cpu0
     row = summarize_clients(results, wall)
     row.update(server_cpu_s=cpu, server_cpu_pct=100.0 * cpu / wall,
                cpu_s_per_audio_s=cpu / row["audio_s"] if row["audio_s"] else None,
+               clients_cpu_s=time.process_time() - own0, compute_workers=server_stats(server.port)["compute_workers"],
                peak_rss_mib=server.peak_rss_mib, loadavg_1m=[load0, os.getloadavg()[0]],
                streams_per_call=streams_per_call(stacked0, stacked_counts(server.port)))
+    if flood is not None:
+        row["flooder"] = flooder
     row["realtime"] = bool(row["failed"] == 0 and row["rtf_max"] is not None and row["rtf_max"] < 1.0
                            and row["added_latency_ms_p95"] is not None and row["added_latency_ms_p95"] < RT_P95_MS)
     return row
+
+
+async def _with_flooder(url: str, audios: list[np.ndarray], flood: np.ndarray, info: dict):
+    """The real-time clients of ``audios`` while one flooder streams ``flood`` at the server's fastest
+    declared pace; the flooder is disconnected when they are done. ``info`` gets the flooder's pace,
+    the audio it offered and, if it ended first, how."""
+    from mmst.serve.client import stream_audio
+
+    task = asyncio.ensure_future(stream_audio(url, flood, 16000, realtime=False, rate=DEFAULT_MAX_RATE))
+    await asyncio.sleep(1.0)  # the flooder is ahead when the others start
+    results, wall = await run_clients(url, audios, realtime=True, stagger_ms=37.0)
+    info.update(rate=DEFAULT_MAX_RATE, audio_offered_s=len(flood) / 16000.0, ended_first=task.done())
+    if task.done():
+        r = task.result()
+        info.update(close_code=r.close_code, close_reason=r.close_reason)
+    else:
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+    return results, wall
+
+
+def goals(summary: dict) -> dict:
+    """``{key: {"target": "<op> value", "value", "met"}}`` for every key of :data:`GOALS` (met False when
+    the value is missing)."""
+    ops = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b}
+    out = {}
+    for key, (op, target) in GOALS.items():
+        v = summary.get(key)
+        out[key] = {"target": f"{op} {target:g}", "value": v, "met": bool(v is not None and ops[op](v, target))}
+    return out
 
 
 def table(res: dict) -> str:
@@ -197,37 +268,78 @@ def main(argv: list[str] | None = None) -> int:
 
             x = soxr.resample(x, sr, 16000)
         talks.append(np.ascontiguousarray(x.mean(axis=1)[: int(args.seconds * 16000)], dtype=np.float32))
-    ns = [int(n) for n in args.clients.split(",")]
-    base = ["--model", args.model, "--data", args.data, "--max-clients", str(max(ns + [1])),
+    ns = [int(n) for n in args.clients.split(",") if n.strip()]
+    ns_off = [int(n) for n in args.unbatched_clients.split(",") if n.strip()]
+    n_max = max(ns + ns_off + [args.flood_clients + 1])
+    base = ["--model", args.model, "--data", args.data, "--max-clients", str(n_max),
             *args.server_args.split(), "--quantize", args.quantize]
     rows: dict[str, dict] = {}
     log_dir = Path(tempfile.mkdtemp(prefix="bench_serve_"))
     print(f"server logs in {log_dir}", file=sys.stderr)
-    modes = [("tick", ns)] + ([("off", [args.unbatched_clients])] if args.unbatched_clients else [])
-    for mode, counts in modes:
-        server = Server([*base, "--batching", mode], log_dir / f"server_{mode}.log")
+    ns_one = [int(n) for n in args.one_thread_clients.split(",") if n.strip()]
+    modes = [("tick", ns, [])] + ([("off", ns_off, [])] if ns_off else []) + \
+        ([("tick", ns_one, ["--compute-workers", "1"])] if ns_one else [])
+    for mode, counts, extra in modes:
+        key = mode + ("-1thread" if extra else "")
+        server = Server([*base, "--batching", mode, *extra], log_dir / f"server_{key}.log")
         try:
             for n in counts:
                 audios = [talks[i % len(talks)] for i in range(n)]
-                print(f"batching {mode}: {n} client(s) ...", file=sys.stderr, flush=True)
-                rows[f"{mode}/{n}"] = {"batching": mode, "n": n, **measure(server, audios)}
+                print(f"batching {mode} {' '.join(extra)}: {n} client(s) ...", file=sys.stderr, flush=True)
+                rows[f"{key}/{n}"] = {"batching": mode, "n": n, **measure(server, audios)}
+            if mode == "tick" and not extra and args.flood_clients:
+                n = args.flood_clients
+                audios = [talks[i % len(talks)] for i in range(n)]
+                need = int((args.seconds + 5) * DEFAULT_MAX_RATE * 16000)  # enough for the whole row at the fastest pace
+                flood = np.tile(np.concatenate(talks), -(-need // sum(map(len, talks))))[:need]
+                print(f"batching {mode}: {n} client(s) + 1 flooder ...", file=sys.stderr, flush=True)
+                rows[f"flood/{n}"] = {"batching": "tick", "n": n, "flood": True, **measure(server, audios, flood)}
         finally:
             server.stop()
-    tick8 = rows.get(f"tick/{args.unbatched_clients}")
-    off8 = rows.get(f"off/{args.unbatched_clients}")
-    ratio = (tick8["cpu_s_per_audio_s"] / off8["cpu_s_per_audio_s"]
-             if tick8 and off8 and off8["cpu_s_per_audio_s"] else None)
-    realtime = [r["n"] for r in rows.values() if r["batching"] == "tick" and r["realtime"]]
+
+    pairs: dict[str, list[dict]] = {}
+    if args.cost_reps > 0 and ns_off:
+        servers = {mode: Server([*base, "--batching", mode], log_dir / f"server_pairs_{mode}.log")
+                   for mode in ("tick", "off")}
+        try:
+            for r in range(args.cost_reps):
+                for n in ns_off:
+                    audios = [talks[i % len(talks)] for i in range(n)]
+                    order = ("tick", "off") if r % 2 == 0 else ("off", "tick")  # alternate which runs first
+                    cost = {}
+                    for mode in order:
+                        print(f"cost pair {r + 1}/{args.cost_reps}: {mode}, {n} client(s) ...", file=sys.stderr,
+                              flush=True)
+                        cost[mode] = measure(servers[mode], audios)["cpu_s_per_audio_s"]
+                    pairs.setdefault(str(n), []).append({**cost, "ratio": cost["tick"] / cost["off"]})
+        finally:
+            for server in servers.values():
+                server.stop()
+
+    def cost_ratio(n: int) -> float | None:
+        if pairs.get(str(n)):
+            return statistics.median(p["ratio"] for p in pairs[str(n)])
+        tick, off = rows.get(f"tick/{n}"), rows.get(f"off/{n}")
+        return tick["cpu_s_per_audio_s"] / off["cpu_s_per_audio_s"] if tick and off and off["cpu_s_per_audio_s"] else None
+
+    tick8 = rows.get("tick/8")
+    flood_row = rows.get(f"flood/{args.flood_clients}")
+    realtime = [int(k.split("/")[1]) for k, r in rows.items() if k.startswith("tick/") and r["realtime"]]
+    summary = {"p95_added_latency_ms_8_clients": tick8["added_latency_ms_p95"] if tick8 else None,
+               "batched_over_unbatched_cost_8_clients": cost_ratio(8),
+               "max_realtime_clients": max(realtime) if realtime else 0,
+               "batched_over_unbatched_cost_16_clients": cost_ratio(16),
+               "flood_p95_added_latency_ms": flood_row["added_latency_ms_p95"] if flood_row else None}
     res = {
-        "summary": {"p95_added_latency_ms_8_clients": tick8["added_latency_ms_p95"] if tick8 else None,
-                    "batched_over_unbatched_cost_8_clients": ratio,
-                    "max_realtime_clients": max(realtime) if realtime else 0},
+        "summary": summary,
+        "goals": goals(summary),
         "rows": rows,
+        "cost_pairs": pairs,
         "config": {"checkpoint": args.model, "data": args.data, "quantize": args.quantize,
                    "seconds_per_client": args.seconds,
                    "talks": [str(w) for w in wavs], "frame_ms": 100, "sample_format": "int16",
                    "server_args": base[4:], "realtime_p95_ms": RT_P95_MS, "cpus": os.cpu_count(),
-                   "note": args.note},
+                   "flood_clients": args.flood_clients, "cost_reps": args.cost_reps, "note": args.note},
         "provenance": record,
     }
     Path(args.out).write_text(json.dumps(res, indent=1) + "\n")

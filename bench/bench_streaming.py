@@ -21,7 +21,14 @@ Reports, and writes to ``docs/results/streaming.json``:
 7. every read/write policy (wait-k, AlignAtt, EDAtt, local agreement, hold-n, CTC wait-k), 4 languages
    decoded jointly, greedy and beam 4 (where the policy allows beam search): ms per segment and RTF
    on the ``--policy-size`` model (default ``xs``, with a CTC head). Goals: AlignAtt <= 1.3x wait-k
-   per segment; LA with beam 4 real time (RTF < 1) on one thread. ``--policies-only`` runs just this.
+   per segment; LA with beam 4 real time (RTF < 1) on one thread. ``--policies-only`` runs just this;
+8. a model over a Hugging Face speech encoder (a random ``--hf-size`` folder, ``wav2vec2-tiny``, written by
+   :func:`mmst.models.hf_encoder.write_random_encoder`; the xs decoder, 4 languages jointly, wait-k): such an
+   encoder attends the whole segment, so streaming re-encodes the segment's audio at every chunk and the
+   cost per chunk grows with the position in the segment (long-form evaluation and ``mmst-serve`` bound it
+   by cutting segments at ``--max-segment-s``). ms per chunk in 2 s buckets over a ``--hf-seconds`` (20 s)
+   segment, beside the chunk-causal incremental ``xs`` encoder on the same audio (interleaved chunk by
+   chunk). ``--hf-only`` runs just this (``docs/results/streaming_hf.json``).
 
 Method: the models are UNTRAINED (random weights, fixed seed); the cost of a forward pass does not
 depend on the weights.  Output length is forced: EOS is suppressed (``min_len``) and the length cap
@@ -111,7 +118,7 @@ def translator(model, langs, waitk, a, mode="auto", vocab_size=8000, policy=None
 
 
 #: the policies of the per-policy rows (one typical setting each)
-BENCH_POLICIES = ["waitk:k=3", "alignatt:frames=4", "edatt:alpha=0.2,frames=4", "la:n=2", "holdn:n=2", "ctc:k=3"]
+BENCH_POLICIES = ["waitk:k=3", "alignatt:frames=4", "edatt:alpha=0.2,frames=4", "la:n=2", "holdn:n=2", "ctcwaitk:k=3"]
 
 
 def policy_rows(args, audios: list[np.ndarray], a: float) -> dict[str, Any]:
@@ -144,6 +151,52 @@ def policy_rows(args, audios: list[np.ndarray], a: float) -> dict[str, Any]:
             "alignatt_over_waitk_ms_per_segment": rows[f"{BENCH_POLICIES[1]} beam=1"]["ms_per_segment_mean"] / wk,
             "la_beam4_rtf": rows["la:n=2 beam=4"]["rtf"],
             "goals": {"alignatt_over_waitk": "<= 1.3", "la_beam4_rtf": "< 1 (xs, one thread)"}}
+
+
+def hf_rows(args) -> dict[str, Any]:
+    """Section 8: ms per chunk against the position in one ``args.hf_seconds`` segment for a model over a
+    random Hugging Face encoder (re-encoded at every chunk) and for the chunk-causal ``xs`` model
+    (incremental), interleaved chunk by chunk; thread-CPU ms in 2 s buckets (the flushing chunk excluded)."""
+    import tempfile
+
+    from mmst.models import build_model, model_config_for_size
+    from mmst.models.hf_encoder import write_random_encoder
+
+    langs4 = LANGS8[:4]
+    audio = speechy(args.hf_seconds, seed=5)
+    with tempfile.TemporaryDirectory() as tmp:
+        write_random_encoder(tmp, args.hf_size, seed=0)
+        torch.manual_seed(0)
+        cfg = model_config_for_size("xs", arch="unified", tgt_langs=langs4, vocab_size=args.vocab_size, dropout=0.0,
+                                    lang_tag_ids={lang: 4 + i for i, lang in enumerate(langs4)}, encoder_type="hf",
+                                    hf_encoder_path=tmp, encoder_attention="offline", conv_kernel_sizes=[3],
+                                    pre_decision_ratio=7)
+        hf = build_model(cfg).eval()
+    xs = build("xs", "unified", args.vocab_size, langs4)
+    trs = {"hf": translator(hf, langs4, args.waitk, args.tokens_per_state),
+           "xs_incremental": translator(xs, langs4, args.waitk, args.tokens_per_state, "incremental")}
+    segment_costs(trs, speechy(1.0), args.segment_ms)  # warm-up
+    costs = segment_costs(trs, audio, args.segment_ms)
+    seg_s = args.segment_ms / 1000
+    out: dict[str, Any] = {"encoder": args.hf_size, "seconds": args.hf_seconds, "bucket_s": 2.0, "langs": langs4,
+                           "threads": args.threads, "segment_ms": args.segment_ms,
+                           "hf_params": sum(p.numel() for p in hf.encoder.parameters()),
+                           "xs_params": sum(p.numel() for p in xs.encoder.parameters()), "rows": {}}
+    for name, (_wall, cpu) in costs.items():
+        bk = buckets(cpu, seg_s, 2.0)
+        out["rows"][name] = {"buckets": bk, "first_ms": bk[0]["ms_per_segment"], "last_ms": bk[-1]["ms_per_segment"],
+                             "last_over_first": bk[-1]["ms_per_segment"] / bk[0]["ms_per_segment"]}
+    return out
+
+
+def print_hf_rows(hr: dict[str, Any]) -> None:
+    """The section-8 table: one row per 2 s bucket."""
+    print(f"Re-encoding {hr['encoder']} (Hugging Face, random) vs the chunk-causal xs encoder, thread-CPU ms per "
+          f"{hr['segment_ms']:.0f} ms chunk, 4 languages, {hr['threads']} thread(s):")
+    print("| position in segment | hf (re-encode) | xs (incremental) |")
+    print("|---|---|---|")
+    for a, b in zip(hr["rows"]["hf"]["buckets"], hr["rows"]["xs_incremental"]["buckets"]):
+        print(f"| {a['from_s']:.0f}-{a['to_s']:.0f} s | {a['ms_per_segment']:.1f} | {b['ms_per_segment']:.1f} |")
 
 
 def print_policy_rows(pr: dict[str, Any], seg_ms: float) -> None:
@@ -258,6 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="tiny settings (smoke test): xs model, short audio")
     p.add_argument("--policy-size", default="xs", help="model size of the per-policy rows (section 7)")
     p.add_argument("--policy-reps", type=int, default=2, help="alternating repetitions of the per-policy rows")
+    p.add_argument("--hf-size", default="wav2vec2-tiny", help="named Hugging Face encoder size of section 8")
+    p.add_argument("--hf-seconds", type=float, default=20.0, help="segment length (s) of section 8")
+    p.add_argument("--hf-only", action="store_true",
+                   help="run only section 8 (Hugging Face encoder); writes it to --out "
+                        "(default docs/results/streaming_hf.json)")
     p.add_argument("--policies-only", action="store_true",
                    help="run only the per-policy rows (section 7); writes them to --out "
                         "(default docs/results/streaming_policies.json)")
@@ -270,8 +328,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.size, args.utt_seconds, args.reencode_seconds, args.growth_seconds = "xs", "2", 4.0, 12.0
         args.reencode_growth_seconds, args.growth_reps, args.rtf_reps, args.left_chunks = 6.0, 1, 1, 8
-        args.policy_reps = 1
+        args.policy_reps, args.hf_seconds = 1, 6.0
     torch.set_num_threads(args.threads)
+    if args.hf_only:
+        record = run_record(depends_on=DEPENDS_ON)
+        t0 = time.perf_counter()
+        hr = hf_rows(args)
+        hr.update(torch=torch.__version__, untrained_forced_length=True, runtime_s=time.perf_counter() - t0)
+        print_hf_rows(hr)
+        out = Path(args.out if args.out != str(RESULTS_DIR / "streaming.json") else RESULTS_DIR / "streaming_hf.json")
+        write_results(out, {"provenance": record, "hf": hr})
+        return 0
     if args.policies_only:
         record = run_record(depends_on=DEPENDS_ON)  # at the start: the commit is the code that ran
         t0 = time.perf_counter()

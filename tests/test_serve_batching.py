@@ -53,6 +53,55 @@ def test_stacked_encoder_blocks_equal_alone(tiny_model):
         torch.testing.assert_close(b.states, a.states, atol=1e-5, rtol=1e-5)
 
 
+def test_stacked_front_end_equals_alone(tiny_model):
+    """CMVN + conv subsampler of four streams in one call: streams with 0, 37 and 90 frames already
+    seen, 41, 16, 3 and 0 new frames, the last two finishing their source (the end's zero padding): the
+    conv outputs, then the encoder states, equal those of each stream alone, which equal
+    ``EncoderStream.accept_frames`` (the model's own path)."""
+    from mmst.features import GlobalCMVN
+    from mmst.simultaneous.frontend_request import FrontEndFrames
+
+    m = tiny_model()
+    g = torch.Generator().manual_seed(3)
+    cmvn = GlobalCMVN(mean=torch.randn(80, generator=g).numpy(), std=(torch.rand(80, generator=g) + 0.5).numpy())
+    pre, new, fin = [0, 37, 90, 20], [41, 16, 3, 0], [False, False, True, True]
+
+    def feats(i: int, n: int) -> np.ndarray:
+        return _feats(100 + i, n).numpy()
+
+    def streams():
+        out = []
+        for i in range(4):
+            s = m.encoder.stream()
+            if pre[i]:
+                FrontEndFrames(s, feats(i, pre[i]), cmvn).run()
+                run_alone(s.accept_frames_steps(np.zeros((0, 80), np.float32)))
+            out.append(s)
+        return out
+
+    model_path, alone, stacked = streams(), streams(), streams()
+    reqs_alone = [FrontEndFrames(s, feats(10 + i, new[i]), cmvn, fin[i]) for i, s in enumerate(alone)]
+    reqs = [FrontEndFrames(s, feats(10 + i, new[i]), cmvn, fin[i]) for i, s in enumerate(stacked)]
+    for r in reqs_alone:
+        r.run()
+    assert FrontEndFrames.run_stacked(reqs) == [None] * 4
+    for i in range(4):
+        for layer in (1, 2):  # conv outputs: same rows, same values
+            a, b = alone[i]._bufs[layer], stacked[i]._bufs[layer]
+            assert a.length == b.length > 0
+            torch.testing.assert_close(b.view(), a.view(), atol=1e-5, rtol=1e-5)
+    want = [s.accept_frames(cmvn(feats(10 + i, new[i])), finished=fin[i]) for i, s in enumerate(model_path)]
+    got_alone = [run_alone(s.accept_frames_steps(np.zeros((0, 80), np.float32), fin[i])) for i, s in enumerate(alone)]
+    got = [run_alone(s.accept_frames_steps(np.zeros((0, 80), np.float32), fin[i])) for i, s in enumerate(stacked)]
+    for w, a, b in zip(want, got_alone, got):
+        assert w.size(1) > 0 or w.size(1) == a.size(1) == b.size(1)
+        assert torch.equal(a, w)  # alone: the model's own conv_range path, bit for bit
+        torch.testing.assert_close(b, w, atol=1e-5, rtol=1e-5)
+    assert sum(w.size(1) for w in want) > 0
+    # the four streams' conv outputs differ: mixed-up rows would show
+    assert not torch.allclose(stacked[0]._bufs[2].view()[:4], stacked[1]._bufs[2].view()[:4], atol=1e-3)
+
+
 def _decoder_case(m, seed: int, n_tok: int, n_states: int, rows: int):
     """A stepped decoder state with ``n_tok`` columns (column 1 invalid for row 0) and a request."""
     dec = m.decoder
@@ -134,7 +183,7 @@ def test_streams_stepped_together_write_what_each_writes_alone(factory, audios):
         tick += 1
     for i in range(len(audios)):
         assert got[i] == want[i], f"stream {i}"
-    for kind in ("VadWindows", "EncoderBlock", "DecoderStep"):
+    for kind in ("VadWindows", "FrontEndFrames", "EncoderBlock", "DecoderStep"):
         calls, requests = stats.by_kind[kind]
         assert requests > calls, f"{kind} requests were never stacked"
     for d in drivers:
@@ -179,14 +228,14 @@ def test_server_tick_and_off_equal_the_offline_cli(factory, audios, tiny_system,
         return await asyncio.gather(*clients), server.stats()
 
     for mode in ("tick", "off"):
-        res, stats = run_server(factory, fn, batching=mode)
+        res, stats = run_server(factory, fn, batching=mode, compute_workers=2, worker_min_streams=1)
         for i, r in enumerate(res):
             assert r.close_code == 1000 and as_tuples(r) == want[i], f"{mode}: stream {i}"
         if mode == "tick":
             from mmst.serve.batching import DEFAULT_MAX_STEP_SAMPLES
 
             assert stats["ticks"] <= 2 + -(-max(map(len, audios)) // DEFAULT_MAX_STEP_SAMPLES) + 1, stats
-            for kind in ("VadWindows", "EncoderBlock"):  # every stream has windows and encoder blocks
+            for kind in ("VadWindows", "FrontEndFrames", "EncoderBlock"):  # every stream has all three
                 assert stats["stacked"][kind]["requests"] > stats["stacked"][kind]["calls"], (kind, stats)
         else:
             assert stats["stacked"] == {}
@@ -297,3 +346,133 @@ def test_a_failed_stacked_call_is_retried_request_by_request():
             assert isinstance(out[1][1], ValueError) and stats.retried == 1
         else:
             assert all(isinstance(e, RuntimeError) for _, e in out) and stats.retried == 0
+
+
+class _Echo:
+    """A scripted compute request: its result is its value; every stacked call records its thread."""
+
+    stage = 0
+    threads: list[int] = []
+
+    def __init__(self, value):
+        self.value = value
+
+    def stack_key(self):
+        return "echo"
+
+    def run(self):
+        return self.value
+
+    @classmethod
+    def run_stacked(cls, reqs):
+        cls.threads.append(threading.get_ident())
+        return [r.value for r in reqs]
+
+
+class _ScriptedSession:
+    """What the scheduler needs of a session: queued values, one ``_Echo`` request per step."""
+
+    def __init__(self, name: str):
+        self.name, self.pending, self.compute_s = name, [], 0.0
+
+    def has_work(self) -> bool:
+        return bool(self.pending)
+
+    def step_steps(self, max_samples=None):
+        value, self.pending = self.pending, []
+        got = yield _Echo((self.name, value))
+        return [got]
+
+
+def _scheduler_run(script, **kw):
+    """Run ``script(scheduler, sessions, delivered)`` against a started TickScheduler of 4 scripted sessions."""
+    from mmst.serve.batching import TickScheduler
+
+    async def main():
+        delivered = []
+        sched = TickScheduler(lambda s, events, err: delivered.append((s.name, events, err)), "tick", **kw)
+        sched.start()
+        sessions = [_ScriptedSession(n) for n in "abcd"]
+        try:
+            return await script(sched, sessions, delivered)
+        finally:
+            await sched.stop()
+
+    return asyncio.run(main())
+
+
+async def _until(cond, what: str):
+    for _ in range(3000):
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not within 30 s: {what}")
+
+
+def test_a_tick_waits_for_the_frames_of_its_interval():
+    """tick_ms = 10 min: after a tick, a frame of stream a alone does not start the next tick; it starts
+    once the other stream's frame is in (every stream has work) and steps both in one stacked call."""
+
+    async def script(sched, sessions, delivered):
+        a, b = sessions[:2]
+        for s in (a, b):
+            sched.add(s)
+        a.pending, b.pending = [1], [1]
+        await sched.notify(a)
+        await _until(lambda: len(delivered) == 2, "the first tick")
+        a.pending = [2]
+        await sched.notify(a)
+        await asyncio.sleep(0.3)  # time for a loop that does not wait to compute a alone
+        assert sched.ticks == 1 and len(delivered) == 2
+        b.pending = [2]
+        await sched.notify(b)
+        await _until(lambda: len(delivered) == 4, "the second tick")
+        return sched, delivered
+
+    sched, delivered = _scheduler_run(script, workers=1, tick_ms=600_000.0)
+    assert sched.ticks == 2 and sched.stack.by_kind == {"_Echo": [2, 4]}  # two calls, both streams in each
+    assert sorted(ev for _, ev, _ in delivered[2:]) == [[("a", [2])], [("b", [2])]]
+
+
+def test_compute_workers_step_disjoint_groups_in_parallel_threads():
+    """Four streams, two workers: one tick, two stacked calls of two streams each, on two threads; every
+    stream gets its own result."""
+
+    async def script(sched, sessions, delivered):
+        for i, s in enumerate(sessions):
+            sched.add(s)
+            s.pending = [i]
+        _Echo.threads.clear()
+        await sched.notify(sessions[0])
+        await _until(lambda: len(delivered) == 4, "the tick")
+        return sched, delivered
+
+    sched, delivered = _scheduler_run(script, workers=2, tick_ms=0.0, min_group=2)
+    assert sched.ticks == 1 and sched.stack.by_kind == {"_Echo": [2, 4]}
+    assert len(set(_Echo.threads)) == 2
+    assert sorted((n, ev) for n, ev, _ in delivered) == [(n, [(n, [i])]) for i, n in enumerate("abcd")]
+
+
+def test_a_tick_starts_once_tick_streams_streams_have_audio():
+    """tick_ms = 10 min, tick_streams = 2, three streams: after a tick, a's frame waits; once b's is in,
+    the tick starts without waiting for c's, and steps a and b in one call."""
+
+    async def script(sched, sessions, delivered):
+        a, b, c = sessions[:3]
+        for s in (a, b, c):
+            sched.add(s)
+            s.pending = [1]
+        await sched.notify(a)
+        await _until(lambda: len(delivered) == 3, "the first tick")
+        a.pending = [2]
+        await sched.notify(a)
+        await asyncio.sleep(0.3)  # time for a loop that does not wait to compute a alone
+        assert sched.ticks == 1 and len(delivered) == 3
+        b.pending = [2]
+        await sched.notify(b)
+        await _until(lambda: len(delivered) == 5, "the second tick")
+        return sched, delivered
+
+    sched, delivered = _scheduler_run(script, workers=1, tick_ms=600_000.0, tick_streams=2)
+    assert sched.ticks == 2 and sched.stack.by_kind == {"_Echo": [2, 5]}
+    assert sorted(ev for _, ev, _ in delivered[3:]) == [[("a", [2])], [("b", [2])]]

@@ -75,7 +75,7 @@ def test_words_equal_the_long_form_driver(factory, audio, expected, batching):
         b = stream_audio(url, audio, frame_ms=37, realtime=False, sample_format="float32")
         return await asyncio.gather(a, b), server.stats()
 
-    (ra, rb), stats = run_server(factory, fn, batching=batching)
+    (ra, rb), stats = run_server(factory, fn, batching=batching, compute_workers=2, worker_min_streams=1)  # one stream per thread
     want = [(lang, text, seg, round(t, 1)) for lang, text, seg, t in expected]
     for r in (ra, rb):
         assert r.close_code == 1000 and r.summary is not None

@@ -604,6 +604,22 @@ def streaming_policies(d: Mapping[str, Any]) -> str:
               f"{num(pr['la_beam4_rtf'], '{:.3f}')} (target < 1).")
 
 
+def streaming_hf(d: Mapping[str, Any]) -> str:
+    """Streaming over a Hugging Face encoder (``bench/bench_streaming.py --hf-only``): ms per chunk by position."""
+    hr = d["hf"]
+    hf, xs = hr["rows"]["hf"], hr["rows"]["xs_incremental"]
+    rows = [[f"{a['from_s']:.0f}-{a['to_s']:.0f} s", num(a["ms_per_segment"], "{:.1f}"), num(b["ms_per_segment"], "{:.1f}")]
+            for a, b in zip(hf["buckets"], xs["buckets"])]
+    return (md_table(["position in the segment", f"{hr['encoder']} (re-encoded), ms per chunk",
+                      "xs chunk-causal (incremental), ms per chunk"], rows)
+            + f"\n\nThread-CPU ms per {num(hr['segment_ms'], '{:.0f}')} ms chunk over one {num(hr['seconds'], '{:.0f}')} s "
+              f"segment, {len(hr['langs'])} languages jointly, wait-k, {hr['threads']} thread(s), untrained models "
+              f"(random weights, forced output length). Last bucket / first: {num(hf['last_over_first'], '{:.1f}')}x "
+              f"for the re-encoded encoder ({hf['first_ms']:.1f} -> {hf['last_ms']:.1f} ms), "
+              f"{num(xs['last_over_first'], '{:.1f}')}x for the incremental one. Encoder parameters: "
+              f"{hr['hf_params'] / 1e6:.1f}M ({hr['encoder']}) and {hr['xs_params'] / 1e6:.1f}M (xs).")
+
+
 def goal_met(value: float | None, limit: float, strict: bool = False) -> str:
     """``met`` when ``value <= limit`` (``<`` with ``strict``), ``missed`` otherwise, ``-`` when not measured."""
     if value is None:
@@ -761,26 +777,50 @@ def augment_prep(d: Mapping[str, Any]) -> str:
 
 
 def serve_table(d: Mapping[str, Any]) -> str:
-    """mmst-serve under load (``bench/bench_serve.py``): one row per batching mode and number of clients."""
+    """mmst-serve under load (``bench/bench_serve.py``): one row per batching mode and number of clients,
+    the flood row, the summary and the goals."""
+    kinds = ("VadWindows", "FrontEndFrames", "EncoderBlock", "DecoderStep")
+
     def per_call(r: Mapping[str, Any]) -> str:
         spc = r.get("streams_per_call") or {}
         if r["batching"] != "tick" or not spc:
             return "-"
-        return " / ".join(num(spc.get(k), "{:.1f}") for k in ("VadWindows", "EncoderBlock", "DecoderStep"))
+        return " / ".join(num(spc.get(k), "{:.1f}") for k in kinds)
 
-    rows = [[r["batching"], r["n"], f"{num(r['added_latency_ms_p50'], '{:.0f}')} / {num(r['added_latency_ms_p95'], '{:.0f}')}",
+    def clients(r: Mapping[str, Any]) -> str:
+        return f"{r['n']} + 1 flooder" if r.get("flood") else str(r["n"])
+
+    rows = [[r["batching"], num(r.get("compute_workers"), "{:.0f}"), clients(r), f"{num(r['added_latency_ms_p50'], '{:.0f}')} / {num(r['added_latency_ms_p95'], '{:.0f}')}",
              num(r["rtf_max"], "{:.3f}"), num(r["server_cpu_pct"], "{:.0f}") + "%", num(r["cpu_s_per_audio_s"], "{:.3f}"),
-             per_call(r), num(r["peak_rss_mib"], "{:.0f}"), num(r["words_per_s"], "{:.1f}"), "yes" if r["realtime"] else "no"]
+             num(r.get("clients_cpu_s"), "{:.1f}"), per_call(r), num(r["peak_rss_mib"], "{:.0f}"),
+             num(r["words_per_s"], "{:.1f}"), "yes" if r["realtime"] else "no"]
             for r in d["rows"].values()]
     s, c = d["summary"], d["config"]
-    return (md_table(["batching", "clients", "added latency p50 / p95 (ms)", "RTF (max client)", "server CPU",
-                      "CPU s per audio s", "streams per call (VAD / encoder / decoder)", "peak RSS (MiB)", "words/s",
-                      "real time"], rows)
+    goals = d.get("goals") or {}
+    goal_rows = [[f"`{k}`", g["target"], "-" if g["value"] is None else num(g["value"], "{:.3g}") if isinstance(g["value"], float)
+                  else str(g["value"]),
+                  "met" if g["met"] else "**missed**"] for k, g in goals.items()]
+    text = (md_table(["batching", "compute threads", "clients", "added latency p50 / p95 (ms)", "RTF (max client)", "server CPU",
+                      "CPU s per audio s", "clients' CPU s", "streams per call (VAD / front end / encoder / decoder)",
+                      "peak RSS (MiB)", "words/s", "real time"], rows)
             + f"\n\nAt 8 clients: p95 added latency {num(s['p95_added_latency_ms_8_clients'], '{:.0f}')} ms, "
-              f"batched / unbatched CPU cost {num(s['batched_over_unbatched_cost_8_clients'])}; max real-time clients "
-              f"(RTF < 1 and p95 < {num(c['realtime_p95_ms'], '{:.0f}')} ms): {s['max_realtime_clients']}. "
+              f"batched / unbatched CPU cost {num(s['batched_over_unbatched_cost_8_clients'])} "
+              f"(at 16: {num(s.get('batched_over_unbatched_cost_16_clients'))}); max real-time clients "
+              f"(RTF < 1 and p95 < {num(c['realtime_p95_ms'], '{:.0f}')} ms): {s['max_realtime_clients']}; "
+              f"p95 added latency of {c.get('flood_clients', 8)} real-time clients next to a flooder: "
+              f"{num(s.get('flood_p95_added_latency_ms'), '{:.0f}')} ms. "
               f"{num(c['seconds_per_client'], '{:.0f}')} s of real-time audio per client, {c['cpus']} CPUs"
               + (f"; {c['note']}" if c.get("note") else "") + ".")
+    pairs = d.get("cost_pairs") or {}
+    if pairs:
+        text += (" The cost ratios are the median over paired runs alternating between a tick and an unbatched "
+                 "server, both kept running (tick / unbatched CPU s per audio s per pair: "
+                 + "; ".join(f"{n} clients: " + ", ".join(f"{num(p['tick'], '{:.3f}')}/{num(p['off'], '{:.3f}')} = "
+                                                          f"{num(p['ratio'])}" for p in ps)
+                             for n, ps in pairs.items()) + ").")
+    if goal_rows:
+        text += "\n\n" + md_table(["goal (2 cores, quickstart xs model)", "target", "measured", ""], goal_rows)
+    return text
 
 
 @dataclass(frozen=True)
@@ -818,6 +858,7 @@ TABLES: dict[str, Table] = {
     "streaming": Table("streaming.json", streaming_summary),
     "streaming-growth": Table("streaming.json", streaming_growth),
     "streaming-policies": Table("streaming_policies.json", streaming_policies),
+    "streaming-hf": Table("streaming_hf.json", streaming_hf),
     "longform": Table("longform.json", longform_cost),
     "longform-crosscheck": Table("longform.json", longform_crosscheck),
     "longform-rows": Table("longform.json", longform_rows),

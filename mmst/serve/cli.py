@@ -38,7 +38,13 @@ logger = logging.getLogger("mmst.serve")
 
 def build_parser() -> argparse.ArgumentParser:
     """Options of ``mmst-serve``."""
-    from .batching import BATCHING_MODES
+    from .batching import (
+        BATCHING_MODES,
+        DEFAULT_MIN_GROUP,
+        DEFAULT_TICK_MS,
+        DEFAULT_TICK_STREAMS,
+        MAX_DEFAULT_WORKERS,
+    )
     from .protocol import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_RATE
 
     p = argparse.ArgumentParser(prog="mmst-serve", description=__doc__, formatter_class=HelpFormatter)
@@ -75,21 +81,36 @@ def build_parser() -> argparse.ArgumentParser:
                    help="events queued for one client before it counts as a slow reader (close 4408)")
     p.add_argument("--batching", choices=BATCHING_MODES, default="tick",
                    help="tick = dynamic batching per tick: the streams with audio waiting are stepped "
-                   "together and their Silero VAD windows, encoder blocks and decoder steps are stacked into "
+                   "together and their Silero VAD windows, front ends (CMVN, conv subsampler), encoder blocks and decoder steps "
+                   "are stacked into "
                    "one model call each (padded, masked; same words); off = every audio frame computed on "
                    "its own, every model call alone (the benchmark's baseline)")
     p.add_argument("--save-audio", default=None, metavar="DIR",
                    help="write each stream's received 16 kHz PCM to DIR/<stream id>.wav (float32) for offline "
                    "replays, on disk as it arrives (DIR/<stream id>.wav.part until the stream closes); the "
                    "stream id is a UTC time stamp plus a counter")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads of the compute thread")
+    p.add_argument("--tick-ms", type=float, default=DEFAULT_TICK_MS,
+                   help="tick batching: shortest interval between two ticks (ms); the frames that arrive "
+                   "within it are computed together (more stacking, at most this much added latency; 0 = "
+                   "compute as soon as a thread is free)")
+    p.add_argument("--tick-streams", type=int, default=DEFAULT_TICK_STREAMS,
+                   help="tick batching: a tick starts before --tick-ms is over once this many streams have audio "
+                   "waiting (so the wait shrinks as the load grows)")
+    p.add_argument("--compute-workers", type=int, default=None,
+                   help="compute threads; the streams of a tick are split over them "
+                   f"(default: one per CPU core, at most {MAX_DEFAULT_WORKERS})")
+    p.add_argument("--worker-min-streams", type=int, default=DEFAULT_MIN_GROUP,
+                   help="fewest streams per compute thread in a tick (a lighter tick runs on fewer threads, so "
+                   "its calls stack more)")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op CPU threads of each compute thread")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level")
     return p
 
 
 def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for name in ("max_clients", "max_clients_per_ip", "send_queue", "max_message_bytes", "threads", "beam"):
+    for name in ("max_clients", "max_clients_per_ip", "send_queue", "max_message_bytes", "threads", "beam",
+                 "worker_min_streams", "tick_streams"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     for name in ("max_ahead_s", "max_rate", "idle_timeout_s"):
@@ -100,6 +121,10 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"--allow-origin takes http(s)://host[:port] origins, got {bad[0]!r}")
     if not 0 <= args.port <= 65535:
         p.error("--port must be in 0..65535")
+    if args.compute_workers is not None and args.compute_workers < 1:
+        p.error("--compute-workers must be >= 1")
+    if not args.tick_ms >= 0:
+        p.error("--tick-ms must be >= 0")
     if args.source_segment_size <= 0 or args.max_segment_s <= 0:
         p.error("--source-segment-size and --max-segment-s must be > 0")
 
@@ -150,6 +175,8 @@ async def _serve(args: argparse.Namespace, make_driver, langs: list[str]) -> Non
                        max_clients_per_ip=args.max_clients_per_ip, trusted_proxy=args.trusted_proxy,
                        allow_origins=list(args.allow_origin),
                        max_step_samples=max(1, int(round(args.source_segment_size * 16))),
+                       compute_workers=args.compute_workers, tick_ms=args.tick_ms,
+                       worker_min_streams=args.worker_min_streams, tick_streams=args.tick_streams,
                        info={"checkpoint": Path(args.model).name})
     server = TranslationServer(make_driver, cfg)
     stop = asyncio.Event()
@@ -162,7 +189,8 @@ async def _serve(args: argparse.Namespace, make_driver, langs: list[str]) -> Non
         host = "127.0.0.1" if args.host in ("0.0.0.0", "::", "") else args.host
         # one machine-readable line first (tests and the benchmark read the port from it)
         print(f"mmst-serve: listening on http://{host}:{port}/ (WebSocket ws://{host}:{port}/ws; "
-              f"languages {','.join(langs)}; batching {args.batching})", flush=True)
+              f"languages {','.join(langs)}; batching {args.batching}; "
+              f"{server.scheduler.workers} compute thread(s))", flush=True)
         await stop.wait()
     logger.info("stopped: %s", server.stats())
 

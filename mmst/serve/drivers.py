@@ -63,7 +63,7 @@ class DriverPool:
             if self.vad_model is None:
                 self.vad_model = load_vad_model()
         driver = LongFormTranslator(tr, vad=StreamingVad(**self.vad, model=self.vad_model),
-                                    max_segment_s=self.max_segment_s, chunk_ms=self.chunk_ms)
+                                    max_segment_s=self.max_segment_s, chunk_ms=self.chunk_ms, measure_state=False)
         driver._mmst_langs = key
         with self._lock:
             self.created += 1

@@ -45,7 +45,13 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from .batching import DEFAULT_MAX_STEP_SAMPLES, TickScheduler
+from .batching import (
+    DEFAULT_MAX_STEP_SAMPLES,
+    DEFAULT_MIN_GROUP,
+    DEFAULT_TICK_MS,
+    DEFAULT_TICK_STREAMS,
+    TickScheduler,
+)
 from .protocol import (
     CLOSE_BAD_MESSAGE,
     CLOSE_IDLE,
@@ -153,6 +159,12 @@ class ServerConfig:
             entry); other peers' headers are ignored.
         allow_origins: browser origins (``https://host[:port]``) allowed besides the server's own.
         max_step_samples: most audio (16 kHz samples) one step of a stream computes.
+        compute_workers: compute threads (streams of a tick split over them); None = one per CPU core
+            (:func:`~mmst.serve.batching.default_workers`).
+        tick_ms: shortest interval between the starts of two ticks (tick batching; 0 = no wait), unless
+            ``tick_streams`` streams have audio waiting before it is over.
+        tick_streams: streams with audio waiting that start a tick before ``tick_ms`` is over.
+        worker_min_streams: fewest streams per compute thread when a tick is split over them.
     """
 
     langs: list[str]
@@ -170,6 +182,10 @@ class ServerConfig:
     trusted_proxy: str | None = None
     allow_origins: list[str] = field(default_factory=list)
     max_step_samples: int = DEFAULT_MAX_STEP_SAMPLES
+    compute_workers: int | None = None
+    tick_ms: float = DEFAULT_TICK_MS
+    tick_streams: int = DEFAULT_TICK_STREAMS
+    worker_min_streams: int = DEFAULT_MIN_GROUP
     info: dict = field(default_factory=dict)
 
 
@@ -217,7 +233,10 @@ class TranslationServer:
     async def running(self, host: str = "127.0.0.1", port: int = 8765):
         """Serve on ``host:port`` inside the ``async with`` block; yields the websockets ``Server``
         (``server.sockets[0].getsockname()[1]`` is the port when 0 was asked)."""
-        self.scheduler = TickScheduler(self._deliver, self.config.batching, self.config.max_step_samples)
+        self.scheduler = TickScheduler(self._deliver, self.config.batching, self.config.max_step_samples,
+                                       workers=self.config.compute_workers, tick_ms=self.config.tick_ms,
+                                       tick_streams=self.config.tick_streams,
+                                       min_group=self.config.worker_min_streams)
         self.scheduler.start()
         try:
             async with serve(self._handler, host, port, process_request=self._process_request,
@@ -273,6 +292,7 @@ class TranslationServer:
                 "health": s.health() if s else {"loop": "not started"},
                 "ticks": s.ticks if s else 0, "steps": s.steps if s else 0,
                 "compute_s": round(s.busy_s, 3) if s else 0.0, "batching": self.config.batching,
+                "compute_workers": s.workers if s else None,
                 "stacked": {kind: {"calls": c, "requests": r} for kind, (c, r) in s.stack.by_kind.items()} if s else {}}
 
     # ------------------------------------------------------------------ WebSocket

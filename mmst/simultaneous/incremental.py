@@ -26,6 +26,8 @@ import torch
 
 from mmst.models.stacked import Steps, run_alone
 
+from .frontend_request import FrontEndFrames
+
 ENCODER_MODES = ("auto", "incremental", "reencode")
 
 
@@ -86,8 +88,9 @@ class StreamingFrontEnd:
         run_alone(self.accept_audio_steps(samples, finished))
 
     def accept_audio_steps(self, samples: np.ndarray, finished: bool = False) -> Steps:
-        """:meth:`accept_audio` as a generator (:mod:`mmst.models.stacked`): the incremental encoder's
-        block is a yielded request."""
+        """:meth:`accept_audio` as a generator (:mod:`mmst.models.stacked`): the front end (CMVN and conv
+        subsampler, :class:`~mmst.simultaneous.frontend_request.FrontEndFrames`) and the incremental
+        encoder's block are yielded requests."""
         if self.finished:
             raise ValueError("source already finished; call reset() for a new utterance")
         x = np.asarray(samples, dtype=np.float32).reshape(-1)
@@ -102,13 +105,17 @@ class StreamingFrontEnd:
         if finished:
             self.fbank.input_finished()
         feats = self.fbank.pop_frames()
-        if self.cmvn is not None and len(feats):
-            feats = np.asarray(self.cmvn(feats), dtype=np.float32)
         self.finished = finished
         self._num_frames += len(feats)
         if self._stream is not None:
-            yield from self._stream.accept_frames_steps(feats, finished=finished)
-        elif len(feats):
+            # CMVN and the conv subsampler: a request, stacked across streams by a server
+            if len(feats) or finished:
+                yield FrontEndFrames(self._stream, feats, self.cmvn, finished)
+            yield from self._stream.accept_frames_steps(feats[:0], finished=finished)
+            return
+        if self.cmvn is not None and len(feats):
+            feats = np.asarray(self.cmvn(feats), dtype=np.float32)
+        if len(feats):
             self._frames.append(feats)
 
     @property

@@ -235,6 +235,9 @@ class LongFormTranslator:
         max_segment_s: maximum segment length in seconds for the default VAD (> 0).
         chunk_ms: processing chunk in ms (> 0): audio is segmented and translated every ``chunk_ms``.
         lookback_ms: recent audio kept to start a segment before the window that triggered it (ms).
+        measure_state: report the translator's cache size in each :class:`SegmentEnd` (``state_numel``, a
+            walk over every tensor it holds, a few ms per segment); False reports 0 (a server, which does
+            not use it).
 
     An offline encoder (a pretrained one, :mod:`mmst.models.hf_encoder`) re-encodes the current segment
     at every chunk, so ``max_segment_s`` also bounds the cost of one chunk.
@@ -254,7 +257,7 @@ class LongFormTranslator:
     """
 
     def __init__(self, translator: Any, *, vad: Any = None, max_segment_s: float = 20.0, chunk_ms: float = 320.0,
-                 lookback_ms: float = 2000.0) -> None:
+                 lookback_ms: float = 2000.0, measure_state: bool = True) -> None:
         if chunk_ms <= 0:
             raise ValueError(f"chunk_ms must be > 0, got {chunk_ms}")
         if max_segment_s <= 0:
@@ -268,6 +271,7 @@ class LongFormTranslator:
             raise ValueError(f"max_segment_s={seg_s:g}: the model's encoder reads at most {window / SAMPLE_RATE:g} s "
                              f"(Whisper's window); set --max-segment-s at most {window / SAMPLE_RATE:g}")
         self.max_segment_s = float(max_segment_s)
+        self.measure_state = bool(measure_state)
         self.chunk_ms = float(chunk_ms)
         self.chunk_samples = max(1, int(round(chunk_ms * SAMPLE_RATE / 1000.0)))
         self._cap_samples = getattr(self.vad, "max_segment_samples", None)
@@ -419,7 +423,7 @@ class LongFormTranslator:
         yield from self._feed(self._recent.slice(self._fed, fed_to), True, now, out, clock_ca)
         seg = self.num_segments - 1
         out.append(SegmentEnd(seg, self._seg_start * 1000.0 / SAMPLE_RATE, end * 1000.0 / SAMPLE_RATE, forced,
-                              state_numel(self.translator)))
+                              state_numel(self.translator) if self.measure_state else 0))
         self._seg_start = None
         self._fed = fed_to
 

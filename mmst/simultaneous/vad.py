@@ -369,8 +369,8 @@ class VadWindows:
             else:
                 state = torch.cat([v._state if v._state.numel() else torch.zeros(2, 1, VAD_STATE_SIZE) for v in vads], 1)
             out, state = m.decoder(e, state)  # (B, 1, 1), (2, B, 128)
-            p = torch.mean(torch.squeeze(out, 1), [1])  # (B,)
+            p = torch.mean(torch.squeeze(out, 1), [1]).tolist()  # (B,) floats, one conversion
             for k, (i, v) in enumerate(zip(live, vads)):
                 v._state = state[:, k : k + 1].clone()
-                probs[i].append(float(p[k]))
+                probs[i].append(p[k])
         return probs
