@@ -620,6 +620,22 @@ def streaming_hf(d: Mapping[str, Any]) -> str:
               f"{hr['hf_params'] / 1e6:.1f}M ({hr['encoder']}) and {hr['xs_params'] / 1e6:.1f}M (xs).")
 
 
+def int8_table(d: Mapping[str, Any]) -> str:
+    """``bench/bench_int8.py``: fp32 against dynamic int8 linear layers, streaming cost and BLEU, same run."""
+    c, rows, sm = d["config"], d["rows"], d["summary"]
+    langs = c["tgt_langs"]
+    body = [[prec, num(r["rtf"], "{:.4f}"), num(r["ms_per_segment"], "{:.1f}")]
+            + [num(r["bleu"][lang], "{:.2f}") for lang in langs] for prec, r in rows.items()]
+    k = c["waitk_lagging"]
+    return (md_table(["precision", "RTF", "ms per segment"] + [f"BLEU {lang}" for lang in langs], body)
+            + f"\n\nint8 / fp32 RTF: {num(sm['int8_over_fp32_rtf'])} (target <= 0.7: "
+              f"{goal_met(sm['int8_over_fp32_rtf'], 0.7)}); BLEU change at k = {k}: "
+              f"{num(sm.get(f'int8_bleu_change_k{k}'), '{:+.2f}')} (target |d| <= 0.3); int8 words equal to fp32's: "
+              + ", ".join(f"{lang} {num(v, '{:.3f}')}" for lang, v in d["agreement"].items())
+              + f". {c['n_utterances']} {c['split']} utterances, wait-{k}, {c['threads']} thread(s), fastest of "
+                f"{c['reps']} alternating repetitions.")
+
+
 def goal_met(value: float | None, limit: float, strict: bool = False) -> str:
     """``met`` when ``value <= limit`` (``<`` with ``strict``), ``missed`` otherwise, ``-`` when not measured."""
     if value is None:
@@ -859,6 +875,7 @@ TABLES: dict[str, Table] = {
     "streaming-growth": Table("streaming.json", streaming_growth),
     "streaming-policies": Table("streaming_policies.json", streaming_policies),
     "streaming-hf": Table("streaming_hf.json", streaming_hf),
+    "int8": Table("int8.json", int8_table),
     "longform": Table("longform.json", longform_cost),
     "longform-crosscheck": Table("longform.json", longform_crosscheck),
     "longform-rows": Table("longform.json", longform_rows),
