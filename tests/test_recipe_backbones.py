@@ -38,6 +38,21 @@ def test_report_summary_by_hand():
         backbones_report(_scores({"hf_pretrained": (1.0, 1.0), "hf_scratch": (1.0, 1.0)}), [1])
 
 
+def test_docs_table_of_the_report():
+    """The docs table (tools/render_docs.py ``backbones``) shows the hand-made means and the goal verdict."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import render_docs
+
+    rep = backbones_report(_scores({"hf_pretrained": (20.0, 12.0), "hf_scratch": (15.0, 9.0), "xs_asr": (22.0, 14.0)}), [1])
+    text = render_docs.backbones(rep)
+    assert "| `hf_scratch` | 15.00 | 9.00 | 12.00 | 900 |  |" in text
+    assert "Pretrained minus scratch: +4.00 BLEU (goal > 0: met)" in text
+    assert "minus the `xs` encoder with its ASR pretraining: -2.00 BLEU" in text
+    assert "`xs_asr` de 23.0, ja 21.0" in text  # per language on tst-COMMON: 22 +- 1
+    worse = backbones_report(_scores({"hf_pretrained": (10.0, 8.0), "hf_scratch": (15.0, 9.0), "xs_asr": (22.0, 14.0)}), [1])
+    assert "(goal > 0: missed)" in render_docs.backbones(worse)
+
+
 @pytest.mark.slow
 def test_backbones_recipe_tiny(tiny_e2e_data, tmp_path):
     data = tmp_path / "data"

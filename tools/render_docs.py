@@ -421,6 +421,27 @@ def train(d: Mapping[str, Any]) -> str:
                     rows)
 
 
+def train_compile(d: Mapping[str, Any]) -> str:
+    """``bench/bench_train.py --compile false true blocks``: per (size, threads) the eager row and each compiled
+    row, with the graphs compiled and the speed-up over eager in the same run."""
+    eager = {(r["size"], r["threads"], r["precision"]): r["s_per_update"] for r in d["results"] if r["compile"] == "false"}
+    rows = []
+    for r in d["results"]:
+        e = eager.get((r["size"], r["threads"], r["precision"]))
+        rows.append([r["size"], r["threads"], r["precision"], f"`{r['compile']}`", r.get("compile_in_effect", "-"),
+                     r.get("compile_graphs", "-"), num(r["s_per_update"]), num(r["frames_per_s"], "{:.0f}"),
+                     num(r.get("padding_pct"), "{:.1f}"),
+                     (num(100 * r["mfu"], "{:.1f}") + "%") if r.get("mfu") is not None else "-",
+                     num(e / r["s_per_update"] if e else None) + "x"])
+    m = d.get("meta", {})
+    batches = (f"real batches of `{m['data']}`" if m.get("data") else
+               f"synthetic batches of ~{m.get('frames_per_batch')} frames ({m.get('utt_frames')}-frame utterances)")
+    return (md_table(["size", "threads", "precision", "compile", "in effect", "graphs", "s/update", "frames/s",
+                      "padding %", "MFU", "speed-up over eager"], rows)
+            + f"\n\n{batches}; timed updates after the untimed warm-up (a graph first met in the timed updates "
+              f"is compiled inside them).")
+
+
 def train_quick(d: Mapping[str, Any]) -> str:
     """Quick training throughput (frames/s, s/update)."""
     rows = [[r["size"], params_m(r["params"]), num(r["frames_per_s"], "{:,.0f}"),
@@ -634,6 +655,26 @@ def int8_table(d: Mapping[str, Any]) -> str:
               + ", ".join(f"{lang} {num(v, '{:.3f}')}" for lang, v in d["agreement"].items())
               + f". {c['n_utterances']} {c['split']} utterances, wait-{k}, {c['threads']} thread(s), fastest of "
                 f"{c['reps']} alternating repetitions.")
+
+
+def backbones(d: Mapping[str, Any]) -> str:
+    """``recipes/synthetic/run_backbones.sh`` (``mmst-backbones``): per system, BLEU at one wait-k on both test
+    sets (averaged over the languages) and their mean, AL on the seen set, then the summary against its goal."""
+    k = str(d["k"]).lstrip("k")
+    seen, unseen = d["splits"]
+    desc = d.get("descriptions") or {}
+    body = [[f"`{name}`", num(r["seen_bleu"]["mean"]), num(r["unseen_bleu"]["mean"]), num(r["bleu"]),
+             num(r["seen_al"]["mean"], "{:.0f}"), desc.get(name, "")] for name, r in d["systems"].items()]
+    s = d["summary"]
+    d_pre, d_xs = s[f"pretrained_minus_scratch_bleu_k{k}"], s[f"hf_minus_xs_asr_bleu_k{k}"]
+    per_lang = "; ".join(f"`{name}` " + ", ".join(f"{lang} {num(r['seen_per_lang'][lang]['mean'], '{:.1f}')}"
+                                                    for lang in d["langs"]) for name, r in d["systems"].items())
+    return (md_table(["system", f"BLEU {seen}", f"BLEU {unseen}", "BLEU mean", f"AL {seen} (ms)", "trained"], body)
+            + f"\n\nBLEU at wait-{k}, the mean over {', '.join(d['langs'])}. Pretrained minus scratch: "
+              f"{num(d_pre, '{:+.2f}')} BLEU (goal > 0: {'met' if d_pre > 0 else 'missed'}); pretrained Hugging Face "
+              f"encoder minus the `xs` encoder with its ASR pretraining: {num(d_xs, '{:+.2f}')} BLEU (reported)."
+              + ("" if s.get("complete", True) else " Incomplete: " + ", ".join(d.get("missing", [])) + ".")
+              + f" BLEU per language on {seen}: {per_lang}.")
 
 
 def goal_met(value: float | None, limit: float, strict: bool = False) -> str:
@@ -876,11 +917,14 @@ TABLES: dict[str, Table] = {
     "streaming-policies": Table("streaming_policies.json", streaming_policies),
     "streaming-hf": Table("streaming_hf.json", streaming_hf),
     "int8": Table("int8.json", int8_table),
+    "backbones": Table("backbones.json", backbones),
     "longform": Table("longform.json", longform_cost),
     "longform-crosscheck": Table("longform.json", longform_crosscheck),
     "longform-rows": Table("longform.json", longform_rows),
     "train": Table("train.json", train),
     "train-quick": Table("train_quick.json", train_quick),
+    "train-compile": Table("train_compile.json", train_compile),
+    "train-compile-data": Table("train_compile_data.json", train_compile),
     "vs-fairseq": Table("vs_fairseq.json", vs_fairseq),
     "vs-fairseq-summary": Table("vs_fairseq.json", vs_fairseq_summary),
     "vs-fairseq-seeds": Table("vs_fairseq_seeds.json", vs_fairseq_seeds),
