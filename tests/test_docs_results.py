@@ -294,3 +294,17 @@ def test_vs_fairseq_seeds_table():
     assert lines[2:5] == ["| 1 | 2.800 | 2.790 | +0.010 |", "| 2 | 2.710 | 2.740 | -0.030 |",
                           "| mean | 2.755 | 2.765 | -0.010 |"]
     assert lines[-1].endswith("Largest range of one toolkit over the seeds: 0.090.")
+
+
+def test_train_compile_table_speedup_over_eager_of_the_same_row_key():
+    """Each compiled row's speed-up is the eager row's s/update (same size, threads, precision) over its own."""
+    row = {"size": "s", "threads": 1, "precision": "fp32", "frames_per_s": 1.0, "padding_pct": 10.0, "mfu": 0.5}
+    d = {"meta": {"frames_per_batch": 2000, "utt_frames": 300, "data": None},
+         "results": [{**row, "compile": "false", "compile_in_effect": "false", "compile_graphs": 0, "s_per_update": 2.0},
+                     {**row, "compile": "blocks", "compile_in_effect": "blocks", "compile_graphs": 6, "s_per_update": 4.0},
+                     {**row, "threads": 2, "compile": "blocks", "compile_graphs": 6, "s_per_update": 1.0}]}
+    lines = render_docs.train_compile(d).splitlines()
+    assert lines[2].endswith("| 2.00 | 1 | 10.0 | 50.0% | 1.00x |")
+    assert lines[3].endswith("| 4.00 | 1 | 10.0 | 50.0% | 0.50x |")
+    assert lines[4].endswith("| 1.00 | 1 | 10.0 | 50.0% | - |")  # no eager row at 2 threads
+    assert "synthetic batches of ~2000 frames" in render_docs.train_compile(d)

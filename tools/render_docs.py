@@ -432,7 +432,7 @@ def train_compile(d: Mapping[str, Any]) -> str:
                      r.get("compile_graphs", "-"), num(r["s_per_update"]), num(r["frames_per_s"], "{:.0f}"),
                      num(r.get("padding_pct"), "{:.1f}"),
                      (num(100 * r["mfu"], "{:.1f}") + "%") if r.get("mfu") is not None else "-",
-                     num(e / r["s_per_update"] if e else None) + "x"])
+                     (num(e / r["s_per_update"]) + "x") if e else "-"])
     m = d.get("meta", {})
     batches = (f"real batches of `{m['data']}`" if m.get("data") else
                f"synthetic batches of ~{m.get('frames_per_batch')} frames ({m.get('utt_frames')}-frame utterances)")
@@ -924,7 +924,6 @@ TABLES: dict[str, Table] = {
     "train": Table("train.json", train),
     "train-quick": Table("train_quick.json", train_quick),
     "train-compile": Table("train_compile.json", train_compile),
-    "train-compile-data": Table("train_compile_data.json", train_compile),
     "vs-fairseq": Table("vs_fairseq.json", vs_fairseq),
     "vs-fairseq-summary": Table("vs_fairseq.json", vs_fairseq_summary),
     "vs-fairseq-seeds": Table("vs_fairseq_seeds.json", vs_fairseq_seeds),
