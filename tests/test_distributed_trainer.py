@@ -87,7 +87,9 @@ def test_dropcompute_logs_its_numbers_once(tiny_feature_data, tmp_path):
     for r in train:
         assert 0.0 <= r["dc_drop_rate"] <= 1.0
         assert r["dc_compute_s_max"] >= r["dc_compute_s"] > r["dc_delay_s"] > 0  # delays are part of compute
-        assert r["dc_step_s_max"] >= r["dc_step_s"] >= r["dc_compute_s"]
+        # dc_step_s is rank 0's step, dc_compute_s the mean compute over ranks: a rank that started its step
+        # earlier can compute longer than rank 0's whole step, so the two are not ordered
+        assert r["dc_step_s_max"] >= r["dc_step_s"] > 0
         assert "dc_tau_s" in r and r["dc_overshoot_s"] >= 0 and r["dc_overshoot_s_slowest"] >= 0
     # tau is chosen once, at the end of the 2 recorded updates: one tau_info event with the model's predictions
     infos = [e for e in _records(save, "event") if "tau_info" in e]
