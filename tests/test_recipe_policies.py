@@ -34,7 +34,7 @@ def test_policies_recipe_on_tiny_models(tmp_path):
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     cmd = ["bash", str(ROOT / "recipes/synthetic/run_policies_hard.sh"), "--exp-dir", str(exp), "--tgt-langs", "de,es",
            "--models", "offline", "--eval-max-utterances", "2", "--waitk-args", "k=1,3,5", "--alignatt-args", "frames=1,20",
-           "--edatt-args", "alpha=0.05,0.9,frames=1", "--la-args", "n=1,3", "--holdn-args", "n=1,8",
+           "--edatt-args", "alpha=0.05,0.9,frames=1", "--la-args", "n=1,3", "--holdn-args", "multik:n=2 offline:n=1,8",
            "--ctcwaitk-args", "k=1,6", "--policies", "waitk alignatt-layer0 edatt la holdn ctcwaitk",
            "--results-json", str(res_json), "--results-md", str(res_md),
            "--plot-dir", str(tmp_path / "img"), "--docs", str(docs)]
@@ -53,6 +53,8 @@ def test_policies_recipe_on_tiny_models(tmp_path):
     eq = obj["equal_latency"]["offline"]["LAAL"]["k3"]["de"]
     wk = [p for p in obj["sweeps"]["offline"]["waitk"]["points"] if p["params"]["k"] == 3][0]
     assert eq["waitk"]["BLEU"] == wk["per_lang"]["de"]["BLEU"]
+    # a per-model grid ("MODEL:GRID ...") sweeps the grid of that model
+    assert [p["params"]["n"] for p in obj["sweeps"]["offline"]["holdn"]["points"]] == [1, 8]
     assert (tmp_path / "img" / "policies_hard_offline.png").stat().st_size > 1000
     text = docs.read_text()
     assert "old" not in text and "tail" in text and "best at k=3 LAAL" in text

@@ -6,12 +6,19 @@
 #   multik    multi-k wait-k over a chunk-causal encoder (conf/train_xs.yaml)
 # then every adaptive policy compared with wait-k at wait-k's own LAAL (and LAAL_CA) at k = 3 and 5, with
 # paired bootstrap intervals on BLEU (a win inside the noise is a tie).
-# Equal effort: every policy is swept once on a grid of at least 5 points, chosen to span wait-k's LAAL for
-# k = 1..5 (one to five 320 ms chunks of lag) with a point below and one beyond: wait-k k = 1..5 and 7;
-# AlignAtt f (40 ms frames; f = 8 is one chunk) 2..40; EDAtt alpha 0.005..0.4 (lambda = 4 frames); LA-n
-# 1..5 (n re-decodes, one per chunk); hold-n 1..12 tokens; CTC wait-k 1..8 source tokens. AlignAtt and
-# EDAtt are swept at every decoder layer of the xs model (folders <policy>-layer<L>). Interpolation on
-# LAAL stays inside each sweep's measured range.
+# Equal effort: every policy is swept once per model on a grid of at least 5 points, chosen to span that
+# model's wait-k LAAL for k = 1..5 (one to five 320 ms chunks of lag) without degenerate points (length
+# ratio outside [0.7, 1.4] or LAAL < 0): wait-k k = 1..5 and 7; AlignAtt f (40 ms frames; f = 8 is one
+# chunk) 12..40; EDAtt alpha 0.005..0.07 (lambda = 4 frames); LA-n (n re-decodes, one per chunk) 3..8 on
+# the offline model, 2..6 on the multi-k one (it lags more per n); hold-n 6..24 tokens on the offline model,
+# 12..48 on the multi-k one (it completes sentences it has barely heard, so it needs a longer hold); CTC
+# wait-k 4..16 source tokens. A grid option may give one grid per model: "offline:n=6,8 multik:n=12,16".
+# AlignAtt and EDAtt are swept at every decoder layer of the xs model (folders <policy>-layer<L>).
+# Interpolation on LAAL stays inside each sweep's measured range.
+# Length cap (fairseq's max_len_a/max_len_b): floor(a * S + b) tokens over S encoder states (40 ms), and
+# before the source ends also at most S + 2. a = 0.45 lies above the largest target-tokens-per-state ratio
+# of the hard corpus's training sentences (every language), so no right translation is cut, while a
+# re-decoded continuation that runs on past what the audio so far can hold reaches the cap and READs.
 #   0  corpus + both models: reused when $exp_dir/models/<name>/$checkpoint exists, otherwise
 #      recipes/synthetic/run_waitk_hard.sh stages 0-2 (same corpus, same training); the checkpoint is
 #      copied once to $exp_dir/policies/<name>/checkpoint.pt, so every sweep decodes the same weights
@@ -39,20 +46,22 @@ eval_threads=1               # torch threads per evaluation
 jobs=2                       # evaluations run side by side (one per model)
 models=offline,multik
 checkpoint=checkpoint_last.pt
+max_len_a=0.45               # length cap floor(a * S + b) tokens, S = encoder states (see above)
+max_len_b=5
 waitk_args="k=1,2,3,4,5,7"
-alignatt_args="frames=2,4,8,16,24,32,40"
-edatt_args="alpha=0.005,0.01,0.02,0.05,0.1,0.2,0.4,frames=4"
-la_args="n=1,2,3,4,5"
-holdn_args="n=1,2,4,6,8,12"
-ctcwaitk_args="k=1,2,3,4,6,8"
+alignatt_args="frames=12,16,24,32,40"
+edatt_args="alpha=0.005,0.01,0.02,0.04,0.07,frames=4"
+la_args="offline:n=3,4,5,6,8 multik:n=2,3,4,5,6"
+holdn_args="offline:n=6,8,12,16,24 multik:n=12,16,24,32,48"
+ctcwaitk_args="k=4,6,8,12,16"
 policies="waitk alignatt-layer0 alignatt-layer1 alignatt-layer2 edatt-layer0 edatt-layer1 edatt-layer2 la holdn ctcwaitk"
 results_json=docs/results/policies_hard.json
 results_md=docs/results/policies_hard.md
 plot_dir=docs/images
 docs=docs/policies.md
-eval_extra=""                # extra options for every eval/simultaneous_eval.py call, e.g. "--max-len-a 0.12"
+eval_extra=""                # extra options for every eval/simultaneous_eval.py call, e.g. "--beam 4"
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs max_update eval_max_utterances source_segment_size eval_threads
-  jobs models checkpoint waitk_args alignatt_args edatt_args la_args holdn_args ctcwaitk_args policies results_json results_md
+  jobs models checkpoint max_len_a max_len_b waitk_args alignatt_args edatt_args la_args holdn_args ctcwaitk_args policies results_json results_md
   plot_dir docs eval_extra)
 parse_options "$@"
 # this recipe shares $exp_dir with run_waitk_hard.sh (same corpus and models): its own stage markers
@@ -88,7 +97,8 @@ evaluate() {  # evaluate MODEL NAME [options...]: one eval/simultaneous_eval.py 
     echo "$m/$name: done ($out/$m/$name/scores.json)"; return 0
   fi
   nice -n 2 python eval/simultaneous_eval.py --checkpoint "$out/$m/checkpoint.pt" --data "$data" \
-    --split tst-COMMON --tgt-langs "$tgt_langs" --max-len-a 1.0 --source-segment-size "$source_segment_size" \
+    --split tst-COMMON --tgt-langs "$tgt_langs" --max-len-a "$max_len_a" --max-len-b "$max_len_b" \
+    --source-segment-size "$source_segment_size" \
     --threads "$eval_threads" --no-progress "${limit[@]}" "${extra[@]}" "$@" --out "$out/$m/$name" \
     > "$out/$m/$name.log" 2>&1 || { echo "$m/$name failed; see $out/$m/$name.log" >&2; return 1; }
   echo "$m/$name: $(grep -E 'BLEU' "$out/$m/$name.log" | tail -n 1)"
@@ -105,12 +115,20 @@ each_model() {  # each_model FUNCTION: FUNCTION MODEL for every model, $jobs at 
 }
 
 offline_one() { evaluate "$1" offline --offline --beam 1; }
-sweeps_one() {  # entry NAME or NAME-layerL: NAME's grid ($NAME_args), at decoder layer L for the latter
+grid_for() {  # grid_for SPEC MODEL: SPEC is one grid ("n=1,2") or one per model ("offline:n=1,2 multik:n=4,8")
+  local spec="$1" m="$2" part
+  case "$spec" in
+    *:*) for part in $spec; do [ "${part%%:*}" = "$m" ] && { echo "${part#*:}"; return 0; }; done
+         echo "no grid for model $m in '$spec'" >&2; return 1 ;;
+    *) echo "$spec" ;;
+  esac
+}
+sweeps_one() {  # entry NAME or NAME-layerL: NAME's grid ($NAME_args for model $1), at decoder layer L for the latter
   local entry name args layer
   for entry in $policies; do
     name=${entry%%-layer*}
     args="${name}_args"
-    args=${!args}
+    args=$(grid_for "${!args}" "$1")
     if [ "$entry" != "$name" ]; then layer=${entry##*-layer}; args="$args,layer=$layer"; fi
     evaluate "$1" "$entry" --policy "$name" --policy-args "$args"
   done
