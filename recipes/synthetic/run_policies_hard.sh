@@ -11,7 +11,7 @@
 # ratio outside [0.7, 1.4] or LAAL < 0): wait-k k = 1..5 and 7; AlignAtt f (40 ms frames; f = 8 is one
 # chunk) 12..40; EDAtt alpha 0.005..0.07 (lambda = 4 frames); LA-n (n re-decodes, one per chunk) 3..8 on
 # the offline model, 2..6 on the multi-k one (it lags more per n); hold-n 6..24 tokens on the offline model,
-# 12..48 on the multi-k one (it completes sentences it has barely heard, so it needs a longer hold); CTC
+# 12..48 on the multi-k one (it decodes on past what it has heard, so it needs a longer hold); CTC
 # wait-k 4..16 source tokens. A grid option may give one grid per model: "offline:n=6,8 multik:n=12,16".
 # AlignAtt and EDAtt are swept at every decoder layer of the xs model (folders <policy>-layer<L>).
 # Interpolation on LAAL stays inside each sweep's measured range.
