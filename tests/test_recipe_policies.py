@@ -63,3 +63,8 @@ def test_policies_recipe_on_tiny_models(tmp_path):
     p2 = subprocess.run(cmd + ["--stage", "1", "--stop-stage", "2"], cwd=ROOT, env=env, capture_output=True, text=True,
                         timeout=600)
     assert p2.returncode == 0 and p2.stdout.count(": done (") == 7
+    # a per-model grid that names no grid for a model being swept is an error that names the model
+    (exp / "policies" / "offline" / "holdn" / "scores.json").unlink()
+    bad = cmd + ["--stage", "2", "--stop-stage", "2", "--policies", "holdn", "--holdn-args", "multik:n=2"]
+    p3 = subprocess.run(bad, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p3.returncode != 0 and "no grid for model offline in 'multik:n=2'" in p3.stderr

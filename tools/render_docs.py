@@ -671,9 +671,9 @@ def backbones(d: Mapping[str, Any]) -> str:
                                                     for lang in d["langs"]) for name, r in d["systems"].items())
     return (md_table(["system", f"BLEU {seen}", f"BLEU {unseen}", "BLEU mean", f"AL {seen} (ms)", "trained"], body)
             + f"\n\nBLEU at wait-{k}, the mean over {', '.join(d['langs'])}. Pretrained minus scratch: "
-              f"{num(d_pre, '{:+.2f}')} BLEU (goal > 0: {'met' if s.get('goal_met', d_pre > 0) else 'missed'}); "
-              f"pretrained Hugging Face "
-              f"encoder minus the `xs` encoder with its ASR pretraining: {num(d_xs, '{:+.2f}')} BLEU (reported)."
+              f"{num(d_pre, '{:+.2f}')} BLEU (goal > 0: {'met' if s['goal_met'] else 'missed'}); pretrained "
+              f"Hugging Face encoder minus the `xs` encoder with its ASR pretraining: {num(d_xs, '{:+.2f}')} BLEU "
+              f"(reported)."
               + ("" if s.get("complete", True) else " Incomplete: " + ", ".join(d.get("missing", [])) + ".")
               + f" BLEU per language on {seen}: {per_lang}.")
 
