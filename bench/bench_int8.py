@@ -10,7 +10,15 @@ fp32 model and once with :func:`mmst.models.quantize.quantize_model`, and writes
   and corpus BLEU per language (:func:`mmst.evaluation.quality.corpus_bleu`);
 - ``agreement``: the share of int8 output words equal to the fp32 word at the same position;
 - ``summary``: ``int8_over_fp32_rtf`` (int8 RTF / fp32 RTF) and ``int8_bleu_change_k{K}`` (int8 BLEU minus
-  fp32 BLEU, mean over the languages).
+  fp32 BLEU, mean over the languages);
+- ``profile``: where the fp32 pass spends its time (``torch.profiler`` over ``--profile-utterances``):
+  ``linear_share``, the share of the wall time inside ``aten::linear`` (what int8 linear layers replace),
+  hence ``int8_rtf_bound_free_linear = 1 - linear_share``, the int8/fp32 RTF if the int8 layers cost nothing
+  (Amdahl's law), and the top operators by self time;
+- ``kernels``: per linear shape of the model and rows ``R`` (1 = one decoder step of one language), the
+  microseconds of one call of fp32 ``F.linear``, of :class:`mmst.models.quantize.Int8DynamicLinear`
+  (quantize the activations, int8 product, rescale) and of its int8 product ``torch._int_mm`` alone
+  (median of ``--kernel-reps`` timings of 200 calls).
 
 Timing uses ``torch.set_num_threads(--threads)`` (default 1) and wall-clock ``perf_counter`` on an
 otherwise idle machine (a loaded machine makes the ratio meaningless). ``--quick``: two utterances, one
@@ -19,6 +27,7 @@ repetition (a smoke run; give ``--out``).
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 from pathlib import Path
@@ -55,6 +64,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--max-utterances", type=int, default=300, help="utterances of the split streamed")
     p.add_argument("--reps", type=int, default=3, help="timed repetitions per precision (the fastest is kept)")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--profile-utterances", type=int, default=20,
+                   help="utterances of the profiled fp32 pass (0: no profile)")
+    p.add_argument("--kernel-rows", default="1,4,8", help="rows R of the timed linear calls, comma separated")
+    p.add_argument("--kernel-reps", type=int, default=5, help="timings per kernel and shape (the median is kept)")
     p.add_argument("--quick", action="store_true", help="2 utterances, 1 repetition (smoke run)")
     p.add_argument("--out", default=str(RESULTS_DIR / "int8.json"), help="results JSON")
     p.add_argument("--note", default="", help="free text recorded in the provenance (e.g. machine shared)")
@@ -84,6 +97,67 @@ def word_agreement(a: list[list[str]], b: list[list[str]]) -> float:
     same = sum(x == y for ua, ub in zip(a, b, strict=True) for x, y in zip(ua, ub, strict=False))
     total = sum(max(len(ua), len(ub)) for ua, ub in zip(a, b, strict=True))
     return same / total if total else 1.0
+
+
+def profile_pass(translator: Any, utts: list[dict], audios: list, langs: list[str], units: dict[str, str],
+                 segment_ms: float, top: int = 12) -> dict[str, Any]:
+    """One profiled pass: ``{"linear_share", "int8_rtf_bound_free_linear", "wall_s", "top_ops"}`` (see the
+    module docstring; ``top_ops``: the ``top`` operators by self CPU time, with their share of the wall time)."""
+    import time
+
+    from torch.profiler import ProfilerActivity, profile
+
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        stream_split(translator, utts, audios, langs, units, segment_ms)
+    wall_us = (time.perf_counter() - t0) * 1e6
+    ev = prof.key_averages()
+    linear_us = sum(e.cpu_time_total for e in ev if e.key == "aten::linear")  # inclusive: addmm and its views
+    share = min(1.0, linear_us / wall_us)
+    ranked = sorted(ev, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    return {"linear_share": share, "int8_rtf_bound_free_linear": 1.0 - share, "wall_s": wall_us / 1e6,
+            "n_utterances": len(utts),
+            "top_ops": [{"op": e.key, "calls": e.count, "self_share": e.self_cpu_time_total / wall_us,
+                         "self_us_per_call": e.self_cpu_time_total / max(1, e.count)} for e in ranked]}
+
+
+def _us_per_call(fn: Any, reps: int, calls: int) -> float:
+    """Median over ``reps`` timings of the microseconds per call of ``fn()`` (``calls`` calls each), after one
+    untimed call."""
+    import time
+
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        ts.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(ts)
+
+
+def time_kernels(model: torch.nn.Module, rows: list[int], reps: int, calls: int = 200) -> list[dict[str, Any]]:
+    """Microseconds per call of fp32 ``F.linear``, ``Int8DynamicLinear`` and ``torch._int_mm`` for every distinct
+    ``(in_features, out_features)`` of ``model``'s linear layers and every ``R`` in ``rows``."""
+    from mmst.models.quantize import Int8DynamicLinear
+
+    shapes = sorted({(m.in_features, m.out_features) for m in model.modules() if isinstance(m, torch.nn.Linear)})
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for (k, n), r in ((s, r) for s in shapes for r in rows):
+        lin = torch.nn.Linear(k, n)
+        q = Int8DynamicLinear(lin)
+        x = torch.randn(r, k, generator=g)
+        xq = torch.randint(-127, 128, (r, k), dtype=torch.int8, generator=g)
+        fns = {"fp32_us": functools.partial(torch.nn.functional.linear, x, lin.weight, lin.bias),
+               "int8_us": functools.partial(q, x), "int_mm_us": functools.partial(torch._int_mm, xq, q.weight_int8_t)}
+        row: dict[str, Any] = {"in_features": k, "out_features": n, "rows": r}
+        with torch.inference_mode():
+            for name, fn in fns.items():
+                row[name] = _us_per_call(fn, reps, calls)
+        row["int8_over_fp32"] = row["int8_us"] / row["fp32_us"]
+        out.append(row)
+    return out
 
 
 def run(args) -> dict[str, Any]:
@@ -121,13 +195,21 @@ def run(args) -> dict[str, Any]:
         rows[m] = {"rtf": min(rtf[m]), "rtf_reps": rtf[m], "ms_per_segment": min(seg[m]), "bleu": bleu}
     k = args.waitk_lagging
     change = statistics.fmean(rows["int8"]["bleu"][lang] - rows["none"]["bleu"][lang] for lang in langs)
+    n_prof = min(len(utts), 2 if args.quick else args.profile_utterances)
+    prof = profile_pass(tr["none"], utts[:n_prof], audios[:n_prof], langs, units,
+                        args.source_segment_size) if n_prof > 0 else None
+    kernel_rows = [int(r) for r in args.kernel_rows.split(",") if r.strip()]
+    kernels = time_kernels(systems["none"].model, kernel_rows, 1 if args.quick else args.kernel_reps)
     return {
         "summary": {"int8_over_fp32_rtf": rows["int8"]["rtf"] / rows["none"]["rtf"], f"int8_bleu_change_k{k}": change},
         "rows": {"fp32": rows["none"], "int8": rows["int8"]},
         "agreement": {lang: word_agreement(outputs["none"][lang], outputs["int8"][lang]) for lang in langs},
+        "profile": prof,
+        "kernels": kernels,
         "config": {"model": str(args.model), "data": str(systems["none"].data_dir), "split": args.split,
                    "tgt_langs": langs, "waitk_lagging": k, "source_segment_size_ms": args.source_segment_size,
-                   "n_utterances": len(utts), "reps": reps, "threads": args.threads, "quick": bool(args.quick)},
+                   "n_utterances": len(utts), "reps": reps, "threads": args.threads, "quick": bool(args.quick),
+                   "profile_utterances": n_prof, "kernel_rows": kernel_rows},
     }
 
 

@@ -145,3 +145,68 @@ def test_compiled_blocks_match_eager_over_5_updates(tiny_feature_data, tmp_path)
     losses = {mode: v["losses"] for mode, v in res.items()}
     assert losses["blocks"] == pytest.approx(losses["false"], abs=1e-4)
     assert losses["false"][0] != pytest.approx(losses["false"][4], abs=1e-3)  # it trained
+
+
+_WARM_CACHE_CHILD = """
+import json, sys
+from mmst.training.config import load_config
+from mmst.training.trainer import build_trainer
+data, out_dir, overrides = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+tr = build_trainer(load_config(None, [*overrides, "optim.max_update=2", "compile=true"]), data, out_dir)
+losses = [tr.train_step().stats["loss"] for _ in range(2)]
+print(json.dumps({"mode": str(tr.compiler.mode), "losses": losses}))
+"""
+
+
+@pytest.mark.slow
+def test_compile_true_trains_again_on_a_warm_cache(tiny_feature_data, tmp_path):
+    """``compile: true`` run twice with the same shapes and one inductor cache directory: the second run finds
+    its graphs cached and still trains compiled. With torch 2.13's AOTAutograd cache on, the second run failed
+    at its first compiled step (``gen_alias_from_base``)."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("TORCHINDUCTOR_AUTOGRAD_CACHE", None)
+    runs = []
+    for i in range(2):
+        r = subprocess.run([sys.executable, "-c", _WARM_CACHE_CHILD, str(tiny_feature_data), str(tmp_path / f"run{i}"),
+                            json.dumps(TINY)], capture_output=True, text=True, timeout=900, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "a compiled step failed" not in r.stderr, r.stderr[-3000:]
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    if runs[0]["mode"] == "False":
+        pytest.skip("inductor cannot run on this machine")
+    assert [r["mode"] for r in runs] == ["True", "True"]
+    assert runs[1]["losses"] == pytest.approx(runs[0]["losses"], abs=1e-4)  # dropout 0: the same numbers
+
+
+def test_a_failing_compiled_step_is_rerun_eager(tiny_feature_data, tmp_path, monkeypatch, caplog):
+    """A compiled step that raises is rerun eager with a warning naming the error; the update counts once and
+    gives the eager loss, and the rest of the run is eager."""
+    import mmst.training.compile as c
+
+    monkeypatch.setattr(c, "inductor_problem", lambda device: None)
+    eager = build_trainer(load_config(None, [*TINY, "optim.max_update=2"]), tiny_feature_data, tmp_path / "eager")
+    tr = build_trainer(load_config(None, [*TINY, "optim.max_update=2", "compile=true"]), tiny_feature_data,
+                       tmp_path / "compiled")
+    assert tr.compiler.mode is True and tr.model._compiled_call_impl is not None
+    assert tr.criterion.token_loss is not eager.criterion.token_loss
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("scripted backend failure\nsecond line")
+
+    tr.model._compiled_call_impl = broken
+    with caplog.at_level(logging.WARNING, logger="mmst.train"):
+        res = tr.train_step()
+    assert "a compiled step failed (RuntimeError: scripted backend failure)" in caplog.text
+    assert tr.compiler.mode is False and tr.model._compiled_call_impl is None
+    assert tr.criterion.token_loss is eager.criterion.token_loss  # the gathered eager loss is back
+    assert tr.state.num_updates == 1
+    ref = eager.train_step()
+    # the compiled trainer's batch was padded to length buckets: the same loss, summed over the same tokens
+    assert res.stats["ntokens"] == ref.stats["ntokens"]
+    assert res.stats["loss"] == pytest.approx(ref.stats["loss"], rel=1e-5)
+    batch = tr.train_iter.next_batch()
+    assert tr.compiler.prepare(batch) is batch  # eager from now on: no padding

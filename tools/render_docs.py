@@ -654,7 +654,29 @@ def int8_table(d: Mapping[str, Any]) -> str:
               f"{num(sm.get(f'int8_bleu_change_k{k}'), '{:+.2f}')} (target |d| <= 0.3); int8 words equal to fp32's: "
               + ", ".join(f"{lang} {num(v, '{:.3f}')}" for lang, v in d["agreement"].items())
               + f". {c['n_utterances']} {c['split']} utterances, wait-{k}, {c['threads']} thread(s), fastest of "
-                f"{c['reps']} alternating repetitions.")
+                f"{c['reps']} alternating repetitions."
+            + int8_profile(d))
+
+
+def int8_profile(d: Mapping[str, Any]) -> str:
+    """The profile and kernel sections of ``int8.json`` (absent from older runs: then nothing)."""
+    out = ""
+    prof = d.get("profile")
+    if prof:
+        top = ", ".join(f"`{o['op']}` {pct(o['self_share'])}" for o in prof["top_ops"][:6])
+        out += (f"\n\nWhere the fp32 pass spends its time ({prof['n_utterances']} utterances under `torch.profiler`): "
+                f"{pct(prof['linear_share'])} inside linear layers, so int8 linear layers that cost nothing would "
+                f"give an int8 / fp32 RTF of {num(prof['int8_rtf_bound_free_linear'])} at best. Top operators by "
+                f"self time (share of the wall time): {top}.")
+    kern = d.get("kernels")
+    if kern:
+        body = [[f"{r['in_features']} x {r['out_features']}", str(r["rows"]), num(r["fp32_us"], "{:.1f}"),
+                 num(r["int8_us"], "{:.1f}"), num(r["int_mm_us"], "{:.1f}"), num(r["int8_over_fp32"], "{:.1f}")]
+                for r in kern]
+        out += ("\n\nOne linear call, microseconds (median), per layer shape of the model and rows R:\n\n"
+                + md_table(["in x out", "R", "fp32 `F.linear`", "int8 layer", "`torch._int_mm` alone",
+                            "int8 / fp32"], body))
+    return out
 
 
 def backbones(d: Mapping[str, Any]) -> str:

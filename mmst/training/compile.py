@@ -13,8 +13,15 @@
 
 Both compiled modes count the graphs compiled (dynamo's ``unique_graphs``; ``compile_graphs`` in the
 train log). Where inductor cannot run (no C++ compiler, an unsupported platform), a warning names the
-error and training runs eager. Dropout draws different random numbers when compiled, so a compiled run
-with dropout > 0 does not repeat an eager one number for number; exact resume is checked in eager mode.
+error and training runs eager; so does an update whose compiled step fails (:meth:`TrainingCompiler.fall_back`:
+the update is rerun eager and the rest of the run stays eager). Dropout draws different random numbers when
+compiled, so a compiled run with dropout > 0 does not repeat an eager one number for number; exact resume is
+checked in eager mode.
+
+torch 2.13's on-disk AOTAutograd cache is switched off while compiling (``enable_autograd_cache``): with
+it, a run whose graphs were cached by an earlier run of the same shapes fails at its first compiled step of
+the whole model (a ``RuntimeError`` from ``gen_alias_from_base`` with an impossible view shape). Inductor's
+own kernel cache stays on, so a second run still skips the C++ builds.
 """
 
 from __future__ import annotations
@@ -24,9 +31,10 @@ import math
 from typing import Any
 
 import torch
+import torch._functorch.config as functorch_config
 
 from mmst.data.batching import Batch
-from mmst.models.layers import ElementwiseBlocks
+from mmst.models.layers import EAGER_BLOCKS, ElementwiseBlocks
 
 logger = logging.getLogger("mmst.train")
 
@@ -115,7 +123,10 @@ class TrainingCompiler:
             raise ValueError(f"compile must be one of false, true, blocks; got {mode!r}")
         self.pad_id = int(pad_id)
         self._frames = self._bucket_frames = 0
+        self._model, self._criterion = model, criterion
+        self._eager_token_loss = getattr(criterion, "token_loss", None)
         if mode is not False:
+            functorch_config.enable_autograd_cache = False  # see the module docstring
             why = inductor_problem(device)
             if why is not None:
                 logger.warning("compile=%s: torch.compile cannot run here (%s); training runs eager",
@@ -147,6 +158,20 @@ class TrainingCompiler:
         self._frames += int(batch.fbank.shape[0] * batch.fbank.shape[1])
         self._bucket_frames += int(out.fbank.shape[0] * out.fbank.shape[1])
         return out
+
+    def fall_back(self, error: BaseException) -> None:
+        """Undo the compilation after ``error`` (raised by a compiled step): warn, naming the error, and put the
+        eager forward, blocks and loss back; the caller reruns the step. ``mode`` becomes ``False``."""
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        logger.warning("compile=%s: a compiled step failed (%s: %s); this update is rerun eager and training "
+                       "continues eager", str(self.mode).lower(), type(error).__name__, first[:300])
+        self._model._compiled_call_impl = None  # what nn.Module.compile set
+        for m in self._model.modules():
+            if isinstance(getattr(m, "blocks", None), ElementwiseBlocks):
+                m.blocks = EAGER_BLOCKS
+        if self._eager_token_loss is not None:
+            self._criterion.token_loss = self._eager_token_loss
+        self.mode = False
 
     @property
     def graphs(self) -> int:

@@ -462,8 +462,16 @@ class Trainer:
         self._loader_s += time.perf_counter() - t0
         self._padded_frames += sum(int(b.fbank.shape[0] * b.fbank.shape[1]) for b in micro)
         waitks = [self.waitk.sample(u, j) for j in range(len(micro))]
-        result = self.strategy.run_update(self.model, self.criterion, self.optimizer, self.scheduler, micro,
-                                          waitks, self.cfg.optim.clip_norm)
+        try:
+            result = self.strategy.run_update(self.model, self.criterion, self.optimizer, self.scheduler, micro,
+                                              waitks, self.cfg.optim.clip_norm)
+        except Exception as e:  # noqa: BLE001 - a compiled step that fails is rerun eager (a real error recurs)
+            if self.compiler is None or self.compiler.mode is False:
+                raise
+            self.compiler.fall_back(e)
+            self.model.zero_grad(set_to_none=True)
+            result = self.strategy.run_update(self.model, self.criterion, self.optimizer, self.scheduler, micro,
+                                              waitks, self.cfg.optim.clip_norm)
         if result.skipped:
             self._handle_nan(result)
         else:
