@@ -11,14 +11,16 @@ fp32 model and once with :func:`mmst.models.quantize.quantize_model`, and writes
 - ``agreement``: the share of int8 output words equal to the fp32 word at the same position;
 - ``summary``: ``int8_over_fp32_rtf`` (int8 RTF / fp32 RTF) and ``int8_bleu_change_k{K}`` (int8 BLEU minus
   fp32 BLEU, mean over the languages);
-- ``profile``: where the fp32 pass spends its time (``torch.profiler`` over ``--profile-utterances``):
-  ``linear_share``, the share of the wall time inside ``aten::linear`` (what int8 linear layers replace),
-  hence ``int8_rtf_bound_free_linear = 1 - linear_share``, the int8/fp32 RTF if the int8 layers cost nothing
-  (Amdahl's law), and the top operators by self time;
-- ``kernels``: per linear shape of the model and rows ``R`` (1 = one decoder step of one language), the
-  microseconds of one call of fp32 ``F.linear``, of :class:`mmst.models.quantize.Int8DynamicLinear`
-  (quantize the activations, int8 product, rescale) and of its int8 product ``torch._int_mm`` alone
-  (median of ``--kernel-reps`` timings of 200 calls).
+- ``linear``: how much of that cost is linear layers, without a profiler (whose per-operator overhead
+  distorts a run of many small operators): one more fp32 pass counts the calls of every linear layer by
+  shape ``(R, in_features, out_features)`` (``R`` rows: 1 for one decoder step of one language), each
+  shape is timed alone (median of ``--kernel-reps`` timings of ``--kernel-calls`` calls) as fp32
+  ``F.linear``, as :class:`mmst.models.quantize.Int8DynamicLinear` (quantize the activations, int8
+  product, rescale) and as its int8 product ``torch._int_mm`` alone, and the calls are priced at those
+  times: ``linear_share`` (fp32 linear time / fp32 compute time), ``int8_rtf_bound_free_linear``
+  (``1 - linear_share``: the int8/fp32 RTF if int8 linear layers cost nothing, Amdahl's law) and
+  ``int8_over_fp32_rtf_predicted`` (``1 - linear_share + int8 linear time / fp32 compute time``, to set
+  beside the measured ratio); ``shapes``: every shape with its call count and times.
 
 Timing uses ``torch.set_num_threads(--threads)`` (default 1) and wall-clock ``perf_counter`` on an
 otherwise idle machine (a loaded machine makes the ratio meaningless). ``--quick``: two utterances, one
@@ -30,6 +32,7 @@ from __future__ import annotations
 import functools
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +67,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--max-utterances", type=int, default=300, help="utterances of the split streamed")
     p.add_argument("--reps", type=int, default=3, help="timed repetitions per precision (the fastest is kept)")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
-    p.add_argument("--profile-utterances", type=int, default=20,
-                   help="utterances of the profiled fp32 pass (0: no profile)")
-    p.add_argument("--kernel-rows", default="1,4,8", help="rows R of the timed linear calls, comma separated")
-    p.add_argument("--kernel-reps", type=int, default=5, help="timings per kernel and shape (the median is kept)")
+    p.add_argument("--kernel-reps", type=int, default=3, help="timings per kernel and shape (the median is kept)")
+    p.add_argument("--kernel-calls", type=int, default=100, help="calls per timing of one kernel and shape")
     p.add_argument("--quick", action="store_true", help="2 utterances, 1 repetition (smoke run)")
     p.add_argument("--out", default=str(RESULTS_DIR / "int8.json"), help="results JSON")
     p.add_argument("--note", default="", help="free text recorded in the provenance (e.g. machine shared)")
@@ -99,26 +100,21 @@ def word_agreement(a: list[list[str]], b: list[list[str]]) -> float:
     return same / total if total else 1.0
 
 
-def profile_pass(translator: Any, utts: list[dict], audios: list, langs: list[str], units: dict[str, str],
-                 segment_ms: float, top: int = 12) -> dict[str, Any]:
-    """One profiled pass: ``{"linear_share", "int8_rtf_bound_free_linear", "wall_s", "top_ops"}`` (see the
-    module docstring; ``top_ops``: the ``top`` operators by self CPU time, with their share of the wall time)."""
-    import time
+def count_linear_calls(model: torch.nn.Module, pass_fn: Any) -> Counter:
+    """``Counter`` of ``(rows, in_features, out_features)`` over every ``nn.Linear`` call of ``model`` while
+    ``pass_fn()`` runs (forward pre-hooks, removed afterwards)."""
+    calls: Counter = Counter()
 
-    from torch.profiler import ProfilerActivity, profile
+    def hook(mod: torch.nn.Linear, inputs: tuple) -> None:
+        calls[(inputs[0].numel() // mod.in_features, mod.in_features, mod.out_features)] += 1
 
-    t0 = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        stream_split(translator, utts, audios, langs, units, segment_ms)
-    wall_us = (time.perf_counter() - t0) * 1e6
-    ev = prof.key_averages()
-    linear_us = sum(e.cpu_time_total for e in ev if e.key == "aten::linear")  # inclusive: addmm and its views
-    share = min(1.0, linear_us / wall_us)
-    ranked = sorted(ev, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
-    return {"linear_share": share, "int8_rtf_bound_free_linear": 1.0 - share, "wall_s": wall_us / 1e6,
-            "n_utterances": len(utts),
-            "top_ops": [{"op": e.key, "calls": e.count, "self_share": e.self_cpu_time_total / wall_us,
-                         "self_us_per_call": e.self_cpu_time_total / max(1, e.count)} for e in ranked]}
+    handles = [m.register_forward_pre_hook(hook) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    try:
+        pass_fn()
+    finally:
+        for h in handles:
+            h.remove()
+    return calls
 
 
 def _us_per_call(fn: Any, reps: int, calls: int) -> float:
@@ -136,28 +132,39 @@ def _us_per_call(fn: Any, reps: int, calls: int) -> float:
     return statistics.median(ts)
 
 
-def time_kernels(model: torch.nn.Module, rows: list[int], reps: int, calls: int = 200) -> list[dict[str, Any]]:
-    """Microseconds per call of fp32 ``F.linear``, ``Int8DynamicLinear`` and ``torch._int_mm`` for every distinct
-    ``(in_features, out_features)`` of ``model``'s linear layers and every ``R`` in ``rows``."""
+def time_kernels(calls: Counter, reps: int, n_calls: int) -> list[dict[str, Any]]:
+    """Per shape ``(rows, in, out)`` of ``calls``: its count and the microseconds per call of fp32 ``F.linear``,
+    ``Int8DynamicLinear`` and ``torch._int_mm`` (random weights and inputs: the kernels' cost does not
+    depend on the values). Sorted by fp32 time spent (count x fp32 time), largest first."""
     from mmst.models.quantize import Int8DynamicLinear
 
-    shapes = sorted({(m.in_features, m.out_features) for m in model.modules() if isinstance(m, torch.nn.Linear)})
     g = torch.Generator().manual_seed(0)
     out = []
-    for (k, n), r in ((s, r) for s in shapes for r in rows):
+    for (r, k, n), count in calls.items():
         lin = torch.nn.Linear(k, n)
         q = Int8DynamicLinear(lin)
         x = torch.randn(r, k, generator=g)
         xq = torch.randint(-127, 128, (r, k), dtype=torch.int8, generator=g)
         fns = {"fp32_us": functools.partial(torch.nn.functional.linear, x, lin.weight, lin.bias),
                "int8_us": functools.partial(q, x), "int_mm_us": functools.partial(torch._int_mm, xq, q.weight_int8_t)}
-        row: dict[str, Any] = {"in_features": k, "out_features": n, "rows": r}
+        row: dict[str, Any] = {"rows": r, "in_features": k, "out_features": n, "calls": count}
         with torch.inference_mode():
             for name, fn in fns.items():
-                row[name] = _us_per_call(fn, reps, calls)
+                row[name] = _us_per_call(fn, reps, n_calls)
         row["int8_over_fp32"] = row["int8_us"] / row["fp32_us"]
         out.append(row)
-    return out
+    return sorted(out, key=lambda x: -x["calls"] * x["fp32_us"])
+
+
+def linear_summary(shapes: list[dict[str, Any]], fp32_compute_s: float) -> dict[str, Any]:
+    """The ``linear`` section from the timed ``shapes`` and the fp32 pass's compute seconds (see the module
+    docstring)."""
+    fp32_s = sum(x["calls"] * x["fp32_us"] for x in shapes) / 1e6
+    int8_s = sum(x["calls"] * x["int8_us"] for x in shapes) / 1e6
+    share = fp32_s / fp32_compute_s
+    return {"calls": sum(x["calls"] for x in shapes), "fp32_linear_s": fp32_s, "int8_linear_s": int8_s,
+            "fp32_compute_s": fp32_compute_s, "linear_share": share, "int8_rtf_bound_free_linear": 1.0 - share,
+            "int8_over_fp32_rtf_predicted": 1.0 - share + int8_s / fp32_compute_s, "shapes": shapes}
 
 
 def run(args) -> dict[str, Any]:
@@ -195,21 +202,21 @@ def run(args) -> dict[str, Any]:
         rows[m] = {"rtf": min(rtf[m]), "rtf_reps": rtf[m], "ms_per_segment": min(seg[m]), "bleu": bleu}
     k = args.waitk_lagging
     change = statistics.fmean(rows["int8"]["bleu"][lang] - rows["none"]["bleu"][lang] for lang in langs)
-    n_prof = min(len(utts), 2 if args.quick else args.profile_utterances)
-    prof = profile_pass(tr["none"], utts[:n_prof], audios[:n_prof], langs, units,
-                        args.source_segment_size) if n_prof > 0 else None
-    kernel_rows = [int(r) for r in args.kernel_rows.split(",") if r.strip()]
-    kernels = time_kernels(systems["none"].model, kernel_rows, 1 if args.quick else args.kernel_reps)
+    fp32_compute_s = min(rtf["none"]) * sum(a.size for a in audios) / 16000.0
+    calls = count_linear_calls(systems["none"].model, lambda: stream_split(
+        tr["none"], utts, audios, langs, units, args.source_segment_size))
+    linear = linear_summary(time_kernels(calls, 1 if args.quick else args.kernel_reps,
+                                         10 if args.quick else args.kernel_calls), fp32_compute_s)
     return {
         "summary": {"int8_over_fp32_rtf": rows["int8"]["rtf"] / rows["none"]["rtf"], f"int8_bleu_change_k{k}": change},
         "rows": {"fp32": rows["none"], "int8": rows["int8"]},
         "agreement": {lang: word_agreement(outputs["none"][lang], outputs["int8"][lang]) for lang in langs},
-        "profile": prof,
-        "kernels": kernels,
+        "linear": linear,
         "config": {"model": str(args.model), "data": str(systems["none"].data_dir), "split": args.split,
                    "tgt_langs": langs, "waitk_lagging": k, "source_segment_size_ms": args.source_segment_size,
                    "n_utterances": len(utts), "reps": reps, "threads": args.threads, "quick": bool(args.quick),
-                   "profile_utterances": n_prof, "kernel_rows": kernel_rows},
+                   "kernel_reps": args.kernel_reps, "kernel_calls": args.kernel_calls,
+                   "audio_s": sum(a.size for a in audios) / 16000.0},
     }
 
 

@@ -145,23 +145,26 @@ def test_bench_stragglers_mmst_quick(tmp_path, tiny_feature_data):
 def test_bench_int8_quick(tmp_path, tiny_system):
     out = tmp_path / "int8.json"
     stdout = _run(["bench/bench_int8.py", "--quick", "--model", str(tiny_system["ckpt"]),
-                   "--data", str(tiny_system["data"]), "--tgt-langs", "de", "--kernel-rows", "1,3", "--out", str(out)])
+                   "--data", str(tiny_system["data"]), "--tgt-langs", "de", "--out", str(out)])
     res = json.loads(out.read_text())
     rows = res["rows"]
-    prof = res["profile"]
-    assert 0.0 < prof["linear_share"] < 1.0 and prof["n_utterances"] == 2
-    assert prof["int8_rtf_bound_free_linear"] == pytest.approx(1.0 - prof["linear_share"])
-    assert any(o["op"] == "aten::addmm" for o in prof["top_ops"])
+    lin = res["linear"]
+    assert lin["calls"] == sum(x["calls"] for x in lin["shapes"]) > 0
+    assert lin["fp32_linear_s"] == pytest.approx(sum(x["calls"] * x["fp32_us"] for x in lin["shapes"]) / 1e6)
+    assert lin["linear_share"] == pytest.approx(lin["fp32_linear_s"] / lin["fp32_compute_s"])
+    assert lin["int8_rtf_bound_free_linear"] == pytest.approx(1.0 - lin["linear_share"])
+    assert lin["int8_over_fp32_rtf_predicted"] == pytest.approx(
+        1.0 - lin["linear_share"] + lin["int8_linear_s"] / lin["fp32_compute_s"])
+    assert lin["fp32_compute_s"] == pytest.approx(rows["fp32"]["rtf"] * res["config"]["audio_s"])
     import torch
 
     from mmst.evaluation.loading import load_system
 
     model = load_system(str(tiny_system["ckpt"]), data_dir=str(tiny_system["data"]), tgt_langs=["de"]).model
-    shapes = {(m.in_features, m.out_features) for m in model.modules() if isinstance(m, torch.nn.Linear)}
-    kern = res["kernels"]
-    assert sorted((k["in_features"], k["out_features"], k["rows"]) for k in kern) == sorted(
-        (i, o, r) for i, o in shapes for r in (1, 3))
-    assert all(k["int8_over_fp32"] == pytest.approx(k["int8_us"] / k["fp32_us"]) for k in kern)
+    layer_shapes = {(m.in_features, m.out_features) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    assert {(x["in_features"], x["out_features"]) for x in lin["shapes"]} <= layer_shapes
+    assert all(x["int8_over_fp32"] == pytest.approx(x["int8_us"] / x["fp32_us"]) for x in lin["shapes"])
+    assert len({(x["rows"], x["in_features"], x["out_features"]) for x in lin["shapes"]}) == len(lin["shapes"])
     assert set(res["summary"]) == {"int8_over_fp32_rtf", "int8_bleu_change_k3"}
     assert res["summary"]["int8_over_fp32_rtf"] == pytest.approx(rows["int8"]["rtf"] / rows["fp32"]["rtf"])
     assert res["summary"]["int8_bleu_change_k3"] == pytest.approx(rows["int8"]["bleu"]["de"] - rows["fp32"]["bleu"]["de"])

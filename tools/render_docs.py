@@ -658,25 +658,24 @@ def int8_table(d: Mapping[str, Any]) -> str:
             + int8_profile(d))
 
 
-def int8_profile(d: Mapping[str, Any]) -> str:
-    """The profile and kernel sections of ``int8.json`` (absent from older runs: then nothing)."""
-    out = ""
-    prof = d.get("profile")
-    if prof:
-        top = ", ".join(f"`{o['op']}` {pct(o['self_share'])}" for o in prof["top_ops"][:6])
-        out += (f"\n\nWhere the fp32 pass spends its time ({prof['n_utterances']} utterances under `torch.profiler`): "
-                f"{pct(prof['linear_share'])} inside linear layers, so int8 linear layers that cost nothing would "
-                f"give an int8 / fp32 RTF of {num(prof['int8_rtf_bound_free_linear'])} at best. Top operators by "
-                f"self time (share of the wall time): {top}.")
-    kern = d.get("kernels")
-    if kern:
-        body = [[f"{r['in_features']} x {r['out_features']}", str(r["rows"]), num(r["fp32_us"], "{:.1f}"),
-                 num(r["int8_us"], "{:.1f}"), num(r["int_mm_us"], "{:.1f}"), num(r["int8_over_fp32"], "{:.1f}")]
-                for r in kern]
-        out += ("\n\nOne linear call, microseconds (median), per layer shape of the model and rows R:\n\n"
-                + md_table(["in x out", "R", "fp32 `F.linear`", "int8 layer", "`torch._int_mm` alone",
-                            "int8 / fp32"], body))
-    return out
+def int8_profile(d: Mapping[str, Any], top: int = 8) -> str:
+    """The ``linear`` section of ``int8.json`` (absent from older runs: then nothing): the linear layers' share
+    of the fp32 cost, the bounds it sets, and the ``top`` shapes by fp32 time."""
+    lin = d.get("linear")
+    if not lin:
+        return ""
+    body = [[str(x["rows"]), f"{x['in_features']} x {x['out_features']}", str(x["calls"]), num(x["fp32_us"], "{:.1f}"),
+             num(x["int8_us"], "{:.1f}"), num(x["int_mm_us"], "{:.1f}"), num(x["int8_over_fp32"], "{:.1f}")]
+            for x in lin["shapes"][:top]]
+    return (f"\n\nLinear layers in the fp32 pass: {lin['calls']} calls, priced at their one-shape timings "
+            f"{num(lin['fp32_linear_s'], '{:.1f}')} s of {num(lin['fp32_compute_s'], '{:.1f}')} s "
+            f"({pct(lin['linear_share'])}); so int8 linear layers that cost nothing would give an int8 / fp32 RTF "
+            f"of {num(lin['int8_rtf_bound_free_linear'])} at best, and at the int8 layer's timings the ratio "
+            f"should be {num(lin['int8_over_fp32_rtf_predicted'])} (measured: "
+            f"{num(d['summary']['int8_over_fp32_rtf'])}). The {min(top, len(lin['shapes']))} shapes with the most "
+            f"fp32 time (of {len(lin['shapes'])}), microseconds per call (median):\n\n"
+            + md_table(["rows R", "in x out", "calls", "fp32 `F.linear`", "int8 layer", "`torch._int_mm` alone",
+                        "int8 / fp32"], body))
 
 
 def backbones(d: Mapping[str, Any]) -> str:
