@@ -91,7 +91,8 @@ def add_quantize_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) 
 
     p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none",
                    help="linear layers in fp32 (none) or dynamic int8 (int8: int8 weights and activations, "
-                        "CPU only; see docs/performance.md)")
+                        "CPU only; with torch 2.13's CPU int8 kernels it is slower than fp32, not faster: "
+                        "see docs/performance.md)")
 
 
 def add_model_arguments(p: argparse.ArgumentParser, *, data_required: bool = False,
