@@ -4,6 +4,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
 PYTEST_ARGS ?=
+# two pytest-xdist workers keep both cores busy (docs/development.md); PYTEST_XDIST="-n 0" runs in one process
+PYTEST_XDIST ?= -n 2 --dist loadgroup
 SHELL := bash
 .SHELLFLAGS := -eo pipefail -c
 
@@ -31,12 +33,21 @@ lint: setup
 test: setup
 	@bash tools/ensure_system_packages.sh test
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+	@# --durations: every run lists its slowest tests; the budget is 12 min of pytest on 2 cores (docs/development.md)
+	@t0=$$(date +%s); rc=0; $(VENV)/bin/python -m pytest -q --durations=25 $(PYTEST_XDIST) $(PYTEST_ARGS) || rc=$$?; \
+	  echo "make test: pytest took $$(( $$(date +%s) - t0 )) s wall (budget: 720 s on 2 cores; docs/development.md)"; \
+	  exit $$rc
 
-## demo: setup, espeak-ng, then the quickstart recipe (synthetic corpus -> train xs -> evaluate k=1,3,5)
-demo: setup
-	@bash tools/ensure_system_packages.sh demo
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash recipes/synthetic/run.sh
+## demo: setup, espeak-ng, then the quickstart recipe (synthetic corpus -> train xs -> evaluate k=1,3,5).
+## The seconds of setup and of the whole command go to exp/synthetic/.done/{setup,total}
+## (tools/collect_quickstart.py records them beside the stage times).
+DEMO_EXP := exp/synthetic
+demo:
+	@t0=$$(date +%s); $(MAKE) --no-print-directory setup; bash tools/ensure_system_packages.sh demo; \
+	  mkdir -p $(DEMO_EXP)/.done; echo $$(( $$(date +%s) - t0 )) > $(DEMO_EXP)/.done/setup; \
+	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" bash recipes/synthetic/run.sh --exp-dir $(DEMO_EXP); \
+	  echo $$(( $$(date +%s) - t0 )) > $(DEMO_EXP)/.done/total; \
+	  echo "make demo: $$(cat $(DEMO_EXP)/.done/total) s wall, setup included ($$(cat $(DEMO_EXP)/.done/setup) s)"
 
 ## bench: every benchmark, results in docs/results/*.json (render the docs: python tools/render_docs.py)
 bench: setup

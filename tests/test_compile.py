@@ -152,8 +152,8 @@ import json, sys
 from mmst.training.config import load_config
 from mmst.training.trainer import build_trainer
 data, out_dir, overrides = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-tr = build_trainer(load_config(None, [*overrides, "optim.max_update=2", "compile=true"]), data, out_dir)
-losses = [tr.train_step().stats["loss"] for _ in range(2)]
+tr = build_trainer(load_config(None, [*overrides, "optim.max_update=1", "compile=true"]), data, out_dir)
+losses = [tr.train_step().stats["loss"]]
 print(json.dumps({"mode": str(tr.compiler.mode), "losses": losses}))
 """
 
@@ -162,7 +162,10 @@ print(json.dumps({"mode": str(tr.compiler.mode), "losses": losses}))
 def test_compile_true_trains_again_on_a_warm_cache(tiny_feature_data, tmp_path):
     """``compile: true`` run twice with the same shapes and one inductor cache directory: the second run finds
     its graphs cached and still trains compiled. With torch 2.13's AOTAutograd cache on, the second run failed
-    at its first compiled step (``gen_alias_from_base``)."""
+    at its first compiled step (``gen_alias_from_base``), so one update per run shows it.
+
+    Slow (about 60 s on 2 cores): the first process compiles the whole tiny model with inductor (g++ builds
+    the forward and backward kernels); a second update would add a recompile for a new batch shape."""
     import json
     import subprocess
     import sys

@@ -13,6 +13,8 @@ from distributed_fixtures import FrameModel, criterion, ddp_batches, ddp_rank, m
 from mmst.simulation.run import launch_local
 from mmst.training.strategy import SingleProcessStrategy
 
+pytestmark = pytest.mark.xdist_group("distributed_scaling")  # one worker runs the module's DDP reference once
+
 
 def _flat(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])

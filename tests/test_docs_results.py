@@ -142,6 +142,17 @@ def test_quickstart_collection_and_tables(tmp_path):
     unseen = render_docs.quickstart_single(d["tst-unseen"])
     assert unseen.startswith("wait-3:") and "| avg | 80.00 | 1080.00 |" in unseen
     assert "| 2 | train the xs unified model (multi-k wait-k) | 460 |" in render_docs.quickstart_stages(d)
+    assert "setup" not in render_docs.quickstart_stages(d) and "did not record" in render_docs.quickstart_total(d)
+    # make demo writes the seconds of setup and of the whole command beside the stage markers
+    (tmp_path / ".done" / "setup").write_text("95\n")
+    (tmp_path / ".done" / "total").write_text("690\n")
+    d = collect_quickstart.collect(tmp_path, "make demo")
+    assert (d["setup_seconds"], d["total_seconds"]) == (95, 690)
+    stages = render_docs.quickstart_stages(d).splitlines()
+    assert stages[2] == "| setup | make setup and the system packages | 95 |"
+    assert stages[-1] == "| total | the whole `make demo`, setup included | 690 |"
+    assert render_docs.quickstart_total(d).startswith("`make demo` took 11.5 minutes wall on ")
+    assert "training was 460 s of it" in render_docs.quickstart_total(d)
     (tmp_path / "eval" / "scores.json").write_text(json.dumps({"per_lang": {}}))
     with pytest.raises(SystemExit, match="not a k sweep"):
         collect_quickstart.collect(tmp_path, "make demo")

@@ -18,6 +18,7 @@ from mmst.simultaneous import StreamingTranslator, greedy_waitk_decode
 from mmst.training.optim import InverseSqrtSchedule, build_optimizer, layerwise_param_groups
 
 torch.set_num_threads(1)
+pytestmark = pytest.mark.xdist_group("hf_encoder")  # one worker builds the module's encoder folders once
 
 
 @pytest.fixture(scope="module")

@@ -66,6 +66,7 @@ def ted_run(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ted_run")  # one worker builds the module's recipe run for all three tests
 def test_ted_mmst_recipe_all_stages_tiny(ted_run):
     exp, args, p, wall = ted_run
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
@@ -109,6 +110,7 @@ def test_ted_mmst_recipe_all_stages_tiny(ted_run):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ted_run")
 def test_ted_mmst_rerun_skips_finished_stages(ted_run):
     exp, args, p, _ = ted_run
     assert p.returncode == 0
@@ -123,6 +125,7 @@ def test_ted_mmst_rerun_skips_finished_stages(ted_run):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ted_run")
 def test_synthetic_compare_recipe_tiny(ted_run):
     """run_compare.sh: every comparison system (bilingual x3, separate, unified_sync, async d1/d2 x 2 orders),
     1 seed, on the ted run's prepared DATA."""

@@ -31,7 +31,8 @@ import pytest
 
 from mmst.evaluation.latency import LATENCY_METRICS
 
-pytestmark = pytest.mark.slow  # the SimulEval CLI and our driver end to end (subprocesses)
+# the SimulEval CLI and our driver end to end (subprocesses); one worker builds the module's system
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("simuleval_crosscheck")]
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,9 @@ Reads what ``recipes/synthetic/run.sh`` wrote under ``EXP`` (default ``exp/synth
 
 * ``EXP/eval/scores.json``: the k sweep on tst-COMMON (``mmst-eval``, stage 3);
 * ``EXP/eval_unseen/scores.json``: wait-3 on tst-unseen (stage 4), when present;
-* ``EXP/.done/stage<N>``: seconds per stage.
+* ``EXP/.done/stage<N>``: seconds per stage;
+* ``EXP/.done/setup`` and ``EXP/.done/total``: the seconds of ``make setup`` (with the system packages) and of
+  the whole ``make demo`` command, setup included, when ``make demo`` ran it.
 
 and writes one JSON with a ``provenance`` record (command, the date of the tst-COMMON scores, git
 commit, machine; ``bench/provenance.py``). ``tools/render_docs.py`` renders the README's quickstart
@@ -76,6 +78,13 @@ def collect(exp: Path, command: str) -> dict[str, Any]:
                 raise SystemExit(f"error: {marker}: expected the stage's seconds") from None
     out["stage_seconds"] = stages
     out["stage_names"] = {n: STAGE_NAMES[n] for n in stages}
+    for key in ("setup", "total"):
+        marker = exp / ".done" / key
+        if marker.exists():
+            try:
+                out[f"{key}_seconds"] = int(marker.read_text().strip())
+            except ValueError:
+                raise SystemExit(f"error: {marker}: expected the seconds of make demo's {key}") from None
     return out
 
 

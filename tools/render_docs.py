@@ -197,11 +197,40 @@ def quickstart_single(d: Mapping[str, Any]) -> str:
 
 
 def quickstart_stages(d: Mapping[str, Any]) -> str:
-    """Seconds per recipe stage (``EXP/.done/stageN``)."""
+    """Seconds per recipe stage (``EXP/.done/stageN``), with ``make setup`` before them and the whole
+    ``make demo`` after them when the run recorded them."""
     st = d.get("stage_seconds") or {}
     names = d.get("stage_names") or {}
     rows = [[s, names.get(s, ""), num(v, "{:.0f}")] for s, v in sorted(st.items(), key=lambda x: int(x[0]))]
+    if d.get("setup_seconds") is not None:
+        rows.insert(0, ["setup", "make setup and the system packages", num(d["setup_seconds"], "{:.0f}")])
+    if d.get("total_seconds") is not None:
+        rows.append(["total", "the whole `make demo`, setup included", num(d["total_seconds"], "{:.0f}")])
     return md_table(["stage", "what", "seconds"], rows)
+
+
+def quickstart_total(d: Mapping[str, Any]) -> str:
+    """One sentence: how long ``make demo`` took in wall time, setup included, and how much was training."""
+    total, train = d.get("total_seconds"), (d.get("stage_seconds") or {}).get("2")
+    if total is None:
+        return "The run did not record its total time (it was not started by `make demo`)."
+    m = d["provenance"]["machine"]
+    return (f"`make demo` took {total / 60:.1f} minutes wall on {m.get('cores')} cores ({m.get('cpu_model')}), "
+            f"setup included; training was {num(train, '{:.0f}')} s of it.")
+
+
+def quickstart_curve(d: Mapping[str, Any]) -> str:
+    """Dev BLEU (mean over languages) at k = 1, 3, 5 per validated update, and wait-3 BLEU on both test sets
+    where the checkpoint was evaluated (``bench/bench_quickstart_curve.py``)."""
+    rows = []
+    for r in d["dev_curve"]:
+        t = d["test_wait3"].get(str(r["update"]), {})
+        mark = " (chosen)" if r["update"] == d["chosen_update"] else ""
+        rows.append([f"{r['update']}{mark}", num(r["k1"]), num(r["k3"]), num(r["k5"]), num(r["mean"]),
+                     num((t.get("tst-COMMON") or {}).get("avg")), num((t.get("tst-unseen") or {}).get("avg"))])
+    return (md_table(["updates", "dev k=1", "dev k=3", "dev k=5", "dev mean", "tst-COMMON k=3", "tst-unseen k=3"], rows)
+            + f"\n\nChosen on dev: the first update whose dev mean is within {num(d['dev_margin'])} BLEU of the "
+              f"run's best ({d['chosen_update']} updates).")
 
 
 def stragglers(d: Mapping[str, Any]) -> str:
@@ -902,6 +931,23 @@ def serve_table(d: Mapping[str, Any]) -> str:
     return text
 
 
+def test_durations(d: Mapping[str, Any]) -> str:
+    """The slowest tests of one pytest run (``bench/bench_test_durations.py``): seconds, test id, cause."""
+    rows = [[num(r["seconds"], "{:.1f}"), f"`{r['id']}`", r["cause"]] for r in d["slowest"]]
+    return md_table(["seconds", "test", "what it spends them on"], rows)
+
+
+def test_durations_totals(d: Mapping[str, Any]) -> str:
+    """One sentence: the wall time of a pytest run, its test counts and the pytest arguments."""
+    t, m = d["totals"], d["provenance"]["machine"]
+    args = " ".join(d.get("pytest_args") or []) or "(none)"
+    note = d["provenance"].get("note")
+    return (f"pytest wall {t['wall_s']:.0f} s ({t['wall_s'] / 60:.1f} min) on {m.get('cores')} cores "
+            f"({m.get('cpu_model')}); {t['tests']} tests: {t['passed']} passed, {t['failed']} failed, "
+            f"{t['skipped']} skipped; sum of the per-test seconds {t['sum_test_s']:.0f}; extra pytest arguments: "
+            f"`{args}`" + (f"; {note}" if note else "") + ".")
+
+
 @dataclass(frozen=True)
 class Table:
     """A rendered table: its JSON under ``docs/results/`` and the function that formats it."""
@@ -918,6 +964,11 @@ TABLES: dict[str, Table] = {
     "quickstart": Table("quickstart.json", quickstart_sweep, "tst-COMMON"),
     "quickstart-unseen": Table("quickstart.json", quickstart_single, "tst-unseen"),
     "quickstart-stages": Table("quickstart.json", quickstart_stages),
+    "quickstart-total": Table("quickstart.json", quickstart_total),
+    "quickstart-curve": Table("quickstart_curve.json", quickstart_curve),
+    "test-durations": Table("test_durations.json", test_durations),
+    "test-durations-totals": Table("test_durations.json", test_durations_totals),
+    "test-durations-before": Table("test_durations_before.json", test_durations_totals),
     "offline-xs": Table("offline_xs_10min.json", offline_bleu),
     "offline-xs.tst-COMMON": Table("offline_xs_10min.json", compare_langs, "results/tst-COMMON"),
     "offline-xs.tst-unseen": Table("offline_xs_10min.json", compare_langs, "results/tst-unseen"),

@@ -31,6 +31,7 @@ exp_dir=exp/augment
 systems=none,specaugment,speed,both,both_asr
 seeds=1,2
 config=recipes/synthetic/conf/train_xs.yaml
+st_budget="optim.max_update=600 valid.interval_updates=200 checkpoint.save_interval_updates=200"  # of the ST models
 asr_config=recipes/synthetic/conf/asr_xs.yaml
 specaugment=LB                   # SpecAugment policy of the specaugment/both systems
 speed_factors=0.9,1.0,1.1
@@ -43,7 +44,7 @@ source_segment_size=320          # ms
 results=""                       # also write the report here as <results>.{md,json} (docs/results/augment), then
                                  # re-render the docs' results tables (tools/render_docs.py)
 RECIPE_OPTIONS=(stage stop_stage force data exp_dir systems seeds config asr_config specaugment speed_factors
-  train_overrides jobs nproc eval_waitk_lagging eval_threads source_segment_size results)
+  st_budget train_overrides jobs nproc eval_waitk_lagging eval_threads source_segment_size results)
 recipe_args=""                   # the command line as typed (quoted where needed), recorded in the report
 for a in "$@"; do
   if [[ "$a" =~ ^[A-Za-z0-9_./,:=+-]*$ ]]; then recipe_args+=" $a"; else recipe_args+=" ${a@Q}"; fi
@@ -96,7 +97,7 @@ stage3() {
         echo "-- $sys seed $seed already trained ($dir); skipping"; continue
       fi
       [ "$force" = "true" ] && rm -rf "$dir"
-      extra="$(aug_of "$sys") $train_overrides"
+      extra="$st_budget $(aug_of "$sys") $train_overrides"
       [[ "$sys" == *_asr ]] && extra="$extra checkpoint.load_pretrained_encoder_from=$models_dir/asr/seed$seed/checkpoint_best.pt"
       echo "-- training $sys (seed $seed) -> $dir"
       # shellcheck disable=SC2086

@@ -80,7 +80,7 @@ overrides_of() {
   case "$1" in
     hf_pretrained) echo "optim.max_update=$st_updates model.overrides.hf_encoder_path=$hf_pretrained" ;;
     hf_scratch) echo "optim.max_update=$((asr_updates + st_updates)) model.overrides.hf_encoder_path=$hf_init" ;;
-    xs_asr) echo "optim.max_update=$st_updates checkpoint.load_pretrained_encoder_from=$models_dir/asr_xs/checkpoint_best.pt" ;;
+    xs_asr) echo "optim.max_update=$st_updates valid.interval_updates=200 checkpoint.save_interval_updates=200 checkpoint.load_pretrained_encoder_from=$models_dir/asr_xs/checkpoint_best.pt" ;;
   esac
 }
 stage3() {
