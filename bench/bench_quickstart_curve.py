@@ -39,12 +39,14 @@ DEPENDS_ON = ("bench/bench_quickstart_curve.py", "recipes/synthetic/conf/train_x
 LANGS = "de,es,fr,ja"
 
 
-def train_command(data: Path, model_dir: Path, max_update: int, interval: int) -> list[str]:
-    """The ``mmst-train`` command of the curve run (validation BLEU at k = 1, 3, 5 on the whole dev set)."""
+def train_command(data: Path, model_dir: Path, max_update: int, interval: int,
+                  overrides: list[str] | None = None) -> list[str]:
+    """The ``mmst-train`` command of the curve run (validation BLEU at k = 1, 3, 5 on the whole dev set),
+    with extra config ``overrides`` (``key=value``) last."""
     return [sys.executable, "-m", "mmst.training.cli", "--config", CONFIG, "--data", str(data),
             "--save-dir", str(model_dir), f"optim.max_update={max_update}", f"valid.interval_updates={interval}",
             f"checkpoint.save_interval_updates={interval}", "checkpoint.keep_last=0", "valid.bleu_waitk=[1,3,5]",
-            "valid.bleu_subset=200"]
+            "valid.bleu_subset=200", *(overrides or [])]
 
 
 def eval_command(ckpt: Path, data: Path, split: str, out: Path) -> list[str]:
@@ -89,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="checkpoints evaluated on tst-COMMON and tst-unseen at wait-3, comma separated")
     ap.add_argument("--dev-margin", type=float, default=0.5,
                     help="BLEU: the chosen update is the first within this of the run's best dev BLEU (mean over k = 1, 3, 5)")
+    ap.add_argument("--overrides", nargs="*", default=[],
+                    help="extra mmst-train config overrides (key=value) of the curve run, e.g. model.overrides.dropout=0.0")
     ap.add_argument("--out", type=Path, required=True, help="results JSON")
     return ap
 
@@ -97,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     record = run_record(depends_on=DEPENDS_ON)
     model_dir = a.work / "model"
-    cmd = train_command(a.data, model_dir, a.max_update, a.interval)
+    cmd = train_command(a.data, model_dir, a.max_update, a.interval, a.overrides)
     if not (model_dir / f"checkpoint_{a.max_update}.pt").is_file():
         print("training:", " ".join(cmd), flush=True)
         subprocess.run(cmd, cwd=REPO, check=True)
@@ -114,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             tests.setdefault(str(u), {})[split] = {
                 "avg": round(s["average"]["BLEU"], 2),
                 "per_lang": {lang: round(v["BLEU"], 2) for lang, v in s["per_lang"].items()}}
-    res = {"provenance": record, "train_command": " ".join(cmd[1:]), "dev_curve": curve,
+    res = {"provenance": record, "train_command": " ".join(cmd[1:]), "overrides": a.overrides, "dev_curve": curve,
            "dev_margin": a.dev_margin, "chosen_update": chosen_update(curve, a.dev_margin), "test_wait3": tests}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=1) + "\n")

@@ -34,6 +34,7 @@ from pathlib import Path
 from provenance import run_record
 
 from mmst.cli_help import HelpFormatter
+from mmst.provenance import unknown_dependencies
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,6 +45,16 @@ DEPENDS_ON = ("bench/bench_test_durations.py", "tests/", "mmst/", "recipes/", "e
 #: What a test spends its time on, by the first matching pattern (a regular expression over the test id
 #: ``tests/test_x.py::test_name[param]``). The causes are read off the tests' code.
 CAUSES: tuple[tuple[str, str], ...] = (
+    (r"test_synthetic_compare_recipe_tiny", "run_compare.sh: trains, averages and evaluates 9 tiny models, then 1 more for an added seed (about 30 Python processes)"),
+    (r"test_ted_mmst_recipe_all_stages_tiny", "the TED-MMST recipe (module fixture): synthesizes and aligns a corpus, ASR pretraining, 3 systems trained, averaged, evaluated, long form"),
+    (r"test_compile_true_trains_again", "torch.compile of the whole tiny model in a fresh process (g++ builds inductor's kernels), then again on the warm cache"),
+    (r"test_compiled_blocks_match_eager", "torch.compile of the elementwise blocks in a fresh process, against eager in another"),
+    (r"test_backbones_recipe_tiny", "run_backbones.sh: tiny HF encoder folders (transformers), ASR pretraining, 3 trainings, evaluation, in subprocesses"),
+    (r"test_vs_fairseq_our_side", "trains the 27M-parameter s2t_transformer_s for 2 updates in fp32 and bf16 (bf16 is emulated on AVX2 CPUs), in subprocesses"),
+    (r"test_bench_stragglers_mmst", "torchrun runs of DDP, DropCompute and the parameter server on the tiny model (W = 2, one slow rank)"),
+    (r"test_synthetic_recipe_all_stages_tiny", "recipes/synthetic/run.sh, every stage at toy scale: espeak synthesis, prep, speed perturbation, ASR pretraining, training, evaluation, long form, export; then two reruns"),
+    (r"test_tiny_training_reaches_training_set_bleu", "trains a tiny model until it reproduces its training sentences (BLEU on the training set)"),
+    (r"test_sigkill_resume", "trains in a subprocess, kills it with SIGKILL, resumes, and compares with an uninterrupted run"),
     (r"test_recipe_|test_walkthrough", "runs a recipe or the README walkthrough end to end (synthesis, prep, training, evaluation, in subprocesses)"),
     (r"test_compile\.py", "torch.compile: builds inductor graphs (two processes for the warm-cache case)"),
     (r"test_distributed|test_param_server", "spawns torchrun / several gloo processes and trains a tiny model in each"),
@@ -120,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--junit", type=Path, default=None,
                     help="read this JUnit XML of a finished run instead of running the suite (needs --wall-s)")
     ap.add_argument("--wall-s", type=float, default=None, help="with --junit: the wall seconds of that run")
+    ap.add_argument("--commit", default=None,
+                    help="with --junit: the git commit that run tested (its file digests are then unknown)")
     ap.add_argument("--note", default="", help="a free-text note recorded beside the command (the machine's load...)")
     ap.add_argument("pytest_args", nargs="*",
                     help="arguments for pytest, after -- (default: make test's, " + " ".join(MAKE_TEST_ARGS) + ")")
@@ -131,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     record = run_record(depends_on=DEPENDS_ON)
     if args.note:
         record["note"] = args.note
+    if args.commit:
+        record["git_commit"] = args.commit
+        record["depends_on"] = unknown_dependencies(DEPENDS_ON, f"imported from a run at commit {args.commit}")
     if args.junit is not None:
         if args.wall_s is None:
             raise SystemExit("bench_test_durations.py: --junit needs --wall-s (the wall seconds of that run)")

@@ -23,6 +23,7 @@ def _run(args: list[str]) -> str:
 
 @pytest.mark.slow
 def test_bench_train_quick(tmp_path):
+    """Slow: the training benchmark at its quick size, with the profiler, in a subprocess."""
     out = tmp_path / "train.json"
     stdout = _run(["bench/bench_train.py", "--quick", "--profile", "--out", str(out)])
     res = json.loads(out.read_text())["results"][0]
@@ -71,7 +72,10 @@ def test_vs_fairseq_inputs_and_summary(tmp_path):
 @pytest.mark.slow
 def test_vs_fairseq_our_side_and_precision_summary(tmp_path):
     """Our side of bench_vs_fairseq runs in both precisions (no fairseq needed); the summary has one
-    ratio row per precision."""
+    ratio row per precision.
+
+    Slow: it trains the 27M-parameter s2t_transformer_s in fp32 and bf16 (emulated on CPUs without native
+    bf16), in subprocesses."""
     import bench_vs_fairseq as vs
     import summarize
 
@@ -103,6 +107,8 @@ def test_vs_fairseq_our_side_and_precision_summary(tmp_path):
 @pytest.mark.slow
 def test_bench_stragglers_mmst_quick(tmp_path, tiny_feature_data):
     # W = 2 with one 2x slow rank, 1 seed: every summary key, the predictions and the dense time to target
+    """Slow: torchrun launches of DDP, DropCompute and the parameter server (W = 2) on the tiny model, one
+    after another."""
     out, png = tmp_path / "stragglers_mmst.json", tmp_path / "stragglers_mmst.png"
     stdout = _run(["bench/bench_stragglers_mmst.py", "--quick", "--data", str(tiny_feature_data), "--out", str(out),
                    "--plot", str(png)])

@@ -54,6 +54,7 @@ def test_ddp_two_ranks_match_single_process_global_batch(tmp_path):
 
 @pytest.mark.slow
 def test_dropcompute_tau_inf_gives_exactly_ddp_gradients(tmp_path):
+    """Slow: two torchrun jobs of two ranks each (DDP, then DropCompute)."""
     a, b = tmp_path / "ddp.pt", tmp_path / "dc.pt"
     args = ["--steps", "3", "--update-freq", "3", *COMMON]
     _ok(launch_local(["--distributed", "ddp", "--dump-params", str(a), *args], 2, timeout_s=120))
@@ -141,6 +142,7 @@ def test_param_server_ssp_bounds_staleness():
 
 @pytest.mark.slow
 def test_torchrun_max_restarts_resumes_from_checkpoint(tmp_path):
+    """Slow: a torchrun job whose rank dies, restarted by torchrun, resumes from its checkpoint."""
     metrics = tmp_path / "m.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{find_free_port()}",
@@ -172,6 +174,7 @@ def _two_node_launch(tmp_path: Path, mode_args: list[str], tag: str) -> list[sub
 @pytest.mark.slow
 def test_two_torchrun_nodes_form_one_group_and_train_the_same_parameters(tmp_path):
     # the two jobs (DDP, DropCompute) run at the same time: 4 launchers, 2 rendezvous
+    """Slow: four torchrun launchers (two jobs of two nodes) rendezvous and train."""
     jobs = {"ddp": _two_node_launch(tmp_path, ["--distributed", "ddp"], "ddp"),
             "dc": _two_node_launch(tmp_path, ["--distributed", "dropcompute", "--compute-threshold", "auto",
                                               "--auto-steps", "2"], "dc")}

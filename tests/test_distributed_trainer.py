@@ -109,6 +109,7 @@ def test_dropcompute_logs_its_numbers_once(tiny_feature_data, tmp_path):
 def test_param_server_trains_across_liveness_checks(tiny_feature_data, tmp_path):
     # W = 3 workers; each push sleeps >= 250 ms, so 30 updates of 3 pushes last >~ 7.5 s > 3 x worker_timeout:
     # the server checks liveness many times, and every worker must stay alive (heartbeats running)
+    """Slow: it must outlast several worker timeouts (7.5 s of pushes, 3 workers + server under torchrun)."""
     save, updates, wt = tmp_path / "run", 30, 2.0
     p = _torchrun(4, _cli(tiny_feature_data, save, "param-server", "optim.update_freq=1",
                           f"optim.max_update={updates}", "logging.log_interval=10", "valid.interval_updates=10",
@@ -137,6 +138,7 @@ def test_param_server_trains_across_liveness_checks(tiny_feature_data, tmp_path)
 
 @pytest.mark.slow
 def test_torchrun_restart_resumes_param_server_from_checkpoint_last(tiny_feature_data, tmp_path):
+    """Slow: two torchrun jobs (a killed one and its restart) of a server and workers."""
     save = tmp_path / "run"
     p = _torchrun(3, _cli(tiny_feature_data, save, "param-server", "optim.update_freq=1", "optim.max_update=8",
                           "checkpoint.save_interval_updates=3", "valid.interval_updates=0",

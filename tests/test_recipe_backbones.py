@@ -58,6 +58,8 @@ def test_docs_table_of_the_report():
 
 @pytest.mark.slow
 def test_backbones_recipe_tiny(tiny_e2e_data, tmp_path):
+    """Slow: run_backbones.sh end to end: tiny HF encoder folders (transformers), ASR pretraining, three
+    trainings and their evaluations, each a Python process (about 2 minutes on 2 cores)."""
     data = tmp_path / "data"
     data.mkdir()
     for f in tiny_e2e_data.iterdir():

@@ -28,6 +28,7 @@ def _run(script: str, args: list[str]) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_offline_unified_vs_separate_recipe_tiny(tmp_path):
+    """Slow: the recipe trains and evaluates two tiny models in subprocesses."""
     exp = tmp_path / "offline_archs"
     p = _run("recipes/synthetic/run_offline_unified_vs_separate.sh", [
         "--exp-dir", str(exp), "--tgt-langs", "de,ja", "--num-train", "16", "--num-dev", "4", "--num-test", "4",
@@ -49,6 +50,7 @@ def test_offline_unified_vs_separate_recipe_tiny(tmp_path):
 
 @pytest.mark.slow
 def test_waitk_hard_recipe_tiny(tmp_path):
+    """Slow: the recipe synthesizes a corpus, trains two tiny models and evaluates them, in subprocesses."""
     exp = tmp_path / "hard"
     p = _run("recipes/synthetic/run_waitk_hard.sh", [
         "--exp-dir", str(exp), "--tgt-langs", "de,ja", "--num-train", "16", "--num-dev", "4", "--num-test", "4",

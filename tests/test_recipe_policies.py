@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 @pytest.mark.slow
 def test_policies_recipe_on_tiny_models(tmp_path):
+    """Slow: the recipe evaluates every policy over its grid on two tiny models, in subprocesses."""
     import torch
     from eval_fixtures import make_tiny_system
 

@@ -39,6 +39,9 @@ def _run(args: list[str], env: dict) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_synthetic_recipe_all_stages_tiny(tmp_path):
+    """Slow: every stage of the quickstart recipe at toy scale (espeak synthesis, prep, speed
+    perturbation, ASR pretraining, training, evaluation, long form, export), then two reruns; each step is
+    a Python process."""
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed (Debian package espeak-ng); `make setup` installs it as root")
     env = dict(os.environ)

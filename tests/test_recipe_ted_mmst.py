@@ -68,6 +68,8 @@ def ted_run(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.xdist_group("ted_run")  # one worker builds the module's recipe run for all three tests
 def test_ted_mmst_recipe_all_stages_tiny(ted_run):
+    """Slow: it reads the module's recipe run (synthesis, alignment, ASR pretraining, three systems
+    trained, averaged and evaluated: over a minute), shared with the two tests below."""
     exp, args, p, wall = ted_run
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     for n in range(8):
@@ -128,7 +130,10 @@ def test_ted_mmst_rerun_skips_finished_stages(ted_run):
 @pytest.mark.xdist_group("ted_run")
 def test_synthetic_compare_recipe_tiny(ted_run):
     """run_compare.sh: every comparison system (bilingual x3, separate, unified_sync, async d1/d2 x 2 orders),
-    1 seed, on the ted run's prepared DATA."""
+    1 seed, on the ted run's prepared DATA.
+
+    Slow: run_compare.sh trains, averages and evaluates 9 tiny models, then one more for an added seed (about
+    30 Python processes)."""
     exp, _, p, _ = ted_run
     assert p.returncode == 0
     out = exp.parent / "cmp"

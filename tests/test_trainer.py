@@ -135,6 +135,7 @@ AUGMENT = ("data.augment.specaugment_policy=LD", "data.augment.specaugment={time
 
 @pytest.mark.slow
 def test_sigkill_resume_is_bit_identical(tiny_feature_data, tmp_path):
+    """Slow: an uninterrupted reference run and a run killed with SIGKILL and resumed, in subprocesses."""
     n = 45
     ref, run = tmp_path / "ref", tmp_path / "run"
     subprocess.run(_cli(tiny_feature_data, ref, f"optim.max_update={n}", *AUGMENT), check=True, env=_env(),
@@ -177,7 +178,10 @@ def test_sigkill_resume_is_bit_identical(tiny_feature_data, tmp_path):
 def test_tiny_training_reaches_training_set_bleu(tiny_e2e_data, tmp_path):
     """After a fixed tiny training run, training-set BLEU exceeds a threshold an untrained model
     can't reach. Real pipeline: synthesize_corpus.py --grammar --difficulty easy (espeak-ng) ->
-    prep_multiway.py -> mmst-train components; ~97 BLEU after 300 updates, untrained ~1."""
+    prep_multiway.py -> mmst-train components; ~97 BLEU after 300 updates, untrained ~1.
+
+    Slow: it trains until the model reproduces its training sentences; fewer updates would not separate it
+    from an untrained model."""
     threshold = 60.0
     cfg = load_config(None, ["num_threads=1", "logging.progress_bar=false", "logging.tensorboard=false",
                              "data.valid_subset=train", "data.max_tokens=3000", "optim.lr=3e-3",

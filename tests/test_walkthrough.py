@@ -48,6 +48,8 @@ def walkthrough_commands(text: str) -> list[str]:
 
 
 def test_walkthrough_lists_to_served_model(tmp_path):
+    """Slow: the README's own-data walkthrough end to end: lists, prep, training, averaging, evaluation,
+    export and a served model, each a command."""
     if shutil.which("espeak-ng") is None:
         pytest.skip("espeak-ng is not installed (Debian package espeak-ng); the walkthrough synthesizes its corpus")
     text = DOC.read_text(encoding="utf-8")

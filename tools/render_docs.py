@@ -969,6 +969,7 @@ TABLES: dict[str, Table] = {
     "test-durations": Table("test_durations.json", test_durations),
     "test-durations-totals": Table("test_durations.json", test_durations_totals),
     "test-durations-before": Table("test_durations_before.json", test_durations_totals),
+    "test-durations-before-slowest": Table("test_durations_before.json", test_durations),
     "offline-xs": Table("offline_xs_10min.json", offline_bleu),
     "offline-xs.tst-COMMON": Table("offline_xs_10min.json", compare_langs, "results/tst-COMMON"),
     "offline-xs.tst-unseen": Table("offline_xs_10min.json", compare_langs, "results/tst-unseen"),

@@ -1,0 +1,54 @@
+"""The test suite's time budget (docs/development.md): every test that took more than 20 s in the last
+recorded full run (``docs/results/test_durations.json``) says why in its docstring, and the causes table of
+the durations benchmark names each of them."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DURATIONS = REPO / "docs" / "results" / "test_durations.json"
+#: A test slower than this (seconds, setup + call + teardown) states why in its docstring.
+SLOW_S = 20.0
+
+
+def _docstrings() -> dict[str, str]:
+    """``{"tests/test_x.py::test_name": docstring}`` of every test function in ``tests/``."""
+    out = {}
+    for path in sorted((REPO / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                out[f"tests/{path.name}::{node.name}"] = ast.get_docstring(node) or ""
+    return out
+
+
+def _slow_ids() -> list[str]:
+    if not DURATIONS.is_file():
+        pytest.skip(f"{DURATIONS} not found")
+    rows = json.loads(DURATIONS.read_text())["slowest"]
+    return sorted({r["id"].split("[")[0] for r in rows if r["seconds"] > SLOW_S})
+
+
+def test_every_test_over_the_threshold_says_why():
+    docs = _docstrings()
+    slow = _slow_ids()
+    assert slow, "the recorded run has no test over 20 s: the check below would test nothing"
+    missing = [t for t in slow if t in docs and "Slow:" not in docs[t] and "slow" not in docs[t].lower()]
+    assert not missing, f"tests over {SLOW_S:.0f} s without a word on why in their docstring: {missing}"
+
+
+def test_every_recorded_slow_test_has_a_named_cause():
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from bench_test_durations import cause_of
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    assert cause_of("tests/test_recipe_synthetic.py::test_synthetic_recipe_all_stages_tiny").startswith(
+        "recipes/synthetic/run.sh, every stage")
+    assert cause_of("tests/test_no_such_file.py::test_x") == "other"
+    assert [t for t in _slow_ids() if cause_of(t) == "other"] == []
