@@ -127,7 +127,9 @@ def test_compiled_blocks_match_eager_over_5_updates(tiny_feature_data, tmp_path)
     Each mode trains in a fresh process: inductor walks the modules loaded in its process, and a lazy
     module another test imported (yt_dlp's, through simuleval) made it fail inside the whole suite.
     About 50 s of CPU, nearly all of it g++ building inductor's kernels (7 graphs, forward and backward);
-    ``compile: true`` on the whole model takes minutes to build on a CPU and is left to the benchmarks."""
+    ``compile: true`` on the whole model takes minutes to build on a CPU and is left to the benchmarks.
+
+    Slow: two fresh processes, one of which builds inductor's kernels with g++ (see above)."""
     import json
     import subprocess
     import sys

@@ -433,9 +433,12 @@ def test_resegment_assigns_units_in_order():
 
 # ------------------------------------------------------------------ the command line and bad input
 def _main(argv) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, str(ROOT / "eval" / "longform_eval.py"), *map(str, argv)],
-                          capture_output=True, text=True, timeout=300, env=env)
+    """``mmst-eval-longform``'s ``main(argv)`` in this process (``cli_runner.run_main``)."""
+    from cli_runner import run_main
+
+    from mmst.cli.longform_eval import main
+
+    return run_main(main, argv)
 
 
 @pytest.mark.slow

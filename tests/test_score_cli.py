@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_main
 
 from mmst.evaluation.instances import make_instance, read_instances, write_instances
 from mmst.evaluation.latency import LATENCY_METRICS
@@ -17,7 +18,15 @@ SCORE = ROOT / "eval" / "score.py"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCORE), *args], capture_output=True, text=True, timeout=60)
+    """``mmst-score``'s ``main(argv)`` in this process (``cli_runner.run_main``)."""
+    from mmst.cli.score import main
+
+    return run_main(main, args)
+
+
+def test_the_script_runs_as_a_process():
+    p = subprocess.run([sys.executable, str(SCORE), "--help"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "--json" in p.stdout
 
 
 @pytest.fixture()

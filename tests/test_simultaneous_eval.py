@@ -1,4 +1,5 @@
-"""eval/simultaneous_eval.py (a subprocess) end to end on a tiny untrained model, and its bad-input handling."""
+"""eval/simultaneous_eval.py end to end on a tiny untrained model (its ``main`` in this process, and the script
+once as a process), and its bad-input handling."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from cli_runner import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,10 +25,22 @@ def tiny(tiny_system):
 
 
 def _main(argv) -> subprocess.CompletedProcess:
-    """Run the command line (a separate process, as users run it)."""
+    """Run ``mmst-eval``'s ``main(argv)`` in this process (``cli_runner.run_main``: exit status, stdout,
+    stderr with the log lines); ``test_the_script_runs_as_a_process`` runs the script file itself."""
+    from mmst.cli.simultaneous_eval import main
+
+    return run_main(main, argv)
+
+
+def test_the_script_runs_as_a_process(tiny, tmp_path):
+    """``python eval/simultaneous_eval.py`` as users run it: a separate process, one k."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, str(ROOT / "eval" / "simultaneous_eval.py"), *map(str, argv)],
-                          capture_output=True, text=True, timeout=300, env=env)
+    p = subprocess.run([sys.executable, str(ROOT / "eval" / "simultaneous_eval.py"), "--checkpoint",
+                        str(tiny["ckpt"]), "--data", str(tiny["data"]), "--tgt-langs", "de", "--waitk-lagging", "3",
+                        "--max-len-b", "4", "--max-utterances", "2", "--out", str(tmp_path / "o"), "--no-progress",
+                        "--threads", "1"], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads((tmp_path / "o" / "scores.json").read_text())["timing"]["n_utterances"] == 2
 
 
 def test_sweep_writes_everything(tiny, tmp_path):

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _main(argv) -> subprocess.CompletedProcess:
-    """Run ``eval/transcribe_stream.py`` as users do (a separate process)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    return subprocess.run([sys.executable, str(ROOT / "eval" / "transcribe_stream.py"), *map(str, argv)],
-                          capture_output=True, text=True, timeout=300, env=env)
+    """``mmst-transcribe-stream``'s ``main(argv)`` in this process (``cli_runner.run_main``: exit status,
+    stdout, stderr with the log lines)."""
+    from cli_runner import run_main
+
+    from mmst.cli.transcribe_stream import main
+
+    return run_main(main, argv)
 
 
 def test_transcribe_stream_writes_hypotheses_per_file_and_language(tiny_system, tmp_path):

@@ -44,8 +44,8 @@ DEPENDS_ON = ("recipes/synthetic/run.sh", "recipes/synthetic/conf/train_xs.yaml"
 
 #: Stage titles of ``recipes/synthetic/run.sh``.
 STAGE_NAMES = {"0": "generate the grammar corpus", "1": "prep the multi-way corpus (fbank, CMVN, SentencePiece)",
-               "2": "train the xs unified model (multi-k wait-k)", "3": "evaluate tst-COMMON at k = 1, 3, 5",
-               "4": "evaluate tst-unseen at k = 3", "5": "real speech: your recordings (--real-audio-tsv)",
+               "2": "train the xs unified model (multi-k wait-k)", "3": "evaluate tst-COMMON at k = 1, 3, 5 and tst-unseen at k = 3",
+               "4": "print the results", "5": "real speech: your recordings (--real-audio-tsv)",
                "6": "long form: a synthetic talk as one stream", "7": "export the model folder"}
 
 

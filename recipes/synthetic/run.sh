@@ -10,8 +10,9 @@
 #      --speed-perturb true first the speed-perturbed copies (data_prep/speed_perturb.py), with
 #      --asr-pretrain true first English ASR pretraining of the encoder (conf/asr_xs.yaml), both with
 #      the same augmentation (docs/augmentation.md)
-#   3  evaluate on tst-COMMON at k = 1,3,5 with joint decoding (eval/simultaneous_eval.py)
-#   4  evaluate on tst-unseen at k = 3, print the results tables and the path of latency_quality.png
+#   3  evaluate on tst-COMMON at k = 1,3,5 and on tst-unseen at k = 3 with joint decoding
+#      (eval/simultaneous_eval.py; each evaluation is one thread: with --jobs 2 the two run side by side)
+#   4  print the results tables and the path of latency_quality.png
 #   5  real speech (opt-in): with --real-audio-tsv LIST, your recordings in the prep_audio_list.py format
 #      (id, audio, en, de, ...) prepared with the training vocabulary and CMVN and evaluated at wait-3
 #      (prep_audio_list.py + simultaneous_eval.py); without it, one line on how to use it
@@ -87,17 +88,26 @@ stage2() {
   # shellcheck disable=SC2086
   launch_train --config "$config" --data "$data" --save-dir "$model_dir" $extra
 }
+eval_unseen() {
+  python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
+    --split tst-unseen --tgt-langs "$tgt_langs" --waitk-lagging 3 \
+    --source-segment-size "$source_segment_size" --no-progress --out "${eval_dir}_unseen"
+}
 stage3() {
+  local unseen_pid=""
+  if [ "$num_test_unseen" -gt 0 ] && [ "$jobs" -ge 2 ]; then
+    eval_unseen & unseen_pid=$!   # single-threaded like the sweep: one core each
+  fi
   python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
     --split tst-COMMON --tgt-langs "$tgt_langs" --waitk-lagging "$eval_waitk_lagging" \
     --source-segment-size "$source_segment_size" --out "$eval_dir"
+  if [ -n "$unseen_pid" ]; then
+    wait "$unseen_pid" || { echo "the tst-unseen evaluation failed" >&2; return 1; }
+  elif [ "$num_test_unseen" -gt 0 ]; then
+    eval_unseen
+  fi
 }
 stage4() {
-  if [ "$num_test_unseen" -gt 0 ]; then
-    python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
-      --split tst-unseen --tgt-langs "$tgt_langs" --waitk-lagging 3 \
-      --source-segment-size "$source_segment_size" --no-progress --out "${eval_dir}_unseen"
-  fi
   echo "Results (tst-COMMON, synthetic voices heard in training):"
   cat "$eval_dir/scores.md"
   echo
@@ -135,8 +145,8 @@ stage7() {
 run_stage 0 "generate the grammar corpus ($difficulty; en -> $tgt_langs)" stage0
 run_stage 1 "prep the multi-way corpus" stage1
 run_stage 2 "train the xs unified model (multi-k wait-k; SpecAugment $specaugment, speed perturbation $speed_perturb, ASR pretraining $asr_pretrain)" stage2
-run_stage 3 "evaluate on tst-COMMON at k = $eval_waitk_lagging with joint decoding" stage3
-run_stage 4 "tst-unseen at k = 3, results" stage4
+run_stage 3 "evaluate on tst-COMMON at k = $eval_waitk_lagging and on tst-unseen at k = 3 with joint decoding" stage3
+run_stage 4 "results" stage4
 if [ -n "$real_audio_tsv" ]; then
   run_stage 5 "real speech: your recordings ($real_audio_tsv)" stage5
 elif [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ]; then
