@@ -18,9 +18,11 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
 	@# torch comes first, pinned to the CPU build (2.13.0); then the project, its dev extras and the hf extra
-	@# (transformers: the tests build tiny pretrained encoders; nothing is downloaded).
-	@$(PY) -m pip install -q "torch==2.13.0"
-	@$(PY) -m pip install -q -e ".[dev,hf]" 2>&1 | { grep -vE "^WARNING: Location|BuildBackendWarning|^ *(!!|\*+|corresp|with strategy|Please be careful|name as your package)|^ *$$" || true; }
+	@# (transformers: the tests build tiny pretrained encoders; nothing is downloaded). --no-compile: Python
+	@# compiles a module to byte code when it is first imported, instead of pip compiling every file of
+	@# every package (torch alone has thousands that mmst never imports); that was most of the install time.
+	@$(PY) -m pip install -q --no-compile "torch==2.13.0"
+	@$(PY) -m pip install -q --no-compile -e ".[dev,hf]" 2>&1 | { grep -vE "^WARNING: Location|BuildBackendWarning|^ *(!!|\*+|corresp|with strategy|Please be careful|name as your package)|^ *$$" || true; }
 	@touch $(STAMP)
 	@echo "setup: .venv ready ($$($(PY) -c 'import torch; print("torch", torch.__version__)'))"
 
