@@ -152,6 +152,8 @@ def test_quickstart_collection_and_tables(tmp_path):
     assert stages[2] == "| setup | make setup and the system packages | 95 |"
     assert stages[-1] == "| total | the whole `make demo`, setup included | 690 |"
     assert render_docs.quickstart_total(d).startswith("`make demo` took 11.5 minutes wall on ")
+    assert "(budget 12 minutes: met)" in render_docs.quickstart_total(d)
+    assert "missed" in render_docs.quickstart_total({**d, "total_seconds": 721})
     assert "training was 460 s of it" in render_docs.quickstart_total(d)
     (tmp_path / "eval" / "scores.json").write_text(json.dumps({"per_lang": {}}))
     with pytest.raises(SystemExit, match="not a k sweep"):

@@ -209,14 +209,20 @@ def quickstart_stages(d: Mapping[str, Any]) -> str:
     return md_table(["stage", "what", "seconds"], rows)
 
 
+#: The wall-time budget of ``make demo`` on 2 cores, setup included (docs/development.md).
+DEMO_BUDGET_S = 720
+
+
 def quickstart_total(d: Mapping[str, Any]) -> str:
     """One sentence: how long ``make demo`` took in wall time, setup included, and how much was training."""
     total, train = d.get("total_seconds"), (d.get("stage_seconds") or {}).get("2")
     if total is None:
         return "The run did not record its total time (it was not started by `make demo`)."
     m = d["provenance"]["machine"]
+    verdict = "met" if total <= DEMO_BUDGET_S else "**missed**"
     return (f"`make demo` took {total / 60:.1f} minutes wall on {m.get('cores')} cores ({m.get('cpu_model')}), "
-            f"setup included; training was {num(train, '{:.0f}')} s of it.")
+            f"setup included (budget {DEMO_BUDGET_S / 60:.0f} minutes: {verdict}); training was "
+            f"{num(train, '{:.0f}')} s of it.")
 
 
 def quickstart_curve(d: Mapping[str, Any]) -> str:
@@ -931,6 +937,10 @@ def serve_table(d: Mapping[str, Any]) -> str:
     return text
 
 
+#: The wall-time budget of the pytest suite of ``make test`` on 2 cores (docs/development.md).
+TEST_BUDGET_S = 720
+
+
 def test_durations(d: Mapping[str, Any]) -> str:
     """The slowest tests of one pytest run (``bench/bench_test_durations.py``): seconds, test id, cause."""
     rows = [[num(r["seconds"], "{:.1f}"), f"`{r['id']}`", r["cause"]] for r in d["slowest"]]
@@ -938,11 +948,13 @@ def test_durations(d: Mapping[str, Any]) -> str:
 
 
 def test_durations_totals(d: Mapping[str, Any]) -> str:
-    """One sentence: the wall time of a pytest run, its test counts and the pytest arguments."""
+    """One sentence: the wall time of a pytest run against the budget, its test counts and the pytest arguments."""
     t, m = d["totals"], d["provenance"]["machine"]
     args = " ".join(d.get("pytest_args") or []) or "(none)"
     note = d["provenance"].get("note")
-    return (f"pytest wall {t['wall_s']:.0f} s ({t['wall_s'] / 60:.1f} min) on {m.get('cores')} cores "
+    verdict = "met" if t["wall_s"] <= TEST_BUDGET_S else "**missed**"
+    return (f"pytest wall {t['wall_s']:.0f} s ({t['wall_s'] / 60:.1f} min; budget {TEST_BUDGET_S / 60:.0f} min: "
+            f"{verdict}) on {m.get('cores')} cores "
             f"({m.get('cpu_model')}); {t['tests']} tests: {t['passed']} passed, {t['failed']} failed, "
             f"{t['skipped']} skipped; sum of the per-test seconds {t['sum_test_s']:.0f}; extra pytest arguments: "
             f"`{args}`" + (f"; {note}" if note else "") + ".")
