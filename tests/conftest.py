@@ -225,22 +225,3 @@ def tiny_system(tmp_path_factory: pytest.TempPathFactory) -> dict:
     torch.set_num_threads(1)
     return make_tiny_system(tmp_path_factory.mktemp("tiny_system"), langs=("de", "es"), extra_audio=True)
 
-
-# ------------------------------------------------------------------------------------------ test order
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the modules that hold slow tests first, each module's tests still together and in file order.
-
-    Under pytest-xdist (``make test``: two workers) the longest tests then start early and the short ones
-    fill the gaps at the end, instead of one worker finishing a long recipe test alone. The order is a pure
-    function of the collected ids, so every worker collects the same list.
-    """
-    slow_modules = {item.module.__name__ for item in items
-                    if item.get_closest_marker("slow") is not None and getattr(item, "module", None) is not None}
-    first = {name: i for i, name in enumerate(dict.fromkeys(
-        item.module.__name__ for item in items if getattr(item, "module", None) is not None))}
-
-    def key(item: pytest.Item) -> tuple[int, int]:
-        name = getattr(getattr(item, "module", None), "__name__", "")
-        return (0 if name in slow_modules else 1, first.get(name, 0))
-
-    items.sort(key=key)  # stable: file order within a module

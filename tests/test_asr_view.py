@@ -118,7 +118,9 @@ def test_cli_help_and_run(src_data, tmp_path):
 @pytest.mark.slow
 def test_train_asr_on_view_then_init_st_encoder(src_data, tmp_path):
     """5 updates of mmst-train (separate, CTC + attention on en) on the view; its encoder initialises an
-    ST model on the source DATA."""
+    ST model on the source DATA.
+
+    Slow: mmst-train in a subprocess (5 updates), then an ST trainer built from its encoder."""
     view = tmp_path / "asr"
     make_asr_view(src_data, view)
     env = dict(os.environ)

@@ -33,6 +33,7 @@ def _ok(res):
 
 @pytest.mark.slow
 def test_ddp_two_ranks_match_single_process_global_batch(tmp_path):
+    """Slow: a torchrun job of two gloo ranks against a single-process reference."""
     steps, m = 3, 2
     out = tmp_path / "ddp.pt"
     res = launch_local(["--distributed", "ddp", "--steps", str(steps), "--update-freq", str(m),
@@ -89,6 +90,7 @@ def test_dropcompute_drops_slow_rank_without_hanging_and_never_cuts_a_micro_batc
 def test_dropcompute_auto_threshold_is_finite_agreed_and_respects_max_drop_rate():
     # W = 4 ranks, lognormal delays with CV 0.5, in simulated time (--virtual-clock): tau and the drops
     # depend on the seeded delays only, not on how loaded the machine is
+    """Slow: a torchrun job that records step times, picks tau and trains with it."""
     cap, m, steps, rec = 0.15, 4, 16, 4
     res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "auto", "--auto-steps", str(rec),
                         "--update-freq", str(m), "--steps", str(steps), "--straggler-delay", "lognormal:cv=0.5",
@@ -108,6 +110,7 @@ def test_dropcompute_auto_threshold_is_finite_agreed_and_respects_max_drop_rate(
 
 @pytest.mark.slow
 def test_dead_rank_gives_clear_error_within_timeout():
+    """Slow: a torchrun job whose rank dies; the survivor must time out with an error."""
     t0 = time.monotonic()
     res = launch_local(["--distributed", "ddp", "--steps", "50", "--fail-at-step", "3", "--fail-rank", "1",
                         "--log-every", "0", "--eval-every", "0", "--dist-timeout", "15"], 2, timeout_s=120)
@@ -119,6 +122,7 @@ def test_dead_rank_gives_clear_error_within_timeout():
 
 @pytest.mark.slow
 def test_param_server_survives_worker_death():
+    """Slow: a parameter-server job under torchrun in which a worker dies."""
     res = launch_local(["--distributed", "param-server", "--steps", "20", "--fail-at-step", "3",
                         "--fail-rank", "2", "--worker-timeout", "2", "--straggler-delay", "const",
                         "--straggler-base-ms", "20", "--eval-every", "1", "--log-every", "0",
@@ -132,6 +136,7 @@ def test_param_server_survives_worker_death():
 
 @pytest.mark.slow
 def test_param_server_ssp_bounds_staleness():
+    """Slow: a parameter-server job (server + workers under torchrun) with injected delays."""
     res = launch_local(["--distributed", "param-server", "--steps", "8", "--max-staleness", "1",
                         "--straggler-delay", "const", "--straggler-base-ms", "3", "--slow-rank", "1:4",
                         *COMMON], 3, timeout_s=120)

@@ -46,6 +46,7 @@ def ddp_result():
 def test_ddp_on_unequal_length_batches_equals_one_process_over_the_same_batches(ddp_result):
     # rank 0: 2 + 5 and 7 tokens; rank 1: 9 + 1 + 4 and 3 + 3 tokens. Scaling each rank by its own tokens and
     # averaging the ranks (the old rule) weighs rank 0's tokens 20/14 times as much as rank 1's.
+    """Slow: it starts local gloo ranks (the module's DDP reference run)."""
     res = ddp_result
     want, _ = _single_process(ddp_batches(0) + ddp_batches(1))
     for r in (0, 1):
@@ -103,6 +104,7 @@ def test_dropcompute_step_with_two_of_four_dropped_equals_one_process_over_the_t
 
 @pytest.mark.slow
 def test_dropcompute_tau_inf_is_bit_identical_to_ddp_on_unequal_batches(ddp_result):
+    """Slow: two runs of local gloo ranks (DDP and DropCompute)."""
     dc = launch_local(["dropcompute"], 2, timeout_s=120, target=ddp_rank)
     _ok(dc)
     assert ddp_result[0]["params"] == dc[0]["params"] == dc[1]["params"]  # bit-identical, not just close

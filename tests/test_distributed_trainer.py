@@ -71,6 +71,7 @@ def _records(save: Path, kind: str) -> list[dict]:
 @pytest.mark.slow
 def test_dropcompute_logs_its_numbers_once(tiny_feature_data, tmp_path):
     # (DDP's and the parameter server's numbers: tests/test_bench_smoke.py::test_bench_stragglers_mmst_quick)
+    """Slow: a DropCompute job under torchrun with mmst-train."""
     save = tmp_path / "run"
     extra = ["optim.update_freq=2", "optim.max_update=4", "logging.log_interval=2", "valid.interval_updates=2",
              "checkpoint.save_interval_updates=0", "--straggler-delay", "lognormal:cv=0.5",
@@ -156,6 +157,7 @@ def test_torchrun_restart_resumes_param_server_from_checkpoint_last(tiny_feature
 
 @pytest.mark.slow
 def test_param_server_goes_on_without_a_dead_worker(tiny_feature_data, tmp_path):
+    """Slow: a parameter-server job under torchrun in which a worker is killed."""
     save = tmp_path / "run"
     res = _launch_by_hand(3, _cli(tiny_feature_data, save, "param-server", "optim.update_freq=1",
                                   "optim.max_update=16", "valid.interval_updates=0",
@@ -173,6 +175,7 @@ def test_param_server_goes_on_without_a_dead_worker(tiny_feature_data, tmp_path)
 
 @pytest.mark.slow
 def test_dead_param_server_gives_workers_a_clear_error(tiny_feature_data, tmp_path):
+    """Slow: a parameter-server job under torchrun whose server dies; workers wait for their timeout."""
     timeout_s = 20
     res = _launch_by_hand(3, _cli(tiny_feature_data, tmp_path / "run", "param-server", "optim.update_freq=1",
                                   "optim.max_update=50", "valid.interval_updates=0", "checkpoint.save_interval_updates=0",

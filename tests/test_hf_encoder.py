@@ -432,7 +432,9 @@ def test_ddp_and_dropcompute_over_an_hf_encoder_equal_one_process(folders):
     """W = 2 ranks (spawned, gloo) through the trainer's adapters: one DDP update and one DropCompute update
     (tau = inf) over the tiny wav2vec 2.0 encoder (feature extractor frozen, an unused pretrained parameter)
     give the parameters of one process over the 4 micro-batches (unequal token counts; each rank starts
-    from other random adapter and decoder weights, rank 0's are broadcast)."""
+    from other random adapter and decoder weights, rank 0's are broadcast).
+
+    Slow: DDP and DropCompute jobs of local gloo ranks over a tiny HF encoder, against one process."""
     from hf_fixtures import hf_dist_rank, hf_update
 
     from mmst.simulation.run import launch_local

@@ -49,6 +49,7 @@ def _wait(fn, timeout_s: float, what: str):
 
 @pytest.mark.slow
 def test_microphone_captions_equal_the_long_form_driver(tiny_system, tmp_path):
+    """Slow: it starts headless Chromium and a live server, and streams a recording through the page."""
     wav = tmp_path / "mic.wav"
     sf.write(wav, speech(), 16000, subtype="PCM_16")
     saved = tmp_path / "received"

@@ -126,6 +126,7 @@ def _check(ours: dict, theirs: dict, keys, tol: float) -> None:
 
 
 def test_plain_metrics_match_simuleval_without_flag(setup):
+    """Slow: the module builds a tiny system and runs SimulEval's CLI in a subprocess."""
     log = setup["root"] / "sim_es_plain" / "instances.log"
     ours = _score(log, "es")
     theirs = _simuleval_scores(log, "word", "13a", computation_aware=False)
