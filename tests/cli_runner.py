@@ -48,10 +48,12 @@ def run_main(main: Callable[[list[str]], Any], argv: Sequence[Any], *,
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 rc = main(args)
-            except SystemExit as e:
-                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-                if not isinstance(e.code, int) and e.code is not None:
+            except SystemExit as e:  # argparse: an int; sys.exit("message"): the message and status 1
+                if e.code is None or isinstance(e.code, int):
+                    rc = e.code
+                else:
                     print(e.code, file=err)
+                    rc = 1
     finally:
         root.removeHandler(handler)
         root.setLevel(level)

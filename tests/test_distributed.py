@@ -68,6 +68,7 @@ def test_dropcompute_tau_inf_gives_exactly_ddp_gradients(tmp_path):
 
 @pytest.mark.slow
 def test_dropcompute_drops_slow_rank_without_hanging_and_never_cuts_a_micro_batch():
+    """Slow: a DropCompute job of gloo ranks with one rank slowed down on purpose."""
     res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "0.03", "--update-freq", "4",
                         "--steps", "6", "--measure-from", "0", "--straggler-delay", "const", "--record-micro",
                         "--straggler-base-ms", "10", "--slow-rank", "1:4", "--virtual-clock", *COMMON], 2,

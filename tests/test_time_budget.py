@@ -52,3 +52,29 @@ def test_every_recorded_slow_test_has_a_named_cause():
         "recipes/synthetic/run.sh, every stage")
     assert cause_of("tests/test_no_such_file.py::test_x") == "other"
     assert [t for t in _slow_ids() if cause_of(t) == "other"] == []
+
+
+def test_junit_ids_outcomes_and_totals_are_read_as_pytest_writes_them(tmp_path):
+    """A hand-written JUnit XML in pytest's layout: node ids rebuilt from classname/name, outcomes, and the
+    totals and per-file sums computed from them."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from bench_test_durations import parse_junit, summarize
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    xml = tmp_path / "j.xml"
+    xml.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_a" name="test_one" time="2.5"/>'
+        '<testcase classname="tests.test_a.TestK" name="test_two[x]" time="30.0"><failure message="m"/></testcase>'
+        '<testcase classname="tests.test_b" name="test_three" time="0.5"><skipped message="s"/></testcase>'
+        '</testsuite></testsuites>')
+    rows = parse_junit(xml)
+    assert [(r["id"], r["outcome"]) for r in rows] == [
+        ("tests/test_a.py::test_one", "passed"), ("tests/test_a.py::TestK::test_two[x]", "failed"),
+        ("tests/test_b.py::test_three", "skipped")]
+    s = summarize(rows, wall_s=20.04, top=2)
+    assert s["totals"] == {"wall_s": 20.0, "sum_test_s": 33.0, "tests": 3, "passed": 1, "failed": 1, "error": 0,
+                           "skipped": 1}
+    assert [r["id"] for r in s["slowest"]] == ["tests/test_a.py::TestK::test_two[x]", "tests/test_a.py::test_one"]
+    assert s["by_file"] == {"tests/test_a.py": 32.5, "tests/test_b.py": 0.5}
