@@ -28,10 +28,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_main
 
 from mmst.evaluation.latency import LATENCY_METRICS
 
-# the SimulEval CLI and our driver end to end (subprocesses); one worker builds the module's system
+# the SimulEval CLI and our driver end to end; one worker builds the module's system
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("simuleval_crosscheck")]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,17 +43,33 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARN
 COMMON = ["--waitk-lagging", "3", "--max-len-b", "10", "--source-segment-size", "320"]
 
 
-def _simuleval(out: Path, src: Path, tgt: Path, lang: str, *extra: str) -> None:
-    cmd = [str(SIMULEVAL), "--agent-class", "mmst.agents.MMSTSpeechToTextAgent", "--checkpoint",
-           str(out.parent / "ckpt.pt"), "--tgt-lang", lang, "--source", str(src), "--target", str(tgt),
-           "--output", str(out), "--no-progress-bar", "--latency-metrics", *LATENCY_METRICS, *COMMON, *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=ENV, cwd=str(out.parent))
+def _simuleval(out: Path, src: Path, tgt: Path, lang: str, *extra: str, process: bool = False) -> None:
+    """SimulEval's CLI on our agent: as a ``simuleval`` process, or its ``main()`` in this process (a new
+    process costs seconds of imports; SimulEval reads its options from ``sys.argv``)."""
+    argv = ["--agent-class", "mmst.agents.MMSTSpeechToTextAgent", "--checkpoint", str(out.parent / "ckpt.pt"),
+            "--tgt-lang", lang, "--source", str(src), "--target", str(tgt), "--output", str(out),
+            "--no-progress-bar", "--latency-metrics", *LATENCY_METRICS, *COMMON, *extra]
+    if process:
+        r = subprocess.run([str(SIMULEVAL), *argv], capture_output=True, text=True, timeout=120, env=ENV,
+                           cwd=str(out.parent))
+    else:
+        from simuleval.cli import main
+
+        def entry(args: list[str]) -> int:
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(sys, "argv", ["simuleval", *args])
+                mp.chdir(out.parent)
+                return main()
+
+        r = run_main(entry, argv)
     assert r.returncode == 0, r.stderr[-3000:]
 
 
 def _score(log: Path, lang: str, *extra: str) -> dict:
-    r = subprocess.run([sys.executable, str(ROOT / "eval" / "score.py"), "--instances", str(log), "--tgt-langs",
-                        lang, "--json", *extra], capture_output=True, text=True, timeout=60)
+    # ``mmst-score`` in this process (tests/test_score_cli.py runs the script)
+    from mmst.cli.score import main
+
+    r = run_main(main, ["--instances", str(log), "--tgt-langs", lang, "--json", *extra])
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -97,10 +114,10 @@ def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("xcheck")
     sysd = make_tiny_system(root, langs=LANGS, extra_audio=True)
     ours = root / "ours"
-    r = subprocess.run([sys.executable, str(ROOT / "eval" / "simultaneous_eval.py"), "--checkpoint",
-                        str(sysd["ckpt"]), "--data", str(sysd["data"]), "--tgt-langs", ",".join(LANGS), "--out",
-                        str(ours), "--threads", "1", "--no-progress", *COMMON],
-                       capture_output=True, text=True, timeout=120, env=ENV)
+    from mmst.cli.simultaneous_eval import main  # ``mmst-eval`` in this process
+
+    r = run_main(main, ["--checkpoint", str(sysd["ckpt"]), "--data", str(sysd["data"]), "--tgt-langs",
+                        ",".join(LANGS), "--out", str(ours), "--threads", "1", "--no-progress", *COMMON])
     assert r.returncode == 0, r.stderr[-3000:]
     src = root / "source.list"
     src.write_text("".join(f"{w}\n" for w in sysd["wavs"]))
@@ -111,7 +128,7 @@ def setup(tmp_path_factory):
         tgts[lang] = root / f"target.{lang}"
         tgts[lang].write_text("".join(_perturb(d["prediction"], i, units[lang]) + "\n"
                                       for i, d in enumerate(ours_ins[lang])))
-    _simuleval(root / "sim_es_plain", src, tgts["es"], "es")
+    _simuleval(root / "sim_es_plain", src, tgts["es"], "es", process=True)
     # char BLEU tokenizer here: the untrained model writes few 13a tokens, so 13a BLEU would be 0
     _simuleval(root / "sim_es_ca", src, tgts["es"], "es", "--computation-aware", "--sacrebleu-tokenizer", "char")
     _simuleval(root / "sim_ja_ca", src, tgts["ja"], "ja", "--computation-aware", "--eval-latency-unit", "char",
@@ -126,7 +143,7 @@ def _check(ours: dict, theirs: dict, keys, tol: float) -> None:
 
 
 def test_plain_metrics_match_simuleval_without_flag(setup):
-    """Slow: the module builds a tiny system and runs SimulEval's CLI in a subprocess."""
+    """Slow: the module builds a tiny system and runs SimulEval's CLI (once as a process)."""
     log = setup["root"] / "sim_es_plain" / "instances.log"
     ours = _score(log, "es")
     theirs = _simuleval_scores(log, "word", "13a", computation_aware=False)
