@@ -43,6 +43,7 @@ Usage::
 
     python bench/bench_stragglers_mmst.py            # full: W = 2, 4; both scenarios; 3 seeds (<= 60 min)
     python bench/bench_stragglers_mmst.py --quick --data DATA   # W = 2, slow rank, 1 seed, tiny model (CI)
+    python bench/bench_stragglers_mmst.py --quick --launcher direct --data DATA   # the ranks without torchrun's agent
     python bench/bench_stragglers_mmst.py ... --resume   # rerun only what an earlier invocation did not finish
 
 Writes ``docs/results/stragglers_mmst.json`` (``summary`` first), ``docs/results/stragglers_mmst.md``
@@ -137,6 +138,52 @@ def _run(cmd: list[str], timeout: float) -> tuple[int, str]:
     return p.returncode, p.stdout + p.stderr
 
 
+def launch_commands(launcher: str, nproc: int, args: list[str]) -> list[tuple[list[str], dict[str, str]]]:
+    """The processes of one distributed run of ``mmst-train args`` on ``nproc`` ranks, as ``(command, extra
+    environment)``: ``torchrun`` one ``torchrun`` command (its agent starts the ranks); ``direct`` the ranks
+    themselves, with the environment torchrun gives them (no agent process: one interpreter fewer per run)."""
+    port = str(find_free_port())
+    cli = ["-m", "mmst.training.cli", *args]
+    if launcher == "torchrun":
+        return [([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--rdzv-backend",
+                  "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", *cli], {})]
+    if launcher != "direct":
+        raise ValueError(f"launcher {launcher!r}: expected torchrun or direct")
+    return [([sys.executable, *cli], {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "RANK": str(r),
+                                      "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": str(nproc)})
+            for r in range(nproc)]
+
+
+def _run_ranks(procs: list[tuple[list[str], dict[str, str]]], timeout: float) -> tuple[int, str]:
+    """Run the processes of one run (:func:`launch_commands`) together: the first non-zero exit status (the others
+    are then stopped, as torchrun's agent stops them) or 0, and their outputs one after the other (124 after
+    ``timeout``)."""
+    if len(procs) == 1 and not procs[0][1]:
+        return _run(procs[0][0], timeout)
+    with tempfile.TemporaryDirectory() as logs:
+        running = []
+        for i, (cmd, extra) in enumerate(procs):
+            with open(Path(logs) / f"{i}.log", "w") as fh:
+                running.append(subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO,
+                                                env={**os.environ, "OMP_NUM_THREADS": "1", **extra}))
+        deadline = time.monotonic() + timeout
+        while True:
+            codes = [p.poll() for p in running]
+            rc = next((c for c in codes if c), 0)
+            if rc or None not in codes:
+                break
+            if time.monotonic() > deadline:
+                rc = 124
+                break
+            time.sleep(0.05)
+        for p in running:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        out = "".join((Path(logs) / f"{i}.log").read_text() for i in range(len(procs)))
+    return rc, (f"timed out after {timeout:.0f}s: " if rc == 124 else "") + out
+
+
 def run_one(a: argparse.Namespace, w: int, mode: str, scen: str | None, seed: int, root: Path) -> dict[str, Any]:
     """One training run; ``mode`` ``none`` is the single-process reference (``W x M`` micro-batches per
     update). Returns its :func:`~mmst.distributed.report.run_summary` (or ``error``) and the wall time."""
@@ -144,7 +191,7 @@ def run_one(a: argparse.Namespace, w: int, mode: str, scen: str | None, seed: in
     args = _train_args(a, save, seed)
     if mode == "none":
         args = [*args, f"optim.update_freq={w * a.update_freq}"]
-        cmd = [sys.executable, "-m", "mmst.training.cli", *args]
+        procs = [([sys.executable, "-m", "mmst.training.cli", *args], {})]
     else:
         nproc = w + 1 if mode == "param-server" else w
         dist = "dropcompute" if mode == "dropcompute-inf" else mode
@@ -155,10 +202,9 @@ def run_one(a: argparse.Namespace, w: int, mode: str, scen: str | None, seed: in
             args += ["--compute-threshold", "auto", f"distributed.options.auto_steps={a.auto_steps}"]
         if mode == "dropcompute-inf":
             args += ["--compute-threshold", "inf"]
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--rdzv-backend",
-               "c10d", "--rdzv-endpoint", f"127.0.0.1:{find_free_port()}", "-m", "mmst.training.cli", *args]
+        procs = launch_commands(a.launcher, nproc, args)
     t0 = time.monotonic()
-    rc, out = _run(cmd, a.run_timeout)
+    rc, out = _run_ranks(procs, a.run_timeout)
     row: dict[str, Any] = {"W": w, "scenario": scen, "mode": mode, "seed": seed, "curve_run": seed <= a.curve_seeds,
                            "wall_s": time.monotonic() - t0}
     if rc != 0:
@@ -387,6 +433,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="validate on the first N dev utterances only (0 = the whole dev split)")
     p.add_argument("--dist-timeout", type=float, default=120.0, help="--dist-timeout of every run (s)")
     p.add_argument("--run-timeout", type=float, default=900.0, help="wall-clock bound of one run (s)")
+    p.add_argument("--launcher", choices=("torchrun", "direct"), default="torchrun",
+                   help="how a distributed run starts its ranks: torchrun, or direct (the ranks as plain processes "
+                        "with torchrun's environment variables, no agent process: one interpreter start fewer per "
+                        "run; the test suite's smoke run)")
     p.add_argument("--resume", action="store_true",
                    help="reuse the finished runs recorded in OUT.rows.jsonl by an earlier, interrupted or partly "
                         "failed invocation with the same settings (runs that failed are run again)")

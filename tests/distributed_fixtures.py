@@ -1,6 +1,12 @@
 """A scripted model, criterion and micro-batches for the gradient-normalisation tests of the distributed
 modes, run through the trainer's adapters (:mod:`mmst.training.distributed`) exactly as ``mmst-train`` runs
-them, and the rank function that :func:`mmst.simulation.run.launch_local` spawns.
+them, the rank functions that :func:`mmst.simulation.run.launch_local` starts, and :func:`launch`, the way
+the tests start local gloo ranks.
+
+:func:`launch` forks the ranks from multiprocessing's fork server, which imports torch, ``torch._dynamo``
+(that DDP's constructor imports) and the trainer once per pytest worker; a spawned rank or a fresh
+``python -m ...`` process pays those imports every time (about 5 s of CPU on a 2-core machine). Each rank is
+still a process of its own, with a process group of its own.
 
 The model maps each input frame (``F`` features) to one number; the criterion is the squared error
 SUMMED over the valid frames of a micro-batch, and a valid frame counts as one target token
@@ -9,11 +15,18 @@ SUMMED over the valid frames of a micro-batch, and a valid frame counts as one t
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import torch
+
+from mmst.simulation.run import launch_local
 
 F = 3  # features per frame
 
@@ -95,24 +108,66 @@ def ddp_batches(rank: int) -> list[ScriptedBatch]:
 
 
 def ddp_rank(argv: list[str]) -> dict[str, Any]:
-    """One rank of ``--distributed ddp`` (or ``dropcompute`` with tau = inf when ``argv == ["dropcompute"]``):
-    one update of :class:`FrameModel` with SGD(lr=1) on this rank's :data:`DDP_LENGTHS` batches; returns the
-    parameters after the update and the logged stats."""
+    """One rank: for each mode in ``argv``, in order (``ddp``; ``dropcompute`` with tau = inf), one update of a
+    fresh :class:`FrameModel` with SGD(lr=1) on this rank's :data:`DDP_LENGTHS` batches, every mode in the one
+    process group. Returns ``{mode: {"params": the parameters after the update, "stats": the logged stats}}``."""
     from mmst.distributed.env import init_distributed, shutdown
     from mmst.training.distributed import TrainerDDP, TrainerDropCompute
 
     torch.set_num_threads(1)
     env = init_distributed("gloo", 30.0)
     try:
-        mode = argv[0] if argv else "ddp"
-        strat = (TrainerDropCompute(dist_timeout=30, compute_threshold="inf") if mode == "dropcompute"
-                 else TrainerDDP(dist_timeout=30))
-        model = FrameModel(seed=0)
-        strat.setup(stub_trainer(model))
-        opt = torch.optim.SGD(model.parameters(), lr=1.0)
-        batches = ddp_batches(env.rank)
-        res = strat.run_update(model, criterion, opt, None, batches, [None] * len(batches), 0.0)
-        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-        return {"params": flat.tolist(), "stats": res.stats}
+        out = {}
+        for mode in argv:
+            strat = (TrainerDropCompute(dist_timeout=30, compute_threshold="inf") if mode == "dropcompute"
+                     else TrainerDDP(dist_timeout=30))
+            model = FrameModel(seed=0)
+            strat.setup(stub_trainer(model))
+            opt = torch.optim.SGD(model.parameters(), lr=1.0)
+            batches = ddp_batches(env.rank)
+            res = strat.run_update(model, criterion, opt, None, batches, [None] * len(batches), 0.0)
+            flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+            out[mode] = {"params": flat.tolist(), "stats": res.stats}
+        return out
     finally:
         shutdown(env)
+
+
+#: what the tests' fork server imports besides :mod:`mmst.simulation.run` and ``torch._dynamo``: mmst-train
+FORKSERVER_PRELOAD = ("mmst.training.cli", "mmst.training.trainer", "mmst.training.distributed")
+
+
+def launch(argv: list[str], nprocs: int, timeout_s: float = 120.0, target: Any = None) -> dict[int, dict[str, Any]]:
+    """:func:`mmst.simulation.run.launch_local` with the ranks forked from the fork server (module docstring)."""
+    return launch_local(argv, nprocs, timeout_s=timeout_s, target=target, start_method="forkserver",
+                        preload=FORKSERVER_PRELOAD)
+
+
+def cli_rank(argv: list[str]) -> dict[str, Any]:
+    """One rank of ``mmst-train`` (:func:`mmst.training.cli.main`) started by :func:`launch`; ``argv`` =
+    ``[LOG_DIR, *mmst-train arguments]``. As in a ``python -m mmst.training.cli`` process: stdout and stderr
+    (together, to ``LOG_DIR/rank{RANK}.log``), logging set up by mmst-train itself (the launcher's set-up is
+    undone), the exit status (``{"rc": status}``; an injected failure still ends the process with its own)."""
+    fd = os.open(Path(argv[0]) / f"rank{os.environ['RANK']}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.setLevel(logging.WARNING)
+    from mmst.training.cli import main
+
+    try:
+        rc = main(argv[1:])
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else int(e.code is not None)
+    except BaseException:  # noqa: BLE001 - the interpreter would print it and exit 1
+        traceback.print_exc()
+        rc = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return {"rc": rc}

@@ -108,12 +108,23 @@ def test_vs_fairseq_our_side_and_precision_summary(tmp_path):
 
 @pytest.mark.slow
 def test_bench_stragglers_mmst_quick(tmp_path, tiny_feature_data):
-    # W = 2 with one 2x slow rank, 1 seed: every summary key, the predictions and the dense time to target
-    """Slow: torchrun launches of DDP, DropCompute and the parameter server (W = 2) on the tiny model, one
-    after another."""
+    # W = 2 with one 2x slow rank, 1 seed: every summary key, the predictions and the dense time to target.
+    # --launcher direct: the ranks start without torchrun's agent (3 interpreter starts fewer; mmst-train under
+    # torchrun: tests/test_distributed_trainer.py); the torchrun command line is checked below
+    """Slow: runs of DDP, DropCompute and the parameter server (W = 2) on the tiny model, one after another, each
+    rank a fresh interpreter."""
+    import bench_stragglers_mmst as bsm
+
+    [(cmd, env)] = bsm.launch_commands("torchrun", 3, ["--data", "D"])
+    assert cmd[1:5] == ["-m", "torch.distributed.run", "--nproc-per-node", "3"] and env == {}
+    assert cmd[-4:] == ["-m", "mmst.training.cli", "--data", "D"] and "--rdzv-endpoint" in cmd
+    direct = bsm.launch_commands("direct", 3, ["--data", "D"])
+    assert [c for c, _ in direct] == [[sys.executable, "-m", "mmst.training.cli", "--data", "D"]] * 3
+    assert [(e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"]) for _, e in direct] == [(str(r), "3", str(r)) for r in range(3)]
+    assert len({e["MASTER_PORT"] for _, e in direct}) == 1
     out, png = tmp_path / "stragglers_mmst.json", tmp_path / "stragglers_mmst.png"
-    stdout = _run(["bench/bench_stragglers_mmst.py", "--quick", "--data", str(tiny_feature_data), "--out", str(out),
-                   "--plot", str(png)])
+    stdout = _run(["bench/bench_stragglers_mmst.py", "--quick", "--launcher", "direct", "--data", str(tiny_feature_data),
+                   "--out", str(out), "--plot", str(png)])
     res = json.loads(out.read_text())
     assert list(res)[0] == "summary" and set(res["summary"]) == {
         "dropcompute_over_ddp_samples_per_s", "dropcompute_drop_rate", "dropcompute_over_ddp_time_to_target",

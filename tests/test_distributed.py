@@ -1,8 +1,9 @@
-"""Multi-process tests of mmst.distributed on CPU with gloo (each < 60 s on a loaded 2-core machine; the
-wall-clock bounds leave room for a heavily loaded one).
+"""Multi-process tests of mmst.distributed on CPU with gloo (the wall-clock bounds leave room for a heavily
+loaded 2-core machine).
 
-Ranks are launched with :func:`mmst.simulation.run.launch_local` (spawn, a free port, the torchrun
-environment variables) or with ``torchrun`` itself for the restart test.
+Ranks are launched with :func:`distributed_fixtures.launch` (:func:`mmst.simulation.run.launch_local`: a free
+port, the torchrun environment variables; the ranks forked from a fork server that has imported torch, so a
+launch takes about a second) or with ``torchrun`` itself for the restart and multi-node tests.
 """
 
 from __future__ import annotations
@@ -17,11 +18,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from distributed_fixtures import launch
 
 from mmst.distributed.env import find_free_port
 from mmst.distributed.param_server import flat_params
-from mmst.simulation.run import launch_local
 from mmst.simulation.toy import ToyTask
+
+# meant for one worker to run the module and test_distributed_scaling.py: one fork server for all their launches
+# (pytest-xdist 3.8's groups have no effect under pytest 9.2: xdist sets item._nodeid, which pytest 9 no longer
+# reads; then each worker that runs some of these tests starts its own fork server, a few seconds once)
+pytestmark = pytest.mark.xdist_group("distributed")
 
 COMMON = ["--log-every", "0", "--eval-every", "0", "--dist-timeout", "20"]
 
@@ -31,15 +37,27 @@ def _ok(res):
         assert "error" not in v, f"rank {r}: {v.get('error')}\n{v.get('traceback', '')}"
 
 
-@pytest.mark.slow
-def test_ddp_two_ranks_match_single_process_global_batch(tmp_path):
-    """Slow: a torchrun job of two gloo ranks against a single-process reference."""
-    steps, m = 3, 2
-    out = tmp_path / "ddp.pt"
-    res = launch_local(["--distributed", "ddp", "--steps", str(steps), "--update-freq", str(m),
-                        "--dump-params", str(out), *COMMON], 2, timeout_s=120)
+#: the DDP job of :func:`ddp_job`: steps, micro-batches per rank per step
+DDP_STEPS, DDP_M = 3, 3
+
+
+@pytest.fixture(scope="module")
+def ddp_job(tmp_path_factory):
+    """One DDP job of two gloo ranks (:data:`DDP_STEPS` steps of :data:`DDP_M` micro-batches): its final parameters
+    are both the reference of the single-process test and of DropCompute with tau = inf (one launch, not two)."""
+    out = tmp_path_factory.mktemp("ddp_job") / "ddp.pt"
+    res = launch(["--distributed", "ddp", "--steps", str(DDP_STEPS), "--update-freq", str(DDP_M),
+                  "--dump-params", str(out), *COMMON], 2, timeout_s=120)
     _ok(res)
-    # single process, same global batch (2 ranks x 2 micro-batches), mean loss, same SGD
+    return out
+
+
+@pytest.mark.slow
+def test_ddp_two_ranks_match_single_process_global_batch(ddp_job):
+    """Slow: no longer (a DDP job of two forked gloo ranks, shared with the DropCompute test, against a
+    single-process reference; over 20 s when it spawned its ranks)."""
+    steps, m, out = DDP_STEPS, DDP_M, ddp_job
+    # single process, same global batch (2 ranks x m micro-batches), mean loss, same SGD
     torch.manual_seed(0)
     task = ToyTask()
     model = task.build_model(0)
@@ -54,13 +72,13 @@ def test_ddp_two_ranks_match_single_process_global_batch(tmp_path):
 
 
 @pytest.mark.slow
-def test_dropcompute_tau_inf_gives_exactly_ddp_gradients(tmp_path):
-    """Slow: two torchrun jobs of two ranks each (DDP, then DropCompute)."""
-    a, b = tmp_path / "ddp.pt", tmp_path / "dc.pt"
-    args = ["--steps", "3", "--update-freq", "3", *COMMON]
-    _ok(launch_local(["--distributed", "ddp", "--dump-params", str(a), *args], 2, timeout_s=120))
-    res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "inf",
-                        "--dump-params", str(b), *args], 2, timeout_s=120)
+def test_dropcompute_tau_inf_gives_exactly_ddp_gradients(ddp_job, tmp_path):
+    """Slow: no longer (a DropCompute job of two forked gloo ranks against the module's DDP job; over 20 s when
+    it spawned both jobs)."""
+    a, b = ddp_job, tmp_path / "dc.pt"
+    args = ["--steps", str(DDP_STEPS), "--update-freq", str(DDP_M), *COMMON]
+    res = launch(["--distributed", "dropcompute", "--compute-threshold", "inf", "--dump-params", str(b), *args], 2,
+                 timeout_s=120)
     _ok(res)
     assert res[0]["drop_rate"] == 0.0
     assert torch.equal(torch.load(a), torch.load(b))  # bit-identical, not just close
@@ -68,11 +86,13 @@ def test_dropcompute_tau_inf_gives_exactly_ddp_gradients(tmp_path):
 
 @pytest.mark.slow
 def test_dropcompute_drops_slow_rank_without_hanging_and_never_cuts_a_micro_batch():
-    """Slow: a DropCompute job of gloo ranks with one rank slowed down on purpose."""
-    res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "0.03", "--update-freq", "4",
-                        "--steps", "6", "--measure-from", "0", "--straggler-delay", "const", "--record-micro",
-                        "--straggler-base-ms", "10", "--slow-rank", "1:4", "--virtual-clock", *COMMON], 2,
-                       timeout_s=120)
+    """A DropCompute job of two gloo ranks with one rank slowed down on purpose (in simulated time).
+
+    Slow: no longer (forked ranks: about a second; over 20 s when it spawned them)."""
+    res = launch(["--distributed", "dropcompute", "--compute-threshold", "0.03", "--update-freq", "4",
+                  "--steps", "6", "--measure-from", "0", "--straggler-delay", "const", "--record-micro",
+                  "--straggler-base-ms", "10", "--slow-rank", "1:4", "--virtual-clock", *COMMON], 2,
+                 timeout_s=120)
     _ok(res)
     # Simulated time (--virtual-clock): only the injected delays take time, so the schedule is exact.
     # rank 0: 10 ms per micro-batch, checks at 0, 10, 20 ms pass => 3 computed (a 4th that starts at
@@ -91,12 +111,14 @@ def test_dropcompute_drops_slow_rank_without_hanging_and_never_cuts_a_micro_batc
 def test_dropcompute_auto_threshold_is_finite_agreed_and_respects_max_drop_rate():
     # W = 4 ranks, lognormal delays with CV 0.5, in simulated time (--virtual-clock): tau and the drops
     # depend on the seeded delays only, not on how loaded the machine is
-    """Slow: a torchrun job that records step times, picks tau and trains with it."""
+    """A job of four gloo ranks that records step times, picks tau and trains with it.
+
+    Slow: no longer (forked ranks: a few seconds; over 20 s when it spawned them)."""
     cap, m, steps, rec = 0.15, 4, 16, 4
-    res = launch_local(["--distributed", "dropcompute", "--compute-threshold", "auto", "--auto-steps", str(rec),
-                        "--update-freq", str(m), "--steps", str(steps), "--straggler-delay", "lognormal:cv=0.5",
-                        "--straggler-base-ms", "15", "--max-drop-rate", str(cap), "--virtual-clock", *COMMON], 4,
-                       timeout_s=120)
+    res = launch(["--distributed", "dropcompute", "--compute-threshold", "auto", "--auto-steps", str(rec),
+                  "--update-freq", str(m), "--steps", str(steps), "--straggler-delay", "lognormal:cv=0.5",
+                  "--straggler-base-ms", "15", "--max-drop-rate", str(cap), "--virtual-clock", *COMMON], 4,
+                 timeout_s=120)
     _ok(res)
     taus = {res[r]["tau_s"] for r in range(4)}
     assert len(taus) == 1 and math.isfinite(taus.pop())  # chosen once, identical on every rank, not inf
@@ -111,10 +133,11 @@ def test_dropcompute_auto_threshold_is_finite_agreed_and_respects_max_drop_rate(
 
 @pytest.mark.slow
 def test_dead_rank_gives_clear_error_within_timeout():
-    """Slow: a torchrun job whose rank dies; the survivor must time out with an error."""
+    """A job of two gloo ranks whose rank 1 dies; the survivor must end with a clear error within the timeout
+    (it sees the closed connection at once)."""
     t0 = time.monotonic()
-    res = launch_local(["--distributed", "ddp", "--steps", "50", "--fail-at-step", "3", "--fail-rank", "1",
-                        "--log-every", "0", "--eval-every", "0", "--dist-timeout", "15"], 2, timeout_s=120)
+    res = launch(["--distributed", "ddp", "--steps", "50", "--fail-at-step", "3", "--fail-rank", "1",
+                  "--log-every", "0", "--eval-every", "0", "--dist-timeout", "15"], 2, timeout_s=120)
     assert time.monotonic() - t0 < 50
     assert res[1]["exitcode"] == 13
     err = res[0].get("error", "")
@@ -123,11 +146,14 @@ def test_dead_rank_gives_clear_error_within_timeout():
 
 @pytest.mark.slow
 def test_param_server_survives_worker_death():
-    """Slow: a parameter-server job under torchrun in which a worker dies."""
-    res = launch_local(["--distributed", "param-server", "--steps", "20", "--fail-at-step", "3",
-                        "--fail-rank", "2", "--worker-timeout", "2", "--straggler-delay", "const",
-                        "--straggler-base-ms", "20", "--eval-every", "1", "--log-every", "0",
-                        "--dist-timeout", "30"], 3, timeout_s=120)
+    """A parameter-server job (server + 2 workers) in which a worker dies.
+
+    Slow: the server declares the dead worker lost after --worker-timeout (2 s); the live worker waits for that
+    within its staleness bound."""
+    res = launch(["--distributed", "param-server", "--steps", "20", "--fail-at-step", "3",
+                  "--fail-rank", "2", "--worker-timeout", "2", "--straggler-delay", "const",
+                  "--straggler-base-ms", "5", "--eval-every", "1", "--log-every", "0", "--dist-timeout", "30"], 3,
+                 timeout_s=120)
     assert "error" not in res[0], res[0].get("traceback")
     assert res[0]["updates"] == 40 and res[0]["lost_workers"] == [2]
     assert res[0]["lost_at_update"]["2"] < 40  # detected while training went on (JSON keys are str)
@@ -137,10 +163,12 @@ def test_param_server_survives_worker_death():
 
 @pytest.mark.slow
 def test_param_server_ssp_bounds_staleness():
-    """Slow: a parameter-server job (server + workers under torchrun) with injected delays."""
-    res = launch_local(["--distributed", "param-server", "--steps", "8", "--max-staleness", "1",
-                        "--straggler-delay", "const", "--straggler-base-ms", "3", "--slow-rank", "1:4",
-                        *COMMON], 3, timeout_s=120)
+    """A parameter-server job (server + 2 workers) with a slow worker.
+
+    Slow: no longer (forked ranks: about a second; over 20 s when it spawned them)."""
+    res = launch(["--distributed", "param-server", "--steps", "8", "--max-staleness", "1",
+                  "--straggler-delay", "const", "--straggler-base-ms", "3", "--slow-rank", "1:4",
+                  *COMMON], 3, timeout_s=120)
     _ok(res)
     assert res[0]["updates"] == 16
     assert res[0]["staleness_max"] <= 1 * (2 - 1) + 2
@@ -148,7 +176,8 @@ def test_param_server_ssp_bounds_staleness():
 
 @pytest.mark.slow
 def test_torchrun_max_restarts_resumes_from_checkpoint(tmp_path):
-    """Slow: a torchrun job whose rank dies, restarted by torchrun, resumes from its checkpoint."""
+    """Slow: a torchrun job whose rank dies, restarted by torchrun, resumes from its checkpoint; the agent and the
+    two ranks (twice: the restart) are fresh interpreters that import torch."""
     metrics = tmp_path / "m.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--max-restarts", "1",
            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{find_free_port()}",
@@ -180,7 +209,8 @@ def _two_node_launch(tmp_path: Path, mode_args: list[str], tag: str) -> list[sub
 @pytest.mark.slow
 def test_two_torchrun_nodes_form_one_group_and_train_the_same_parameters(tmp_path):
     # the two jobs (DDP, DropCompute) run at the same time: 4 launchers, 2 rendezvous
-    """Slow: four torchrun launchers (two jobs of two nodes) rendezvous and train."""
+    """Slow: four torchrun launchers (two jobs of two nodes) rendezvous and train; the four agents and four ranks
+    are fresh interpreters that import torch."""
     jobs = {"ddp": _two_node_launch(tmp_path, ["--distributed", "ddp"], "ddp"),
             "dc": _two_node_launch(tmp_path, ["--distributed", "dropcompute", "--compute-threshold", "auto",
                                               "--auto-steps", "2"], "dc")}

@@ -434,13 +434,14 @@ def test_ddp_and_dropcompute_over_an_hf_encoder_equal_one_process(folders):
     give the parameters of one process over the 4 micro-batches (unequal token counts; each rank starts
     from other random adapter and decoder weights, rank 0's are broadcast).
 
-    Slow: DDP and DropCompute jobs of local gloo ranks over a tiny HF encoder, against one process."""
+    Slow: DDP and DropCompute jobs of local gloo ranks over a tiny HF encoder, against one process (the ranks
+    are forked from the tests' fork server, distributed_fixtures.launch: they import transformers, not torch)."""
+    from distributed_fixtures import launch
     from hf_fixtures import hf_dist_rank, hf_update
 
-    from mmst.simulation.run import launch_local
     from mmst.training.strategy import SingleProcessStrategy
 
-    res = launch_local([str(folders["wav2vec2"])], 2, timeout_s=300, target=hf_dist_rank)
+    res = launch([str(folders["wav2vec2"])], 2, timeout_s=300, target=hf_dist_rank)
     for r in (0, 1):
         assert "error" not in res[r], res[r].get("traceback", res[r])
     model = hf_model(folders["wav2vec2"], seed=0)

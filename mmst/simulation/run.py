@@ -28,12 +28,13 @@ import json
 import logging
 import math
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -311,7 +312,10 @@ def _run_argv(argv: list[str]) -> dict[str, Any]:
 
 
 def _entry(rank: int, world: int, port: int, argv: list[str], result_dir: str,
-           target: Callable[[list[str]], dict[str, Any]] = _run_argv) -> None:
+           target: Callable[[list[str]], dict[str, Any]] = _run_argv, environ: dict[str, str] | None = None) -> None:
+    if environ is not None:  # forkserver: the launching process's environment, as spawn would give it
+        os.environ.clear()
+        os.environ.update(environ)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     logging.basicConfig(level=logging.WARNING, format=f"[rank {rank}] %(levelname)s %(message)s")
@@ -325,29 +329,58 @@ def _entry(rank: int, world: int, port: int, argv: list[str], result_dir: str,
 
 
 def launch_local(argv: list[str], nprocs: int, timeout_s: float = 120.0,
-                 target: Callable[[list[str]], dict[str, Any]] | None = None) -> dict[int, dict[str, Any]]:
-    """Run ``nprocs`` local ranks of this runner (spawn, gloo) and collect each rank's result.
+                 target: Callable[[list[str]], dict[str, Any]] | None = None, start_method: str = "spawn",
+                 preload: Sequence[str] = ()) -> dict[int, dict[str, Any]]:
+    """Run ``nprocs`` local ranks of this runner (spawned or forked processes, gloo) and collect each rank's result.
 
     Args:
         argv: runner arguments (as on the command line). nprocs: world size. timeout_s: wall-clock
             bound; ranks still alive then are killed.
         target: run ``target(argv) -> JSON-able dict`` in each rank instead of this runner (a module-level
             function, so the spawned processes can import it); the environment is the same.
+        start_method: ``spawn`` (every rank a fresh interpreter) or ``forkserver`` (tests, which launch many
+            short jobs): every rank is forked from multiprocessing's fork server, which imports this module,
+            torch, ``torch._dynamo`` (DDP's constructor imports it) and ``preload`` once, when this process
+            first starts it, instead of once per rank (several seconds of CPU a rank on a small machine). A
+            rank still starts without a process group, with the caller's current environment. A fork server
+            that other code of this process started earlier keeps its own preloads: the ranks then import
+            what they need themselves, as spawned ones do.
+        preload: more modules for the fork server to import (``forkserver`` only; installed modules: the
+            fork server does not see ``sys.path`` changes of this process).
 
     Returns:
         ``{rank: metrics}``; a rank that raised has ``{"error": ..., "traceback": ...}``, one that died
-        without a word ``{"error": "exit code X"}``; each also has ``exitcode`` and ``wall_s``.
+        without a word ``{"error": "exit code X"}``; each also has ``exitcode``, ``exit_s`` (seconds from
+        the start of the launch to that rank's exit; None if it was killed) and ``wall_s`` (of the launch).
+
+    Raises:
+        ValueError: an unknown ``start_method``.
     """
-    ctx = mp.get_context("spawn")
+    if start_method not in ("spawn", "forkserver"):
+        raise ValueError(f"start_method={start_method!r}: expected 'spawn' or 'forkserver'")
+    ctx = mp.get_context(start_method)
+    environ = None
+    if start_method == "forkserver":
+        ctx.set_forkserver_preload([__name__, "torch._dynamo", *preload])
+        environ = dict(os.environ)
     with tempfile.TemporaryDirectory() as tmp:
         port = find_free_port()
-        procs = [ctx.Process(target=_entry, args=(r, nprocs, port, argv, tmp, target or _run_argv), daemon=False)
+        procs = [ctx.Process(target=_entry, args=(r, nprocs, port, argv, tmp, target or _run_argv, environ),
+                             daemon=False)
                  for r in range(nprocs)]
         t0 = time.monotonic()
         for p in procs:
             p.start()
-        for p in procs:
-            p.join(max(0.1, timeout_s - (time.monotonic() - t0)))
+        exit_s: dict[int, float] = {}
+        while len(exit_s) < nprocs:
+            left = timeout_s - (time.monotonic() - t0)
+            if left <= 0:
+                break
+            mp_connection.wait([p.sentinel for r, p in enumerate(procs) if r not in exit_s], timeout=left)
+            now = time.monotonic() - t0
+            for r, p in enumerate(procs):
+                if r not in exit_s and p.exitcode is not None:
+                    exit_s[r] = now
         wall = time.monotonic() - t0
         res: dict[int, dict[str, Any]] = {}
         for r, p in enumerate(procs):
@@ -355,10 +388,12 @@ def launch_local(argv: list[str], nprocs: int, timeout_s: float = 120.0,
                 p.kill()
                 p.join(5)
                 res[r] = {"error": f"killed after {timeout_s:.0f}s (hang)"}
+            p.join(5)
             f = Path(tmp) / f"rank{r}.json"
             if r not in res:
                 res[r] = json.loads(f.read_text()) if f.exists() else {"error": f"exit code {p.exitcode}"}
             res[r]["exitcode"] = p.exitcode
+            res[r]["exit_s"] = exit_s.get(r)
             res[r]["wall_s"] = wall
         return res
 
