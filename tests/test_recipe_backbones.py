@@ -16,7 +16,8 @@ from mmst.evaluation.backbones import backbones_report
 from mmst.evaluation.compare import CompareError
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ("valid.bleu_subset=2 data.max_tokens=3000 optim.warmup_updates=1 logging.progress_bar=false "
+#: valid.max_len_a=0: a 2-update model never emits EOS, so the validation decode stops at valid.max_len_b tokens
+TINY = ("valid.bleu_subset=2 valid.max_len_a=0 data.max_tokens=3000 optim.warmup_updates=1 logging.progress_bar=false "
         "logging.tensorboard=false num_threads=1 model.overrides.d_model=48 model.overrides.encoder_layers=1 "
         "model.overrides.decoder_layers=1 model.overrides.ffn_dim=64 model.overrides.conv_channels=48 "
         "model.overrides.attention_heads=2")
@@ -69,7 +70,8 @@ def test_backbones_recipe_tiny(tiny_e2e_data, tmp_path):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
     p = subprocess.run(["bash", "recipes/synthetic/run_backbones.sh", "--data", str(data), "--exp-dir", str(exp),
                         "--asr-updates", "2", "--st-updates", "2", "--train-overrides", TINY,
-                        "--eval-extra", "--max-utterances 2 --min-len 1"],
+                        # non-empty hypotheses (a score for every system) of at most 10 tokens (default 200)
+                        "--eval-extra", "--max-utterances 2 --min-len 1 --max-len-b 10"],
                        cwd=ROOT, env=env, text=True, capture_output=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     for n in range(1, 6):

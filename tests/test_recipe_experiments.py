@@ -13,9 +13,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY_TRAIN = ("valid.bleu_subset=4 data.max_tokens=3000 logging.progress_bar=false logging.tensorboard=false "
-              "model.overrides.d_model=48 model.overrides.encoder_layers=1 model.overrides.decoder_layers=1 "
-              "model.overrides.ffn_dim=64 model.overrides.conv_channels=48 model.overrides.attention_heads=2")
+#: A near-random model never emits EOS: every decode runs to its length cap. valid.max_len_a=0 keeps the
+#: validation BLEU decode at valid.max_len_b (10) tokens instead of 1 token per encoder state plus 10 (the recipe
+#: sets valid.max_len_a=1.0; overrides given later win).
+TINY_TRAIN = ("valid.bleu_subset=4 valid.max_len_a=0 data.max_tokens=3000 logging.progress_bar=false "
+              "logging.tensorboard=false model.overrides.d_model=48 model.overrides.encoder_layers=1 "
+              "model.overrides.decoder_layers=1 model.overrides.ffn_dim=64 model.overrides.conv_channels=48 "
+              "model.overrides.attention_heads=2")
 
 
 def _run(script: str, args: list[str]) -> subprocess.CompletedProcess:
@@ -33,7 +37,9 @@ def test_offline_unified_vs_separate_recipe_tiny(tmp_path):
     p = _run("recipes/synthetic/run_offline_unified_vs_separate.sh", [
         "--exp-dir", str(exp), "--tgt-langs", "de,ja", "--num-train", "16", "--num-dev", "4", "--num-test", "4",
         "--num-test-unseen", "3", "--jobs", "1", "--offline-minutes", "0.01",
-        "--train-overrides", f"optim.max_update=50 {TINY_TRAIN}"])
+        "--train-overrides", f"optim.max_update=50 {TINY_TRAIN}",
+        # 0.6 s of training teaches nothing: each hypothesis runs to the length cap (200 tokens by default)
+        "--eval-extra", "--max-len-b 10"])
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     for n in range(5):
         assert f"== Stage {n}:" in p.stdout
@@ -55,8 +61,10 @@ def test_waitk_hard_recipe_tiny(tmp_path):
     p = _run("recipes/synthetic/run_waitk_hard.sh", [
         "--exp-dir", str(exp), "--tgt-langs", "de,ja", "--num-train", "16", "--num-dev", "4", "--num-test", "4",
         "--jobs", "1", "--max-update", "3", "--train-jobs", "2", "--eval-waitk-lagging", "1,3", "--train-overrides", TINY_TRAIN,
-        # 3 updates teach nothing: --min-len keeps the hypotheses non-empty so every table cell has a score
-        "--eval-extra", "--min-len 2"])
+        # 3 updates teach nothing: --min-len keeps the hypotheses non-empty so every table cell has a score, and
+        # --max-len-a 0 --max-len-b 10 (after the recipe's --max-len-a 1.0: the last one wins) stops each at 10
+        # tokens instead of 1 per encoder state plus 200
+        "--eval-extra", "--min-len 2 --max-len-a 0 --max-len-b 10"])
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     cmp = (exp / "compare" / "comparison.md").read_text()
     assert "offline-trained" in cmp and "multi-k" in cmp

@@ -50,13 +50,17 @@ speed_factors=0.9,1.0,1.1
 asr_pretrain=false           # true: pretrain the encoder on English ASR first (same data and augmentation)
 asr_config=recipes/synthetic/conf/asr_xs.yaml
 eval_waitk_lagging=1,3,5
+eval_extra=""                # stage 3: more eval/simultaneous_eval.py options, e.g. "--max-len-b 50"
 source_segment_size=320      # ms
 real_audio_tsv=""            # stage 5: a list of your recordings (id, audio, en, de, ...); empty = skip
 longform_minutes=2.5         # stage 6: length of the synthetic talk
+longform_extra=""            # stage 6: more eval/longform_eval.py options, e.g. "--max-len-b 50"
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs difficulty num_train num_dev num_test
   num_test_unseen seed jobs config train_overrides specaugment speed_perturb speed_factors asr_pretrain
-  asr_config nproc eval_waitk_lagging source_segment_size real_audio_tsv longform_minutes)
+  asr_config nproc eval_waitk_lagging eval_extra source_segment_size real_audio_tsv longform_minutes longform_extra)
 parse_options "$@"
+read -r -a eval_extra_args <<< "$eval_extra"
+read -r -a longform_extra_args <<< "$longform_extra"
 
 raw=$exp_dir/raw
 data=$exp_dir/data
@@ -91,7 +95,7 @@ stage2() {
 eval_unseen() {
   python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
     --split tst-unseen --tgt-langs "$tgt_langs" --waitk-lagging 3 \
-    --source-segment-size "$source_segment_size" --no-progress --out "${eval_dir}_unseen"
+    --source-segment-size "$source_segment_size" --no-progress "${eval_extra_args[@]}" --out "${eval_dir}_unseen"
 }
 stage3() {
   local unseen_pid=""
@@ -100,7 +104,7 @@ stage3() {
   fi
   python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
     --split tst-COMMON --tgt-langs "$tgt_langs" --waitk-lagging "$eval_waitk_lagging" \
-    --source-segment-size "$source_segment_size" --out "$eval_dir"
+    --source-segment-size "$source_segment_size" "${eval_extra_args[@]}" --out "$eval_dir"
   if [ -n "$unseen_pid" ]; then
     wait "$unseen_pid" || { echo "the tst-unseen evaluation failed" >&2; return 1; }
   elif [ "$num_test_unseen" -gt 0 ]; then
@@ -131,7 +135,7 @@ stage6() {
   python eval/longform_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
     --audio "$exp_dir/long_talk/talk.wav" --segments "$exp_dir/long_talk/talk.yaml" --refs "$refs" \
     --waitk-lagging 3 --vad-min-silence-ms 150 --source-segment-size "$source_segment_size" \
-    --no-progress --out "${eval_dir}_longform"
+    --no-progress "${longform_extra_args[@]}" --out "${eval_dir}_longform"
   echo "Long-form results (one ${longform_minutes}-minute talk streamed as one stream, wait-3):"
   cat "${eval_dir}_longform/scores.md"
 }

@@ -29,9 +29,11 @@ seed=1
 jobs=2
 offline_minutes=10           # training wall time of each model (validation excluded)
 train_overrides=""           # extra key=value overrides for mmst-train, space separated
+eval_extra=""                # extra options for every eval/simultaneous_eval.py call, e.g. "--max-len-b 50"
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs num_train num_dev num_test num_test_unseen seed jobs
-  offline_minutes train_overrides)
+  offline_minutes train_overrides eval_extra)
 parse_options "$@"
+read -r -a extra <<< "$eval_extra"
 
 raw=$exp_dir/raw
 data=$exp_dir/data
@@ -64,7 +66,7 @@ stage4() {
   for split in tst-COMMON tst-unseen; do
     for name in unified_offline separate_offline; do
       python eval/simultaneous_eval.py --checkpoint "$models/$name/checkpoint_last.pt" --data "$data" \
-        --split "$split" --tgt-langs "$tgt_langs" --offline --beam 1 --no-progress \
+        --split "$split" --tgt-langs "$tgt_langs" --offline --beam 1 --no-progress "${extra[@]}" \
         --out "$evals/$split/$name/offline"
     done
     python eval/compare_systems.py --out "$exp_dir/compare_$split" --no-plots \
