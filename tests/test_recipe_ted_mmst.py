@@ -69,48 +69,86 @@ def _exp_lock(exp: Path):
     return FileLock(str(exp.parent / "exp.lock"))
 
 
-@pytest.fixture(scope="module")
-def ted_run(tmp_path_factory):
-    """``(exp, args, CompletedProcess, wall_s)`` of one toy recipe run, built ONCE per pytest run.
-
-    A module fixture is built on every xdist worker that runs one of its tests, and the xdist_group below does
-    not keep the three on one worker here (pytest-xdist 3.8 on pytest 9 drops the group: xdist#1386; a CI run
-    built this fixture on both workers). So the first worker to get here runs the recipe under a file lock in
-    the run's shared temp directory and writes its outcome to ``ted_run/result.json``; any other worker waits
-    for the lock and reads it (``ted_run/builds.log`` gets one line per build: two lines = built twice)."""
-    if shutil.which("espeak-ng") is None:
-        pytest.skip("espeak-ng is not installed (Debian package espeak-ng)")
-    from filelock import FileLock
-
-    shared = _shared_tmp(tmp_path_factory)
-    root = shared / "ted_run"
-    exp = root / "exp"
-    args = ["--exp-dir", str(exp), "--size", "xs", "--synth-num-train", "30", "--synth-num-dev", "8",
-            "--synth-num-test", "8", "--synth-segments-per-talk", "3,5", "--jobs", "2", "--max-update", "60",
-            "--avg-last", "2", "--eval-waitk-lagging", "1,3", "--eval-threads", "1", "--eval-max-utterances", "4",
+#: recipes/ted_mmst/run.sh options of the module's recipe run (``--exp-dir`` is added per run).
+TED_ARGS = ["--size", "xs", "--synth-num-train", "30", "--synth-num-dev", "8", "--synth-num-test", "8",
+            "--synth-segments-per-talk", "3,5", "--jobs", "2", "--max-update", "60", "--avg-last", "2",
+            "--eval-waitk-lagging", "1,3", "--eval-threads", "1", "--eval-max-utterances", "4",
             "--eval-extra", "--max-len-b 12", "--speed-perturb", "true", "--specaugment", "LB",
             "--longform-systems", "unified_sync", "--longform-extra", "--max-len-b 12", "--train-overrides", TINY]
-    result = root / "result.json"
+
+
+def _run_once(shared: Path, name: str, script_args: list[str], after=None) -> dict:
+    """Run ``recipes/ted_mmst/run.sh script_args`` once per pytest run, whichever xdist worker asks first.
+
+    A module fixture is built on every xdist worker that runs one of its tests, and ``xdist_group`` does not
+    keep a module's tests on one worker here (pytest-xdist 3.8 on pytest 9 drops the group: xdist#1386). So the
+    first worker runs the recipe under a file lock in the run's shared temp directory, calls ``after()`` (still
+    under the lock) and writes the outcome to ``<name>.json``; any other worker waits for the lock and reads it.
+    ``builds.log`` gets one line per build (two lines for one name = built twice)."""
+    from filelock import FileLock
+
+    result = shared / f"{name}.json"
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    with FileLock(str(shared / "ted_run.lock")):
+    with FileLock(str(shared / f"{name}.lock")):
         if not result.is_file():
-            root.mkdir(parents=True, exist_ok=True)
             t0 = time.time()
             try:
-                p = _run("recipes/ted_mmst/run.sh", args)
+                p = _run("recipes/ted_mmst/run.sh", script_args)
                 rc, out, err = p.returncode, p.stdout, p.stderr
             except subprocess.TimeoutExpired as e:
                 out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout or ""
                 rc, err = 124, f"recipe timed out: {e}"
+            if rc == 0 and after is not None:
+                after()
             wall = time.time() - t0
-            with open(root / "builds.log", "a") as f:
-                f.write(f"{worker} {wall:.0f} s\n")
+            with open(shared / "builds.log", "a") as f:
+                f.write(f"{name} {worker} {wall:.0f} s\n")
             result.write_text(json.dumps({"returncode": rc, "stdout": out, "stderr": err, "wall": wall,
                                           "built_by": worker}))
-    r = json.loads(result.read_text())
-    p = subprocess.CompletedProcess(["bash", "recipes/ted_mmst/run.sh", *args], r["returncode"], r["stdout"],
-                                    r["stderr"])
-    return exp, args, p, r["wall"]
+    return json.loads(result.read_text())
+
+
+def _ted_root(tmp_path_factory) -> Path:
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (Debian package espeak-ng)")
+    root = _shared_tmp(tmp_path_factory) / "ted_run"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _ted_data_phase(root: Path) -> dict:
+    """Stages 0-1 of the module's recipe run (synthesis, alignment, prep), then a copy of its DATA dir
+    (``root/data_copy``) for the comparison recipe, taken before stage 2 adds the speed-perturbed copies."""
+    exp = root / "exp"
+    return _run_once(root, "data", ["--exp-dir", str(exp), *TED_ARGS, "--stop-stage", "1"],
+                     after=lambda: shutil.copytree(exp / "data", root / "data_copy", symlinks=True))
+
+
+@pytest.fixture(scope="module")
+def ted_data(tmp_path_factory) -> Path:
+    """The prepared DATA dir of the module's recipe run (a copy of stages 0-1's output), built once per
+    pytest run: a test that needs only the data waits for stages 0-1, not for the whole recipe."""
+    root = _ted_root(tmp_path_factory)
+    r = _ted_data_phase(root)
+    assert r["returncode"] == 0, r["stdout"][-4000:] + r["stderr"][-4000:]
+    return root / "data_copy"
+
+
+@pytest.fixture(scope="module")
+def ted_run(tmp_path_factory):
+    """``(exp, args, CompletedProcess, wall_s)`` of one toy recipe run, built ONCE per pytest run (stages 0-1
+    with :func:`ted_data`, then stages 2-7; the CompletedProcess holds both runs' output)."""
+    root = _ted_root(tmp_path_factory)
+    exp = root / "exp"
+    args = ["--exp-dir", str(exp), *TED_ARGS]
+    first = _ted_data_phase(root)
+    if first["returncode"] != 0:
+        rest = {"returncode": first["returncode"], "stdout": "", "stderr": "", "wall": 0.0}
+    else:
+        rest = _run_once(root, "rest", [*args, "--stage", "2"])
+    p = subprocess.CompletedProcess(["bash", "recipes/ted_mmst/run.sh", *args], first["returncode"] or rest["returncode"],
+                                    first["stdout"] + rest["stdout"], first["stderr"] + rest["stderr"])
+    return exp, args, p, first["wall"] + rest["wall"]
 
 
 @pytest.mark.slow
@@ -193,18 +231,17 @@ COMPARE_SMALL = ["--max-update", "4", "--avg-last", "2", "--eval-waitk-lagging",
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("ted_run")
-def test_synthetic_compare_recipe_tiny(ted_run):
+def test_synthetic_compare_recipe_tiny(ted_data, tmp_path):
     """run_compare.sh: every comparison system (bilingual x3, separate, unified_sync, async d1/d2 x 2 orders),
     1 seed, on the ted run's prepared DATA; then a seed added later.
 
     Slow: run_compare.sh trains (4 updates), averages and evaluates 9 tiny models, then one more for an added
     seed: about 30 Python processes, 3 s of `import torch` each."""
-    exp, _, p, _ = ted_run
-    assert p.returncode == 0
-    out = exp.parent / "cmp"
+    data = ted_data
+    out = tmp_path / "cmp"
     t0 = time.time()
     q = _run("recipes/synthetic/run_compare.sh",
-             ["--data", str(exp / "data"), "--exp-dir", str(out), "--seeds", "1", *COMPARE_SMALL])
+             ["--data", str(data), "--exp-dir", str(out), "--seeds", "1", *COMPARE_SMALL])
     assert q.returncode == 0, q.stdout[-4000:] + q.stderr[-4000:]
     print(f"run_compare smoke run: {time.time() - t0:.0f} s")
     cmp = json.loads((out / "compare" / "comparison.json").read_text())
@@ -219,7 +256,7 @@ def test_synthetic_compare_recipe_tiny(ted_run):
     assert cmp["params"]["bilingual"] > cmp["params"]["unified_sync"]
     # adding a seed later trains, averages and evaluates only the new (system, seed)
     q2 = _run("recipes/synthetic/run_compare.sh",
-              ["--data", str(exp / "data"), "--exp-dir", str(out), "--seeds", "1,2", "--systems", "unified_sync",
+              ["--data", str(data), "--exp-dir", str(out), "--seeds", "1,2", "--systems", "unified_sync",
                *COMPARE_SMALL])
     assert q2.returncode == 0, q2.stdout[-4000:] + q2.stderr[-4000:]
     assert "unified_sync seed 1 already trained" in q2.stdout

@@ -66,6 +66,49 @@ def test_sweep_writes_everything(tiny, tmp_path):
     assert "silent audio" in p.stderr  # the all-zero file is reported
 
 
+def test_jobs_decode_in_other_processes_and_give_the_same_instances(tiny, tmp_path):
+    """``--jobs 2`` shares the utterances out to two forked processes; every hypothesis and delay is the one
+    ``--jobs 1`` writes, in the same order (the elapsed times differ: they are measured)."""
+    outs = {}
+    for jobs in (1, 2):
+        out = tmp_path / f"j{jobs}"
+        p = _main(["--checkpoint", tiny["ckpt"], "--data", tiny["data"], "--tgt-langs", "de,es", "--waitk-lagging",
+                   "3", "--max-len-b", "6", "--out", out, "--no-progress", "--threads", "1", "--jobs", str(jobs)])
+        assert p.returncode == 0, p.stderr[-3000:]
+        outs[jobs] = out
+        assert json.loads((out / "scores.json").read_text())["config"]["jobs"] == jobs
+    for lang in ("de", "es"):
+        one, two = ([json.loads(x) for x in (outs[j] / lang / "instances.log").read_text().splitlines()] for j in (1, 2))
+        assert len(one) == len(tiny["rows"])
+        assert [(d["index"], d["source"], d["prediction"], d["delays"]) for d in one] == \
+            [(d["index"], d["source"], d["prediction"], d["delays"]) for d in two]
+    p = _main(["--checkpoint", tiny["ckpt"], "--data", tiny["data"], "--out", tmp_path / "bad", "--jobs", "0"])
+    assert p.returncode == 1 and "--jobs must be >= 1" in p.stderr
+
+
+def test_stream_all_keeps_the_order_and_uses_the_worker_processes():
+    """A scripted translator writes its process id and the utterance length: with ``jobs=2`` every
+    utterance is decoded in a child process, and the results come back in utterance order."""
+    from mmst.evaluation.runner import _stream_all
+
+    class PidTranslator:
+        def reset(self):
+            self.n = 0
+
+        def accept_audio(self, samples, finished=False):
+            self.n += samples.size
+            return {"de": [f"{os.getpid()}", f"n{self.n}"]} if finished else {}
+
+    sizes = [800, 16000, 3200, 160, 9600, 4800]
+    utts = [{"id": f"u{i}"} for i in range(len(sizes))]
+    audios = [np.zeros(n, np.float32) for n in sizes]
+    res = _stream_all(PidTranslator(), utts, audios, ["de"], {"de": "word"}, 320.0, False, "t", False, jobs=2)
+    assert [r.per_lang["de"].units[1] for r in res] == [f"n{n}" for n in sizes]
+    assert all(r.per_lang["de"].units[0] != str(os.getpid()) for r in res)
+    one = _stream_all(PidTranslator(), utts, audios, ["de"], {"de": "word"}, 320.0, False, "t", False, jobs=1)
+    assert {r.per_lang["de"].units[0] for r in one} == {str(os.getpid())}
+
+
 def test_offline(tiny, tmp_path):
     out = tmp_path / "off"
     p = _main(["--checkpoint", tiny["ckpt"], "--tgt-langs", "es", "--offline", "--beam", "2", "--max-len-b", "6",

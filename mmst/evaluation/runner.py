@@ -61,6 +61,44 @@ def policy_config(setting: Any, per_lang: dict[str, Any], langs: list[str]) -> d
             "waitk": spec.kwargs.get("k", 3) if spec.name == "waitk" else None}
 
 
+#: What the forked workers of :func:`_stream_all` read (set in the parent just before the fork).
+_FORK_STATE: dict[str, Any] = {}
+
+
+def _stream_one(i: int) -> Any:
+    from mmst.evaluation.streaming import stream_utterance
+
+    st = _FORK_STATE
+    return stream_utterance(st["translator"], st["audios"][i], st["langs"], st["units"], st["segment_ms"],
+                            whole=st["offline"], utt_id=st["utts"][i]["id"])
+
+
+def _stream_all(translator: Any, utts: Sequence[dict[str, Any]], audios: Sequence[np.ndarray], langs: list[str],
+                units: dict[str, str], segment_ms: float, offline: bool, desc: str, progress: bool,
+                jobs: int) -> list[Any]:
+    """:func:`mmst.evaluation.streaming.stream_utterance` over every utterance, in order.
+
+    ``jobs > 1``: the utterances are shared out to that many forked processes (one utterance at a time, so
+    long and short ones balance), each with its own copy of ``translator``; an utterance's result does not
+    depend on which process decoded it, and each process times its own compute, as one process does."""
+    from mmst.evaluation.streaming import stream_utterance
+
+    n = len(utts)
+    if jobs <= 1 or n <= 1:
+        return [stream_utterance(translator, audio, langs, units, segment_ms, whole=offline, utt_id=u["id"])
+                for u, audio in tqdm(list(zip(utts, audios)), desc=desc, disable=not progress)]
+    import multiprocessing
+
+    _FORK_STATE.update(translator=translator, utts=utts, audios=audios, langs=langs, units=units,
+                       segment_ms=segment_ms, offline=offline)
+    try:
+        with multiprocessing.get_context("fork").Pool(min(jobs, n)) as pool:
+            return list(tqdm(pool.imap(_stream_one, range(n), chunksize=1), total=n, desc=desc,
+                             disable=not progress))
+    finally:
+        _FORK_STATE.clear()
+
+
 def evaluate_setting(
     translator: Any,
     utts: Sequence[dict[str, Any]],
@@ -72,6 +110,7 @@ def evaluate_setting(
     out_dir: str | Path,
     config: dict[str, Any],
     progress: bool = True,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     """Evaluate one setting (one k, or offline) and write its instances and scores under ``out_dir``.
 
@@ -87,6 +126,8 @@ def evaluate_setting(
         config: recorded in ``scores.json`` (``waitk`` is used in titles; ``simuleval_compat``: count
             reference words as SimulEval 1.1.4, see :func:`mmst.evaluation.scorer.score_instances`).
         progress: tqdm bar over utterances.
+        jobs: processes decoding utterances side by side (forked, one torch thread each is what the
+            command line sets); 1 = this process. The hypotheses are the same for any ``jobs``.
 
     Returns:
         The ``scores.json`` object (``per_lang``, ``average``, ``rtf``, ``config``, ``timing``).
@@ -94,16 +135,14 @@ def evaluate_setting(
     from mmst.evaluation.instances import make_instance, write_instances
     from mmst.evaluation.report import write_scores
     from mmst.evaluation.scorer import ScoringError, average_scores, score_instances
-    from mmst.evaluation.streaming import stream_utterance
-
     out_dir = Path(out_dir)
     instances: dict[str, list[dict[str, Any]]] = {lang: [] for lang in langs}
     total_compute = 0.0
     total_audio_s = 0.0
     seg_ms: list[float] = []
     desc = "offline" if offline else str(config.get("policy_label", f"k={config.get('waitk')}"))
-    for i, (u, audio) in enumerate(tqdm(list(zip(utts, audios)), desc=desc, disable=not progress)):
-        res = stream_utterance(translator, audio, langs, units, segment_ms, whole=offline, utt_id=u["id"])
+    results = _stream_all(translator, utts, audios, langs, units, segment_ms, offline, desc, progress, jobs)
+    for i, (u, audio, res) in enumerate(zip(utts, audios, results)):
         total_compute += res.compute_s
         total_audio_s += audio.size / 16000.0
         seg_ms += res.segment_compute_ms
@@ -162,6 +201,7 @@ def run_sweep(
     progress: bool = True,
     swept: str | None = None,
     per_lang: dict[str, Any] | None = None,
+    jobs: int = 1,
 ) -> dict[str, dict[str, Any]]:
     """Evaluate every setting of ``ks`` with one system.
 
@@ -184,6 +224,7 @@ def run_sweep(
         progress: tqdm bars.
         swept: the parameter the settings sweep (for the summary; default ``k`` for wait-k values).
         per_lang: ``{lang: PolicySpec}`` overriding the setting's policy for those languages.
+        jobs: processes per setting (:func:`evaluate_setting`).
 
     Returns:
         ``{setting label: scores.json object}``.
@@ -213,7 +254,8 @@ def run_sweep(
         label = setting_label(k)
         sub = out if len(ks) == 1 else out / label
         t0 = time.perf_counter()
-        obj = evaluate_setting(translator, utts, audios, langs, units, segment_ms, offline, sub, cfg, progress)
+        obj = evaluate_setting(translator, utts, audios, langs, units, segment_ms, offline, sub, cfg, progress,
+                               jobs=jobs)
         results[label] = obj
         avg = obj.get("average", {})
         logger.info("%s: BLEU %.2f AL %.1f ms AL_CA %.1f ms RTF %.3f (%.1fs) -> %s",

@@ -11,7 +11,7 @@
 #      --asr-pretrain true first English ASR pretraining of the encoder (conf/asr_xs.yaml), both with
 #      the same augmentation (docs/augmentation.md)
 #   3  evaluate on tst-COMMON at k = 1,3,5 and on tst-unseen at k = 3 with joint decoding
-#      (eval/simultaneous_eval.py; each evaluation is one thread: with --jobs 2 the two run side by side)
+#      (eval/simultaneous_eval.py --jobs: that many one-thread processes share out the utterances)
 #   4  print the results tables and the path of latency_quality.png
 #   5  real speech (opt-in): with --real-audio-tsv LIST, your recordings in the prep_audio_list.py format
 #      (id, audio, en, de, ...) prepared with the training vocabulary and CMVN and evaluated at wait-3
@@ -40,7 +40,7 @@ num_dev=200
 num_test=200                 # tst-COMMON: voices heard in training
 num_test_unseen=200          # tst-unseen: voices never heard in training (0 = no such split)
 seed=1
-jobs=2                       # processes for synthesis and feature extraction
+jobs=2                       # processes for synthesis, feature extraction and evaluation
 config=recipes/synthetic/conf/train_xs.yaml
 train_overrides=""           # extra key=value overrides for mmst-train, space separated
 nproc=1                      # >1: train with torchrun --nproc_per_node $nproc
@@ -94,22 +94,15 @@ stage2() {
 }
 eval_unseen() {
   python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
-    --split tst-unseen --tgt-langs "$tgt_langs" --waitk-lagging 3 \
+    --split tst-unseen --tgt-langs "$tgt_langs" --waitk-lagging 3 --jobs "$jobs" \
     --source-segment-size "$source_segment_size" --no-progress "${eval_extra_args[@]}" --out "${eval_dir}_unseen"
 }
 stage3() {
-  local unseen_pid=""
-  if [ "$num_test_unseen" -gt 0 ] && [ "$jobs" -ge 2 ]; then
-    eval_unseen & unseen_pid=$!   # single-threaded like the sweep: one core each
-  fi
+  # one torch thread per process, --jobs processes share out the utterances of each k
   python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
-    --split tst-COMMON --tgt-langs "$tgt_langs" --waitk-lagging "$eval_waitk_lagging" \
+    --split tst-COMMON --tgt-langs "$tgt_langs" --waitk-lagging "$eval_waitk_lagging" --jobs "$jobs" \
     --source-segment-size "$source_segment_size" "${eval_extra_args[@]}" --out "$eval_dir"
-  if [ -n "$unseen_pid" ]; then
-    wait "$unseen_pid" || { echo "the tst-unseen evaluation failed" >&2; return 1; }
-  elif [ "$num_test_unseen" -gt 0 ]; then
-    eval_unseen
-  fi
+  if [ "$num_test_unseen" -gt 0 ]; then eval_unseen; fi
 }
 stage4() {
   echo "Results (tst-COMMON, synthetic voices heard in training):"
