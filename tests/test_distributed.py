@@ -54,8 +54,8 @@ def ddp_job(tmp_path_factory):
 
 @pytest.mark.slow
 def test_ddp_two_ranks_match_single_process_global_batch(ddp_job):
-    """Slow: no longer (a DDP job of two forked gloo ranks, shared with the DropCompute test, against a
-    single-process reference; over 20 s when it spawned its ranks)."""
+    """A DDP job of two forked gloo ranks (shared with the DropCompute test) against a single-process
+    reference."""
     steps, m, out = DDP_STEPS, DDP_M, ddp_job
     # single process, same global batch (2 ranks x m micro-batches), mean loss, same SGD
     torch.manual_seed(0)
@@ -73,8 +73,7 @@ def test_ddp_two_ranks_match_single_process_global_batch(ddp_job):
 
 @pytest.mark.slow
 def test_dropcompute_tau_inf_gives_exactly_ddp_gradients(ddp_job, tmp_path):
-    """Slow: no longer (a DropCompute job of two forked gloo ranks against the module's DDP job; over 20 s when
-    it spawned both jobs)."""
+    """A DropCompute job of two forked gloo ranks at tau = inf against the module's DDP job."""
     a, b = ddp_job, tmp_path / "dc.pt"
     args = ["--steps", str(DDP_STEPS), "--update-freq", str(DDP_M), *COMMON]
     res = launch(["--distributed", "dropcompute", "--compute-threshold", "inf", "--dump-params", str(b), *args], 2,
@@ -86,9 +85,7 @@ def test_dropcompute_tau_inf_gives_exactly_ddp_gradients(ddp_job, tmp_path):
 
 @pytest.mark.slow
 def test_dropcompute_drops_slow_rank_without_hanging_and_never_cuts_a_micro_batch():
-    """A DropCompute job of two gloo ranks with one rank slowed down on purpose (in simulated time).
-
-    Slow: no longer (forked ranks: about a second; over 20 s when it spawned them)."""
+    """A DropCompute job of two gloo ranks with one rank slowed down on purpose (in simulated time)."""
     res = launch(["--distributed", "dropcompute", "--compute-threshold", "0.03", "--update-freq", "4",
                   "--steps", "6", "--measure-from", "0", "--straggler-delay", "const", "--record-micro",
                   "--straggler-base-ms", "10", "--slow-rank", "1:4", "--virtual-clock", *COMMON], 2,
@@ -111,9 +108,7 @@ def test_dropcompute_drops_slow_rank_without_hanging_and_never_cuts_a_micro_batc
 def test_dropcompute_auto_threshold_is_finite_agreed_and_respects_max_drop_rate():
     # W = 4 ranks, lognormal delays with CV 0.5, in simulated time (--virtual-clock): tau and the drops
     # depend on the seeded delays only, not on how loaded the machine is
-    """A job of four gloo ranks that records step times, picks tau and trains with it.
-
-    Slow: no longer (forked ranks: a few seconds; over 20 s when it spawned them)."""
+    """A job of four gloo ranks that records step times, picks tau and trains with it."""
     cap, m, steps, rec = 0.15, 4, 16, 4
     res = launch(["--distributed", "dropcompute", "--compute-threshold", "auto", "--auto-steps", str(rec),
                   "--update-freq", str(m), "--steps", str(steps), "--straggler-delay", "lognormal:cv=0.5",
@@ -163,9 +158,7 @@ def test_param_server_survives_worker_death():
 
 @pytest.mark.slow
 def test_param_server_ssp_bounds_staleness():
-    """A parameter-server job (server + 2 workers) with a slow worker.
-
-    Slow: no longer (forked ranks: about a second; over 20 s when it spawned them)."""
+    """A parameter-server job (server + 2 workers) with a slow worker."""
     res = launch(["--distributed", "param-server", "--steps", "8", "--max-staleness", "1",
                   "--straggler-delay", "const", "--straggler-base-ms", "3", "--slow-rank", "1:4",
                   *COMMON], 3, timeout_s=120)

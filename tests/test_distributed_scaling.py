@@ -114,8 +114,6 @@ def test_dropcompute_step_with_two_of_four_dropped_equals_one_process_over_the_t
 
 @pytest.mark.slow
 def test_dropcompute_tau_inf_is_bit_identical_to_ddp_on_unequal_batches(ddp_result):
-    """The DropCompute update of the module's launch against its DDP update (each of a fresh model).
-
-    Slow: no longer (over 20 s when it spawned a second launch; it now reads the module's launch)."""
+    """The DropCompute update of the module's launch against its DDP update (each of a fresh model)."""
     dc = {r: ddp_result[r]["dropcompute"] for r in (0, 1)}
     assert ddp_result[0]["ddp"]["params"] == dc[0]["params"] == dc[1]["params"]  # bit-identical, not just close

@@ -73,9 +73,7 @@ def _records(save: Path, kind: str) -> list[dict]:
 @pytest.mark.slow
 def test_dropcompute_logs_its_numbers_once(tiny_feature_data, tmp_path):
     # (DDP's and the parameter server's numbers: tests/test_bench_smoke.py::test_bench_stragglers_mmst_quick)
-    """A DropCompute job of two mmst-train ranks (forked, no torchrun agent: the agent is not what is tested).
-
-    Slow: no longer (over 20 s when the ranks and an agent were fresh interpreters)."""
+    """A DropCompute job of two mmst-train ranks (forked, no torchrun agent: the agent is not what is tested)."""
     save = tmp_path / "run"
     extra = ["optim.update_freq=2", "optim.max_update=4", "logging.log_interval=2", "valid.interval_updates=2",
              "checkpoint.save_interval_updates=0", "--straggler-delay", "lognormal:cv=0.5",
@@ -187,9 +185,7 @@ def test_param_server_goes_on_without_a_dead_worker(tiny_feature_data, tmp_path)
 @pytest.mark.slow
 def test_dead_param_server_gives_workers_a_clear_error(tiny_feature_data, tmp_path):
     """A parameter-server job (server + 2 workers, forked ranks, no torchrun agent) whose server dies: each worker
-    ends with a clear error within --dist-timeout of the death (at once in practice: the connection closes).
-
-    Slow: no longer (over 20 s when its ranks were fresh interpreters)."""
+    ends with a clear error within --dist-timeout of the death (at once in practice: the connection closes)."""
     timeout_s = 20
     res = _launch_by_hand(3, _cli(tiny_feature_data, tmp_path / "run", "param-server", "optim.update_freq=1",
                                   "optim.max_update=50", "valid.interval_updates=0", "checkpoint.save_interval_updates=0",
