@@ -6,6 +6,10 @@ STAMP  := $(VENV)/.setup-stamp
 PYTEST_ARGS ?=
 # two pytest-xdist workers keep both cores busy (docs/development.md); PYTEST_XDIST="-n 0" runs in one process
 PYTEST_XDIST ?= -n 2 --dist loadgroup
+# Python caches the byte code of what it imports (__pycache__): where PYTHONDONTWRITEBYTECODE is set (as on some
+# CI and sandbox machines) it never does, and every process compiled torch again (import torch._dynamo, which
+# every training process pays through its optimizer: 10 s instead of 4). Commands run by make write the cache.
+unexport PYTHONDONTWRITEBYTECODE
 SHELL := bash
 .SHELLFLAGS := -eo pipefail -c
 
@@ -19,13 +23,10 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install -q --upgrade pip
 	@# torch comes first, pinned to the CPU build (2.13.0); then the project, its dev extras and the hf extra
 	@# (transformers: the tests build tiny pretrained encoders; nothing is downloaded). --no-compile: pip
-	@# compiles on one core, which was most of the install time; compileall below uses every core.
+	@# compiles every file of every package on one core, which was most of the install time; Python compiles
+	@# what is imported, when it is first imported (see PYTHONDONTWRITEBYTECODE above).
 	@$(PY) -m pip install -q --no-compile "torch==2.13.0"
 	@$(PY) -m pip install -q --no-compile -e ".[dev,hf]" 2>&1 | { grep -vE "^WARNING: Location|BuildBackendWarning|^ *(!!|\*+|corresp|with strategy|Please be careful|name as your package)|^ *$$" || true; }
-	@# byte code, compiled once here on every core: where PYTHONDONTWRITEBYTECODE is set (as on some CI and
-	@# sandbox machines) Python never caches what it compiles at import, and every process recompiled torch's
-	@# modules (import torch._dynamo, which every training process pays through its optimizer: 10 s -> 4 s)
-	@$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" mmst > /dev/null 2>&1 || true
 	@touch $(STAMP)
 	@echo "setup: .venv ready ($$($(PY) -c 'import torch; print("torch", torch.__version__)'))"
 

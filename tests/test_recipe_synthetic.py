@@ -62,6 +62,8 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     for n in range(5):
         assert f"== Stage {n}:" in p.stdout
+    # auto: the OMP_WAIT_POLICY of the environment wins (importing mmst set one in this test process)
+    assert f"-- training with OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']} (--omp-wait-policy auto)" in p.stdout
     assert (exp / "eval" / "latency_quality.png").stat().st_size > 1000
     # the copies exist, the ASR run trained on them, the ST model started from its encoder
     n_train = len((exp / "data" / "train.tsv").read_text().splitlines()) - 1
@@ -122,11 +124,19 @@ def test_recipe_rejects_unknown_option():
     assert "unknown option '--no-such-option'" in p.stderr
 
 
+def test_recipe_rejects_a_bad_omp_wait_policy():
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    p = subprocess.run(["bash", "recipes/synthetic/run.sh", "--omp-wait-policy", "spin"], cwd=ROOT, text=True,
+                       capture_output=True, timeout=60, env=env)
+    assert p.returncode == 2
+    assert "--omp-wait-policy must be auto, active or passive (got 'spin')" in p.stderr
+
+
 def test_recipe_help_lists_every_option():
     p = subprocess.run(["bash", "recipes/synthetic/run.sh", "--help"], cwd=ROOT, text=True,
                        capture_output=True, timeout=60)
     assert p.returncode == 0
-    for opt in ("--stage", "--stop-stage", "--force", "--nproc", "--tgt-langs", "--eval-waitk-lagging", "--specaugment",
+    for opt in ("--stage", "--stop-stage", "--force", "--nproc", "--omp-wait-policy", "--tgt-langs", "--eval-waitk-lagging", "--specaugment",
                 "--speed-perturb", "--asr-pretrain", "--real-audio-tsv"):
         assert opt in p.stdout
 

@@ -44,6 +44,9 @@ jobs=2                       # processes for synthesis, feature extraction and e
 config=recipes/synthetic/conf/train_xs.yaml
 train_overrides=""           # extra key=value overrides for mmst-train, space separated
 nproc=1                      # >1: train with torchrun --nproc_per_node $nproc
+omp_wait_policy=auto         # stage 2: OpenMP wait policy of training. auto: $OMP_WAIT_POLICY when set, else
+                             # active with --nproc 1 (idle helper threads spin: faster when nothing else runs,
+                             # docs/performance.md) and passive with more ranks; or active / passive
 specaugment=none             # SpecAugment policy in training: none | LB | LD | SM | SS
 speed_perturb=false          # true: train on speed-perturbed copies (--speed-factors) of train
 speed_factors=0.9,1.0,1.1
@@ -57,8 +60,14 @@ longform_minutes=2.5         # stage 6: length of the synthetic talk
 longform_extra=""            # stage 6: more eval/longform_eval.py options, e.g. "--max-len-b 50"
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs difficulty num_train num_dev num_test
   num_test_unseen seed jobs config train_overrides specaugment speed_perturb speed_factors asr_pretrain
-  asr_config nproc eval_waitk_lagging eval_extra source_segment_size real_audio_tsv longform_minutes longform_extra)
+  asr_config nproc omp_wait_policy eval_waitk_lagging eval_extra source_segment_size real_audio_tsv longform_minutes longform_extra)
 parse_options "$@"
+case "$omp_wait_policy" in
+  auto) if [ -n "${OMP_WAIT_POLICY:-}" ]; then train_omp=$OMP_WAIT_POLICY
+        elif [ "$nproc" -le 1 ]; then train_omp=ACTIVE; else train_omp=PASSIVE; fi ;;
+  active|passive|ACTIVE|PASSIVE) train_omp=${omp_wait_policy^^} ;;
+  *) echo "$0: --omp-wait-policy must be auto, active or passive (got '$omp_wait_policy')" >&2; exit 2 ;;
+esac
 read -r -a eval_extra_args <<< "$eval_extra"
 read -r -a longform_extra_args <<< "$longform_extra"
 
@@ -85,12 +94,13 @@ stage2() {
   aug="$(augment_overrides "$specaugment" "$speed_perturb" "$speed_factors")"
   extra="$aug $train_overrides"
   [ "$speed_perturb" = "true" ] && ensure_speed_perturbed "$data" "$speed_factors" "$jobs"
+  echo "-- training with OMP_WAIT_POLICY=$train_omp (--omp-wait-policy $omp_wait_policy)"
   if [ "$asr_pretrain" = "true" ]; then
-    asr_pretrain "$data" "$exp_dir/data_asr" "$exp_dir/asr" "$asr_config" "$extra"
+    OMP_WAIT_POLICY=$train_omp asr_pretrain "$data" "$exp_dir/data_asr" "$exp_dir/asr" "$asr_config" "$extra"
     extra="$extra checkpoint.load_pretrained_encoder_from=$exp_dir/asr/checkpoint_best.pt"
   fi
   # shellcheck disable=SC2086
-  launch_train --config "$config" --data "$data" --save-dir "$model_dir" $extra
+  OMP_WAIT_POLICY=$train_omp launch_train --config "$config" --data "$data" --save-dir "$model_dir" $extra
 }
 eval_unseen() {
   python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
