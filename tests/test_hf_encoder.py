@@ -427,6 +427,63 @@ def test_model_folder_carries_the_hf_encoder(hf_system, folders, tmp_path, monke
         build_model(hf_config(folder / "hf_encoder"))
 
 
+
+def test_training_stores_a_relative_encoder_path_absolute(hf_system, folders, tmp_path, monkeypatch):
+    """``model.overrides.hf_encoder_path`` typed relative to the working directory is stored absolute in the
+    checkpoint's model config, so the checkpoint loads from another directory."""
+    import shutil
+
+    from mmst.models.checkpoint import load_model
+    from mmst.training.config import load_config
+    from mmst.training.trainer import build_trainer
+
+    shutil.copytree(folders["wav2vec2"], tmp_path / "enc" / "w2v")
+    monkeypatch.chdir(tmp_path)
+    tr = build_trainer(load_config(None, [*_hf_train_overrides("enc/w2v"), "optim.max_update=1"]), hf_system["data"],
+                       tmp_path / "run")
+    tr.train()
+    ckpt = tmp_path / "run" / "checkpoint_last.pt"
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["model_cfg"]["hf_encoder_path"] == str((tmp_path / "enc" / "w2v").resolve())
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    model, info = load_model(ckpt)
+    assert model.encoder.model_type == "wav2vec2"
+
+
+def test_encoder_folders_are_local_only(folders, tmp_path, monkeypatch):
+    """A path that is not a local folder (a relative path read from another directory, a hub id) stops with
+    one line naming the key and the path before ``transformers`` is called; every ``from_pretrained`` of a
+    folder passes ``local_files_only=True`` (no network, whatever HF_HUB_OFFLINE says)."""
+    import transformers
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    calls = []
+
+    def recording(owner):
+        orig = owner.from_pretrained.__func__
+
+        def from_pretrained(cls, *a, **k):
+            calls.append((owner.__name__, k))
+            return orig(cls, *a, **k)
+
+        monkeypatch.setattr(owner, "from_pretrained", classmethod(from_pretrained))
+
+    for owner in (transformers.AutoConfig, transformers.PreTrainedModel, transformers.WhisperFeatureExtractor):
+        recording(owner)
+    monkeypatch.chdir(tmp_path)
+    for path in ("enc/w2v", "facebook/wav2vec2-base-960h"):
+        with pytest.raises(FileNotFoundError) as e:
+            build_model(hf_config(path))
+        assert str(e.value) == (f"model config: hf_encoder_path {path!r}: no such folder (mmst reads pretrained "
+                                "encoders from local folders only; give the folder's path)")
+    assert calls == []
+    for kind in ("wav2vec2", "whisper"):
+        build_model(hf_config(folders[kind]))
+    assert {name for name, _ in calls} == {"AutoConfig", "PreTrainedModel", "WhisperFeatureExtractor"}
+    assert all(k.get("local_files_only") is True for _, k in calls), calls
+
 # ------------------------------------------------------------------ DDP and DropCompute, W = 2
 def test_ddp_and_dropcompute_over_an_hf_encoder_equal_one_process(folders):
     """W = 2 ranks (spawned, gloo) through the trainer's adapters: one DDP update and one DropCompute update

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 ARCHS = ("separate", "unified")
@@ -71,9 +72,11 @@ class ModelConfig:
             ``pip install -e .[hf]`` and ``encoder_attention="offline"``). With ``"hf"``, ``encoder_layers``,
             ``ffn_dim`` and ``input_dim`` are unused; ``conv_kernel_sizes`` / ``conv_channels`` are the
             length adapter's stride-2 convolutions (1 to 3 of them) over the pretrained encoder's frames.
-        hf_encoder_path: ``"hf"`` only: a folder written by ``save_pretrained`` (Wav2Vec2Model,
-            HubertModel, WavLMModel or WhisperModel weights in safetensors), or a hub id where the machine
-            can download. Needed again when a checkpoint of the model is loaded.
+        hf_encoder_path: ``"hf"`` only: a local folder written by ``save_pretrained`` (Wav2Vec2Model,
+            HubertModel, WavLMModel or WhisperModel weights in safetensors); mmst reads local folders only
+            (never a hub id, never the network). Training stores it absolute (a relative path is resolved
+            against the working directory, :meth:`with_absolute_hf_encoder_path`); needed again when a
+            checkpoint of the model is loaded.
         hf_freeze: ``"hf"`` only: ``"all"`` (the pretrained encoder is frozen, run in eval mode),
             ``"feature_extractor"`` (its convolutional front end is frozen; default) or ``"none"``.
         hf_layer: ``"hf"`` only: which hidden state feeds the adapter: ``-1`` (the last, default), ``N``
@@ -198,13 +201,23 @@ class ModelConfig:
             bad("hf_layer", "must be -1 (last), a hidden-state index N >= 0 or 'weighted'")
         if self.encoder_type == "hf":
             if not self.hf_encoder_path:
-                bad("hf_encoder_path", "encoder_type 'hf' needs a save_pretrained folder (or a hub id)")
+                bad("hf_encoder_path", "encoder_type 'hf' needs a local save_pretrained folder")
             if self.encoder_attention != "offline":
                 bad("encoder_attention", "a pretrained Hugging Face encoder attends the whole input: "
                     "set encoder_attention: offline")
             if not 1 <= len(self.conv_kernel_sizes) <= 3:
                 bad("conv_kernel_sizes", "the length adapter of an 'hf' encoder has 1 to 3 convolutions")
         return self
+
+    def with_absolute_hf_encoder_path(self) -> ModelConfig:
+        """This config with ``hf_encoder_path`` made absolute when it names an existing local folder
+        (resolved against the working directory), so that a checkpoint that stores it loads from any
+        directory; ``self`` otherwise (no path, or a path that is not a folder here: loading it stops
+        with an error naming it)."""
+        path = self.hf_encoder_path
+        if not path or not Path(path).is_dir() or Path(path).is_absolute():
+            return self
+        return dataclasses.replace(self, hf_encoder_path=str(Path(path).resolve()))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-python dict (JSON/YAML/``torch.save(weights_only=True)`` safe)."""

@@ -1,9 +1,11 @@
 """Pretrained Hugging Face speech encoders under the MMST decoders: wav2vec 2.0, HuBERT, WavLM, Whisper.
 
-``ModelConfig.encoder_type = "hf"`` builds :class:`HFSpeechEncoder` from ``hf_encoder_path`` (a folder
-written by ``save_pretrained``, read with ``use_safetensors=True``; or a hub id where the machine may
-download). This is the only module of mmst that imports ``transformers`` (the ``hf`` extra); the
-registry imports it only for this encoder type.
+``ModelConfig.encoder_type = "hf"`` builds :class:`HFSpeechEncoder` from ``hf_encoder_path``, a local
+folder written by ``save_pretrained``, read with ``use_safetensors=True``. mmst never downloads: every
+``from_pretrained`` call passes ``local_files_only=True``, and a path that is not an existing folder stops
+with one line naming it before ``transformers`` is called (a hub id is not a folder). This is the only
+module of mmst that imports ``transformers`` (the ``hf`` extra); the registry imports it only for this
+encoder type.
 
 Input: the raw 16 kHz waveform ``(B, T_samples)`` (or ``(B, T_samples, 1)``), zero padded, with its
 lengths in samples.
@@ -95,12 +97,28 @@ def write_random_encoder(folder: str | Path, size: str, seed: int = 0) -> Path:
     return Path(folder)
 
 
+def check_local_folder(path: str) -> None:
+    """Raise ``FileNotFoundError`` (one line naming ``hf_encoder_path`` and ``path``) when ``path`` is not
+    an existing local folder: mmst reads pretrained encoders from local folders only, so a hub id or a
+    relative path read from another directory stops here, before ``transformers`` is called."""
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"model config: hf_encoder_path {path!r}: no such folder (mmst reads pretrained "
+                                "encoders from local folders only; give the folder's path)")
+
+
 def load_hf_config(path: str):
-    """The ``transformers`` config of ``path``; raises ``ValueError`` naming the folder and the
-    supported model types when the type is not one of :data:`HF_MODEL_CLASSES`."""
-    if Path(path).exists() and not (Path(path) / "config.json").is_file():
+    """The ``transformers`` config of the local folder ``path`` (``local_files_only=True``).
+
+    Raises:
+        FileNotFoundError: ``path`` is not an existing folder (:func:`check_local_folder`), or has no
+            ``config.json``.
+        ValueError: the model type is not one of :data:`HF_MODEL_CLASSES` (the message names the folder
+            and the supported types).
+    """
+    check_local_folder(path)
+    if not (Path(path) / "config.json").is_file():
         raise FileNotFoundError(f"hf_encoder_path {path}: no config.json (write the folder with save_pretrained)")
-    cfg = transformers.AutoConfig.from_pretrained(path)
+    cfg = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
     if cfg.model_type not in HF_MODEL_CLASSES:
         raise ValueError(f"hf_encoder_path {path}: model_type {cfg.model_type!r} is not a supported speech "
                          f"encoder (supported: {', '.join(HF_MODEL_CLASSES)})")
@@ -126,7 +144,8 @@ class HFSpeechEncoder(nn.Module):
 
     Raises:
         ImportError / OSError: the folder cannot be read by ``transformers``.
-        FileNotFoundError: ``pretrained_weights`` and a local folder without ``model.safetensors``.
+        FileNotFoundError: ``hf_encoder_path`` is not an existing local folder; ``pretrained_weights`` and a
+            folder without ``model.safetensors``.
         ValueError: an unsupported model type.
     """
 
@@ -363,15 +382,15 @@ def _hf_module(cls, path: str, hf_cfg, pretrained_weights: bool):
     """``cls`` with the weights of ``path`` (``use_safetensors=True``), or built from ``hf_cfg`` alone
     (its weights initialised at random, to be overwritten by the caller) in eval mode like a loaded one."""
     if pretrained_weights:
-        return cls.from_pretrained(path, config=hf_cfg, use_safetensors=True)
+        return cls.from_pretrained(path, config=hf_cfg, use_safetensors=True, local_files_only=True)
     return cls(hf_cfg).eval()
 
 
 def _whisper_feature_extractor(path: str, hf_cfg):
     """The folder's ``WhisperFeatureExtractor``, or one matching the model config when the folder has none;
     raises ``ValueError`` when its window differs from the encoder's."""
-    if (Path(path) / "preprocessor_config.json").is_file() or not Path(path).exists():
-        fe = transformers.WhisperFeatureExtractor.from_pretrained(path)
+    if (Path(path) / "preprocessor_config.json").is_file():
+        fe = transformers.WhisperFeatureExtractor.from_pretrained(path, local_files_only=True)
     else:
         hop = 160
         fe = transformers.WhisperFeatureExtractor(feature_size=hf_cfg.num_mel_bins, hop_length=hop,

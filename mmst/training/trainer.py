@@ -722,6 +722,7 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
         try:
             model_cfg = model_config_for_size(cfg.model.size, arch=arch, tgt_langs=train_ds.tgt_langs,
                                               **kw, **cfg.model.overrides.as_dict())
+            model_cfg = model_cfg.with_absolute_hf_encoder_path()  # checkpoints load from any directory
         except (TypeError, ValueError) as e:
             raise ValueError(f"model.overrides: {e}") from e
     # resumed or initialised: every weight comes from that model, a pretrained encoder's folder gives its config
