@@ -1,7 +1,7 @@
 """Benchmark the MuST-C cross-pair alignment index (issue: 300,000 segments in < 60 s on 1 core).
 
 Generates a MuST-C-like yaml/text corpus (no audio) with ``--segments`` segments in total spread over
-``--langs`` pairs (default 300,000 over 8 pairs = 37,500 per pair, MuST-C v1's order of magnitude),
+``--num-langs`` pairs (default 300,000 over 8 pairs = 37,500 per pair, MuST-C v1's order of magnitude),
 where non-reference pairs carry realistic disagreements (5 ms and 40 ms shifts, segments split in
 two, extra ``rW``/``uW`` keys). Then times, in one process:
 
@@ -11,12 +11,11 @@ two, extra ``rW``/``uW`` keys). Then times, in one process:
 
 Prints a table and writes ``docs/results/alignment.json``. Pure Python, single-threaded.
 
-Usage: ``python bench/bench_alignment.py [--segments 300000] [--langs 8] [--out docs/results/alignment.json]``
+Usage: ``python bench/bench_alignment.py [--segments 300000] [--num-langs 8] [--out docs/results/alignment.json]``
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import random
@@ -27,7 +26,7 @@ import time
 from provenance import RESULTS_DIR, run_record
 
 from mmst.atomic import atomic_write_json
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import ArgumentParser
 from mmst.corpora.mustc import AlignParams, align_segments, build_report, read_pair_split
 
 #: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
@@ -91,16 +90,22 @@ def generate(root: str, n_segments: int, langs: list[str], seg_per_talk: int = 1
     return stats
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Run the benchmark; returns the result dict (also written as JSON)."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+def build_parser() -> ArgumentParser:
+    """Command-line options."""
+    ap = ArgumentParser(description=__doc__)
     ap.add_argument("--segments", type=int, default=300_000, help="total yaml segments over all pairs (default 300000)")
-    ap.add_argument("--langs", type=int, default=8, help="number of pairs (default 8: de..ru)")
+    ap.add_argument("--num-langs", dest="langs", type=int, default=8, help="number of pairs (default 8: de..ru)")
+    ap.add_deprecated_alias("--langs", "--num-langs")
     ap.add_argument("--seed", type=int, default=0, help="generator seed")
     ap.add_argument("--out", default=str(RESULTS_DIR / "alignment.json"),
                     help="JSON output path (default docs/results/alignment.json)")
     ap.add_argument("--budget-s", type=float, default=60.0, help="time goal for read+align, seconds (default 60)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the benchmark; returns the result dict (also written as JSON)."""
+    args = build_parser().parse_args(argv)
     langs = LANGS[: args.langs]
     tmp = tempfile.mkdtemp(prefix="bench_align_")
     try:

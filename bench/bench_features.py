@@ -18,7 +18,6 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import os
 import platform
@@ -30,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from provenance import RESULTS_DIR, run_record
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import ArgumentParser
 
 #: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
 DEPENDS_ON = ("bench/bench_features.py", "mmst/audio.py", "mmst/features.py")
@@ -90,10 +89,9 @@ def _time(fn, items, jobs: int, repeats: int) -> tuple[float, float]:
 
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; returns 0 (1 if the goal is missed and --check was given)."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
+def build_parser() -> ArgumentParser:
+    """Command-line options."""
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=300.0, help="total seconds of audio per run")
     p.add_argument("--utt-seconds", type=float, default=10.0, help="length of each synthetic utterance (s)")
     p.add_argument("--jobs", type=int, default=2, help="worker processes of the parallel run (besides 1)")
@@ -103,7 +101,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="JSON result file (default docs/results/features.json)")
     p.add_argument("--goal", type=float, default=500.0, help="goal, x real time per core")
     p.add_argument("--check", action="store_true", help="exit 1 when the single-process fbank misses --goal")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; returns 0 (1 if the goal is missed and --check was given)."""
+    args = build_parser().parse_args(argv)
 
     import kaldi_native_fbank
     import soundfile as sf

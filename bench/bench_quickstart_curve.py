@@ -30,7 +30,7 @@ from pathlib import Path
 
 from provenance import run_record
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import ArgumentParser
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = "recipes/synthetic/conf/train_xs.yaml"
@@ -81,8 +81,7 @@ def chosen_update(curve: list[dict], margin: float) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="bench/bench_quickstart_curve.py", description=__doc__.split("\n")[0],
-                                 formatter_class=HelpFormatter)
+    ap = ArgumentParser(prog="bench/bench_quickstart_curve.py", description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, required=True, help="prepared quickstart DATA dir (run.sh --stop-stage 1)")
     ap.add_argument("--work", type=Path, required=True, help="folder for the model and the evaluations")
     ap.add_argument("--max-update", type=int, default=450, help="updates of the curve run")

@@ -58,7 +58,7 @@ import psutil
 import soundfile as sf
 from provenance import RESULTS_DIR, run_record
 
-from mmst.cli_help import HelpFormatter, add_model_arguments
+from mmst.cli_help import ArgumentParser, add_model_arguments
 from mmst.serve.loadtest import run_clients, summarize_clients
 from mmst.serve.protocol import DEFAULT_MAX_RATE
 
@@ -81,7 +81,7 @@ GOALS = {"max_realtime_clients": (">=", 16), "batched_over_unbatched_cost_8_clie
 
 def build_parser() -> argparse.ArgumentParser:
     """Options of the benchmark."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p = ArgumentParser(description=__doc__)
     add_model_arguments(p, data_required=True, langs_default=None)
     p.add_argument("--wav", nargs="*", default=None,
                    help="talk wavs to stream (default: the tst-COMMON talks named by DATA/tst-COMMON.tsv)")

@@ -62,8 +62,10 @@ from typing import Any
 import numpy as np
 from provenance import RESULTS_DIR, run_record
 
+from mmst.cli_help import ArgumentParser
 from mmst.distributed.env import find_free_port
-from mmst.simulation.run import build_parser, train
+from mmst.simulation.run import build_parser as build_run_parser
+from mmst.simulation.run import train
 from mmst.simulation.step_time import expected_max_sum_blom, expected_max_sum_mc
 
 #: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
@@ -100,7 +102,7 @@ def _proc(idx: int, jobs: list[tuple[str, str, int, list[str], int]], outdir: st
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(idx), WORLD_SIZE=str(world),
                           LOCAL_RANK=str(idx))
         try:
-            res = train(build_parser().parse_args(argv))
+            res = train(build_run_parser().parse_args(argv))
         except Exception as e:  # noqa: BLE001 - recorded, the bench goes on
             res = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
         if idx == 0:
@@ -210,9 +212,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI: run the benchmark, print the table, write the JSON."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser() -> ArgumentParser:
+    """Command-line options."""
+    p = ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="W=1,4 and cv0/ln0.5 only, fewer steps (~1 min)")
     p.add_argument("--workers", default=None, help="comma-separated W list (default 1,2,4,8; quick 1,4)")
     p.add_argument("--scenarios", default=None, help=f"comma-separated subset of {list(SCENARIOS)}")
@@ -228,7 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=400.0, help="seconds per W before processes are killed")
     p.add_argument("--out", default=str(RESULTS_DIR / "stragglers.json"), help="JSON output path (default docs/results/stragglers.json)")
     p.add_argument("--reanalyse", default=None, help="recompute predictions/table from this JSON (no runs)")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: run the benchmark, print the table, write the JSON."""
+    a = build_parser().parse_args(argv)
     if a.reanalyse:
         old = json.loads(Path(a.reanalyse).read_text())
         rows = old["rows"]

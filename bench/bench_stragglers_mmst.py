@@ -65,6 +65,7 @@ from typing import Any
 
 from provenance import REPO, RESULTS_DIR, run_record
 
+from mmst.cli_help import ArgumentParser
 from mmst.distributed.env import find_free_port
 from mmst.distributed.report import loss_at_time, read_log, reference_target, run_summary, time_to_target
 
@@ -396,7 +397,7 @@ def plot(rows: list[dict[str, Any]], targets: dict[int, float], path: Path) -> N
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="W=2, slow rank, 1 seed, tiny model, few updates (CI)")
     p.add_argument("--data", default="/work/exp/synthetic/data", help="DATA directory (synthetic corpus)")
     p.add_argument("--config", default=str(REPO / "recipes/synthetic/conf/train_xs.yaml"), help="training config")

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from provenance import run_record
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import ArgumentParser
 from mmst.provenance import unknown_dependencies
 
 REPO = Path(__file__).resolve().parents[1]
@@ -124,8 +124,7 @@ def summarize(rows: list[dict], wall_s: float, top: int) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="bench/bench_test_durations.py", description=__doc__.split("\n")[0],
-                                 formatter_class=HelpFormatter)
+    ap = ArgumentParser(prog="bench/bench_test_durations.py", description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="the results JSON to write")
     ap.add_argument("--top", type=int, default=40, help="how many of the slowest tests to record")
     ap.add_argument("--junit", type=Path, default=None,

@@ -31,7 +31,7 @@ the peak ``torch.mm``, so its MFU would be meaningless (and the row takes many t
 
 Batches are synthetic with realistic shapes (no corpus needed): about ``--frames`` fbank frames per
 batch (default 20000 = 200 s of speech), utterances of ``--utt-frames`` frames (lengths spread
-80-100% to produce realistic padding), ``--langs`` target languages with ``--tokens-per-s`` target
+80-100% to produce realistic padding), ``--num-langs`` target languages with ``--tokens-per-s`` target
 tokens per second of speech, joint vocab ``--vocab`` (1000), CTC on an English transcript.  With
 ``--data DATA`` real batches of ``DATA/train.tsv`` are used instead (bucketed by ``--frames`` as
 max-tokens); the loader time is then reported as ``loader_wait_pct``.
@@ -405,7 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto (cuda when available)")
     p.add_argument("--frames", type=int, default=20000, help="padded fbank frames per batch (10 ms each)")
     p.add_argument("--utt-frames", type=int, default=500, help="longest utterance in frames (synthetic)")
-    p.add_argument("--langs", type=int, default=4, help="target languages (synthetic)")
+    p.add_argument("--num-langs", dest="langs", type=int, default=4, help="number of target languages (synthetic)")
+    p.add_deprecated_alias("--langs", "--num-langs")
     p.add_argument("--vocab-size", dest="vocab", type=int, default=1000, help="joint target vocabulary size")
     p.add_deprecated_alias("--vocab", "--vocab-size")
     p.add_argument("--src-vocab-size", dest="src_vocab", type=int, default=500, help="source (CTC) vocabulary size")

@@ -13,7 +13,6 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import time
@@ -23,7 +22,7 @@ import torch
 from provenance import run_record
 from tqdm import tqdm
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import ArgumentParser
 from mmst.data.batching import collate
 from mmst.losses import MultilingualCriterion
 from mmst.models import build_model, model_config_for_size
@@ -72,9 +71,9 @@ def bench_size(size: str, arch: str, batch, updates: int, warmup: int, ctc: bool
             "seconds": round(dt, 3), "frames_per_s": round(frames / dt, 1), "ctc": ctc}
 
 
-def main() -> None:
-    """CLI entry point."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+def build_parser() -> ArgumentParser:
+    """Command-line options."""
+    ap = ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", nargs="+", default=["xs", "s"], help="model sizes to time")
     ap.add_argument("--arch", default="unified", choices=["unified", "separate"], help="model architecture")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -85,7 +84,12 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3, help="untimed warm-up updates")
     ap.add_argument("--no-ctc", action="store_true", help="disable the CTC head/loss")
     ap.add_argument("--out", default=None, help="write results as JSON here")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI entry point."""
+    args = build_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     batch = synthetic_batch(args.batch, args.frames, args.tgt_len, 1000, 500)
     results = [bench_size(s, args.arch, batch, args.updates, args.warmup, not args.no_ctc) for s in args.sizes]

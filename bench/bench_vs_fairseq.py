@@ -12,7 +12,7 @@ Method:
 2. fairseq inputs are derived from DATA: every utterance's fbank is written as ``.npy`` (raw; CMVN
    via fairseq's ``global_cmvn`` transform with our ``gcmvn.npz``), speech_to_text manifests
    ``train_st.tsv`` / ``dev_st.tsv`` (id, audio, n_frames, tgt_text, speaker) for ONE target
-   language (``--lang``), the vocab txt of our joint SentencePiece model (same ids: bos 0, pad 1,
+   language (``--tgt-langs``, one), the vocab txt of our joint SentencePiece model (same ids: bos 0, pad 1,
    eos 2, unk 3, then pieces) and a ``config.yaml``.
 3. Models: fairseq ``s2t_transformer_s`` (d 256, 12/6 layers, 4 heads, FFN 2048, conv 1024,
    tied decoder embeddings) and our ``s`` model (``separate`` arch, one language, same vocab, offline
@@ -66,7 +66,7 @@ from typing import Any
 
 from provenance import RESULTS_DIR, run_record, write_results
 
-from mmst.cli_help import HelpFormatter
+from mmst.cli_help import ArgumentParser
 
 #: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
 DEPENDS_ON = (
@@ -241,7 +241,7 @@ def worker_fairseq(out_json: str, threads: int, fs_args: list[str]) -> None:
 def run_ours(data: Path, args: argparse.Namespace, precision: str = "fp32", max_seconds: float | None = None,
              max_cpu_seconds: float | None = None) -> dict[str, Any]:
     """Train our ``s`` model (one language, offline) at ``precision`` in a subprocess; returns its JSON result."""
-    cmd = [sys.executable, __file__, "--worker-ours", str(data), "--lang", args.lang, "--max-tokens",
+    cmd = [sys.executable, __file__, "--worker-ours", str(data), "--tgt-langs", args.lang, "--max-tokens",
            str(args.max_tokens), "--updates", str(args.updates), "--lr", str(args.lr), "--warmup-updates",
            str(args.warmup_updates), "--threads", str(args.threads), "--precision", precision,
            "--optimizer", args.optimizer, "--seed", str(args.seed), "--dropout-match", args.dropout_match]
@@ -421,10 +421,11 @@ def run_dev_seeds(args: argparse.Namespace, data: Path, fs_dir: Path, work: Path
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p = ArgumentParser(description=__doc__)
     p.add_argument("--data", default=None, help="our DATA dir (default: a synthetic corpus under --work)")
     p.add_argument("--work", default="/tmp/mmst_vs_fairseq", help="scratch directory")
-    p.add_argument("--lang", default="de", help="target language (fairseq s2t is bilingual)")
+    p.add_argument("--tgt-langs", dest="lang", default="de", help="target language, one (fairseq s2t is bilingual)")
+    p.add_deprecated_alias("--lang", "--tgt-langs")
     p.add_argument("--n-train", type=int, default=600, help="utterances of the synthetic corpus")
     p.add_argument("--max-tokens", type=int, default=4000, help="padded fbank frames per batch (both)")
     p.add_argument("--updates", type=int, default=30, help="updates per run")

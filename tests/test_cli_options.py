@@ -114,3 +114,44 @@ def test_console_scripts_and_thin_wrappers():
         main = _load(path).main
         assert main in mains, f"{path}: its main is no console script's"
         assert len(path.read_text().splitlines()) <= 10, f"{path}: a wrapper only imports and calls main"
+
+
+#: bench scripts that are libraries of the others, not commands
+BENCH_LIBRARIES = {"provenance.py", "summarize.py"}
+
+
+def test_every_bench_script_has_its_own_parser():
+    """Every benchmark command exposes ``build_parser()`` returning the project's parser (so its documented
+    commands can be checked without running it), defined in the script itself, not imported from mmst."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        for path in sorted((REPO / "bench").glob("bench_*.py")):
+            mod = _load(path)
+            assert hasattr(mod, "build_parser"), f"{path.name} has no build_parser()"
+            assert mod.build_parser.__module__ == mod.__name__, f"{path.name}: build_parser is imported"
+            assert isinstance(mod.build_parser(), ArgumentParser), path.name
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    assert {p.name for p in (REPO / "bench").glob("*.py") if not p.name.startswith("bench_")} <= BENCH_LIBRARIES
+
+
+@pytest.mark.parametrize("script,old,new,dest,value", [
+    ("bench_vs_fairseq.py", "--lang", "--tgt-langs", "lang", "fr"),
+    ("bench_train.py", "--langs", "--num-langs", "langs", 2),
+    ("bench_alignment.py", "--langs", "--num-langs", "langs", 3),
+])
+def test_bench_options_use_the_shared_names(script, old, new, dest, value, capsys):
+    import sys
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        p = _load(REPO / "bench" / script).build_parser()
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    assert getattr(p.parse_args([new, str(value)]), dest) == value
+    assert capsys.readouterr().err == ""
+    assert getattr(p.parse_args([old, str(value)]), dest) == value
+    assert f"warning: {old} is deprecated; use {new}" in capsys.readouterr().err
+    assert old + " " not in p.format_help()
