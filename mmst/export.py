@@ -17,7 +17,8 @@ models, ``gcmvn.npz``, for a model over a pretrained Hugging Face encoder its co
 ``--data`` defaults to the DATA directory recorded in the checkpoint; its vocabularies must be the ones
 the checkpoint was trained with (size and SHA-256), else the export stops. The folder is written
 beside ``--out`` and renamed into place, so an interrupted export never leaves a half-written folder
-under that name; an existing folder is replaced.
+under that name; an existing folder is replaced. The folder gets the usual mode of a new folder,
+``0o777 & ~umask`` (0755 under umask 022), its files ``0o666 & ~umask``.
 """
 
 from __future__ import annotations
@@ -236,6 +237,7 @@ def export_model(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
+        os.chmod(tmp, 0o777 & ~_current_umask())  # mkdtemp creates 0700; a folder to share gets the umask's mode
         state = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
         save_file(state, str(tmp / MODEL_WEIGHTS_FILE), metadata={"format": "pt", "mmst_format": MODEL_FORMAT})
         files = [v for k, v in vocab.items() if k != "per_lang"] + list((vocab.get("per_lang") or {}).values())
@@ -255,6 +257,13 @@ def export_model(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _current_umask() -> int:
+    """The process's umask now (read and set back, as :data:`mmst.atomic._UMASK` does at import)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def build_parser() -> ArgumentParser:

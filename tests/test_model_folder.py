@@ -65,6 +65,19 @@ def test_export_writes_the_folder(system) -> None:
     assert "English speech -> de, es" in card and "## Export" in card and "mmst-serve --model" in card
 
 
+def test_export_folder_gets_the_umask_mode(system, tmp_path) -> None:
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        d = export_model(system["ckpt"], tmp_path / "shared")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(d.stat().st_mode) == 0o755
+    assert stat.S_IMODE((d / "config.json").stat().st_mode) == 0o644
+
+
 def test_export_load_same_weights_and_same_words_on_a_stream(system) -> None:
     ckpt = torch.load(system["ckpt"], weights_only=True)
     model, info = load_model(system["folder"])
