@@ -181,5 +181,6 @@ def test_bad_audio_truncated_opus_and_silence_reported_and_skipped(tmp_path, cap
         assert [r["id"] for r in st] == ["c0", "c1", "c2"]
     rep = json.loads((out / "prep_report.json").read_text())
     assert sorted(b["id"] for b in rep["skipped_bad_audio"]) == ["cut", "zero"]
+    assert rep["splits"]["fl"]["rows_in"] == 5 and rep["splits"]["fl"]["dropped"] == {"bad_audio": 2}
     assert "(id cut)" in caplog.text and "(id zero)" in caplog.text
     assert "near-silent audio" in caplog.text  # c0 peaks at 0.004

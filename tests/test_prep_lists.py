@@ -16,7 +16,7 @@ from fixtures_data import data_prep_main
 
 from mmst.corpora.audiolist import AudioListError
 from mmst.corpora.lists import build_from_lists, parse_test_lists
-from mmst.corpora.multiway import BuildError
+from mmst.corpora.multiway import BuildError, format_summary
 from mmst.data.manifest import read_manifest
 from mmst.data.store import read_feature
 from mmst.features import GlobalCMVN
@@ -121,6 +121,13 @@ def test_bad_audio_stops_or_is_skipped_with_a_report(tmp_path) -> None:
     rep = build_from_lists(lists["train"], tmp_path / "B", dev=lists["dev"], skip_bad=True, progress=False)
     assert [(b["id"], b["split"]) for b in rep["skipped_bad_audio"]] == [("late", "train")]
     assert rep["splits"]["train"]["kept"] == 8
+    # rows_in: the data rows of the list (8 + the bad one); the bad clip is counted in dropped
+    assert rep["splits"]["train"]["rows_in"] == 9 and rep["splits"]["train"]["dropped"] == {"bad_audio": 1}
+    saved = json.loads((tmp_path / "B" / "prep_report.json").read_text())
+    assert saved["splits"]["train"] == rep["splits"]["train"]
+    assert rep["splits"]["dev"]["dropped"] == {}
+    line = next(x for x in format_summary(rep).splitlines() if x.startswith("train "))
+    assert line.split()[1:3] == ["9", "8"] and line.endswith("bad_audio=1")
 
 
 def test_id_in_two_lists_and_bad_test_names(tmp_path) -> None:

@@ -7,7 +7,8 @@ is never filtered (it is test data): a bad clip (unreadable, silent, or decoding
 differs from the list's ``duration_s`` by more than 0.1 s, e.g. a truncated Ogg/Opus file) is an
 error naming each bad row, unless ``--skip-bad`` is given: then those rows are left out (every other
 row keeps its own translations), each one is logged with its reason and listed under
-``skipped_bad_audio`` in ``prep_report.json``. Near-silent clips (peak below -40 dBFS) are kept with a
+``skipped_bad_audio`` in ``prep_report.json`` (and counted in the split's ``rows_in`` and, as
+``bad_audio``, in its ``dropped``). Near-silent clips (peak below -40 dBFS) are kept with a
 warning.
 
 Use ``--vocab-from DATA_TRAIN`` so a model trained on DATA_TRAIN can be evaluated: its vocabularies
@@ -105,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     report = build_from_rows(
         {split: rows}, args.out, langs, jobs=args.jobs, no_filter_splits=[split],
         extra_report={"tsv": os.path.abspath(args.tsv), "skipped_bad_audio": skipped},
+        dropped_before={split: {"bad_audio": len(skipped)}},
         vocab_size=args.vocab_size, per_lang_vocab=args.per_lang_vocab, vocab_from=args.vocab_from,
         dither=args.dither, peak_normalize=args.peak_normalize, fit_split=split,
         progress=not args.no_progress, tool="prep_audio_list",

@@ -15,8 +15,9 @@ Example::
 
 Every clip (or segment) is decoded and checked first: unreadable, silent, or truncated audio stops
 the run with one line per clip (list file, line, id, reason) unless ``--skip-bad`` is given, which
-leaves those rows out and lists them under ``skipped_bad_audio`` in ``prep_report.json``. Exit codes:
-0 ok; 1 bad input (the message names the file, line and field); 2 bad arguments.
+leaves those rows out and lists them under ``skipped_bad_audio`` in ``prep_report.json`` (the split's
+``rows_in`` still counts them, its ``dropped`` as ``bad_audio``, in the report and the printed summary).
+Exit codes: 0 ok; 1 bad input (the message names the file, line and field); 2 bad arguments.
 """
 
 from __future__ import annotations

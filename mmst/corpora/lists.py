@@ -14,7 +14,8 @@ naming the file, line and field; an id listed in two lists is a
 :class:`~mmst.corpora.multiway.BuildError` naming both places; bad audio (see
 :func:`~mmst.corpora.audiolist.check_audio`) stops the build with one line per clip unless
 ``skip_bad``, which leaves those rows out and lists them under ``skipped_bad_audio`` in
-``prep_report.json``.
+``prep_report.json``; each split's ``rows_in`` counts every data row of its list, and its ``dropped``
+counts the left-out clips as ``bad_audio``.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def build_from_lists(
 
     Returns:
         The build report (also ``DATA/prep_report.json``), with ``lists`` (split -> file) and
-        ``skipped_bad_audio`` (``{"id", "source", "reason", "split"}`` per left-out clip).
+        ``skipped_bad_audio`` (``{"id", "source", "reason", "split"}`` per left-out clip, also counted in
+        the split's ``rows_in`` and ``dropped["bad_audio"]``).
 
     Raises:
         AudioListError: unreadable list, bad row, a list without rows or with only bad audio, bad
@@ -98,6 +100,7 @@ def build_from_lists(
     langs = list(tgt_langs) if tgt_langs else None
     rows_by_split: dict[str, list[dict[str, Any]]] = {}
     skipped: list[dict[str, Any]] = []
+    n_bad: dict[str, dict[str, int]] = {}
     for split, path in lists.items():
         if not Path(path).is_file():
             raise AudioListError(f"{path}: list of split {split!r} not found")
@@ -106,6 +109,7 @@ def build_from_lists(
             raise AudioListError(f"{path}: no data rows")
         good, bad = drop_bad_audio(rows, skip_bad, progress=progress)
         skipped += [{**b, "split": split} for b in bad]
+        n_bad[split] = {"bad_audio": len(bad)}
         if not good:
             raise AudioListError(f"{path}: every clip is bad audio")
         rows_by_split[split] = good
@@ -114,6 +118,6 @@ def build_from_lists(
     report = build_from_rows(
         rows_by_split, out_dir, langs, jobs=jobs, no_filter_splits=test_splits,
         extra_report={"lists": {s: os.path.abspath(p) for s, p in lists.items()}, "skipped_bad_audio": skipped},
-        fit_split="train", **{"tool": "prep_lists", **options},
+        dropped_before=n_bad, fit_split="train", **{"tool": "prep_lists", **options},
     )
     return report

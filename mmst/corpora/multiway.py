@@ -419,6 +419,7 @@ def build_from_rows(
     jobs: int = 1,
     no_filter_splits: Iterable[str] = (),
     extra_report: Mapping[str, Any] | None = None,
+    dropped_before: Mapping[str, Mapping[str, int]] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Build a DATA directory from multi-way rows (see module docstring for formats and rules).
@@ -435,6 +436,9 @@ def build_from_rows(
         jobs: feature extraction processes (1 = in this process).
         no_filter_splits: splits never filtered (in addition to ``tst*``/``test*``).
         extra_report: merged into ``prep_report.json`` at top level.
+        dropped_before: ``{split: {reason: count}}`` of rows the caller read and left out before
+            ``rows_by_split`` (e.g. ``{"train": {"bad_audio": 1}}``): counted in that split's ``rows_in``
+            and ``dropped``, so ``rows_in`` is the number of rows read.
         **options: fields of :class:`BuildOptions` (``vocab_size``, ``per_lang_vocab``,
             ``max_frames``, ``dither``, ``vocab_from`` ...).
 
@@ -457,6 +461,12 @@ def build_from_rows(
     rows = read_rows(rows_by_split, tgt_langs)
     feats = featurize(rows, out, tgt_langs, opts, nofilter, jobs)
     kept, filt = filter_rows(rows, feats.results, tgt_langs, opts, nofilter)
+    for split, counts in (dropped_before or {}).items():
+        rep = filt["splits"].get(split)
+        for reason, n in counts.items():
+            if rep is not None and n:
+                rep["rows_in"] += n
+                rep["dropped"][reason] = rep["dropped"].get(reason, 0) + n
     h_zip, zip_reused = pack_features(kept, out, state, opts.progress)
     vocab_cfg, vocab_rep, cmvn_rep = fit_vocab(kept, feats, h_zip, out, tgt_langs, opts, state, jobs, list(rows))
     write_outputs(kept, out, tgt_langs, list(rows), vocab_cfg, opts)
