@@ -14,8 +14,9 @@ models, ``gcmvn.npz``, for a model over a pretrained Hugging Face encoder its co
 (evaluation scripts, the SimulEval agent, ``mmst-serve``), and training can start from it
 (``checkpoint.init_from``).
 
-``--data`` defaults to the DATA directory recorded in the checkpoint; its vocabularies must be the ones
-the checkpoint was trained with (size and SHA-256), else the export stops. The folder is written
+``--data`` defaults to the DATA directory recorded in the checkpoint (where it was at training time: when it
+has moved, the error names that recorded path, and ``--data`` gives the current one); its vocabularies
+must be the ones the checkpoint was trained with (size and SHA-256), else the export stops. The folder is written
 beside ``--out`` and renamed into place, so an interrupted export never leaves a half-written folder
 under that name; an existing folder is replaced. The folder gets the usual mode of a new folder,
 ``0o777 & ~umask`` (0755 under umask 022), its files ``0o666 & ~umask``.
@@ -131,6 +132,17 @@ def read_scores(path: str | os.PathLike[str]) -> dict[str, dict[str, dict[str, f
     return res
 
 
+def _is_named_size(m: dict[str, Any]) -> bool:
+    """True when the model config ``m`` has every dimension of its named size (:data:`mmst.models.config.SIZES`;
+    overrides such as ``d_model=64`` make it a custom model, whatever ``size`` says). An ``hf`` encoder's
+    unused ``encoder_layers`` / ``ffn_dim`` are not compared."""
+    from mmst.models.config import SIZES
+
+    unused = ("encoder_layers", "ffn_dim") if m.get("encoder_type") == "hf" else ()
+    dims = SIZES.get(m.get("size"))
+    return dims is not None and all(m.get(k) == v for k, v in dims.items() if k not in unused)
+
+
 def model_card(cfg: dict[str, Any], scores: dict[str, Any] | None) -> str:
     """The ``README.md`` of a model folder (Markdown) from its ``config.json`` content and scores."""
     m, tr, ex = cfg["model"], cfg.get("training") or {}, cfg.get("export") or {}
@@ -139,11 +151,13 @@ def model_card(cfg: dict[str, Any], scores: dict[str, Any] | None) -> str:
              "A simultaneous speech translation model of mmst in its model-folder format "
              f"(`{MODEL_CONFIG_FILE}`, `{MODEL_WEIGHTS_FILE}`, SentencePiece models, CMVN).", "",
              "## Model", "",
-             f"- architecture: `{m.get('arch')}` (size `{m.get('size')}`), {n_params} parameters; "
-             f"encoder {m.get('encoder_layers')} layers ({m.get('encoder_attention')}), decoder "
-             f"{m.get('decoder_layers')} layers, d_model {m.get('d_model')}"
-             + (f"; pretrained Hugging Face encoder (config in `{m.get('hf_encoder_path')}/`, trained from "
-                f"`{tr.get('hf_encoder_path')}`)" if m.get("encoder_type") == "hf" else ""),
+             f"- architecture: `{m.get('arch')}`" + (f", size `{m['size']}`" if _is_named_size(m) else "")
+             + f": d_model {m.get('d_model')}, "
+             + (f"pretrained Hugging Face encoder (config in `{m.get('hf_encoder_path')}/`, trained from "
+                f"`{tr.get('hf_encoder_path')}`)" if m.get("encoder_type") == "hf"
+                else f"encoder {m.get('encoder_layers')} layers ({m.get('encoder_attention')})")
+             + f", decoder {m.get('decoder_layers')} layers, {m.get('attention_heads')} attention heads, "
+             f"FFN {m.get('ffn_dim')}; {n_params} parameters",
              f"- source language: {cfg['data'].get('src_lang', 'en')}; target languages: {', '.join(cfg['tgt_langs'])}",
              f"- vocabulary: {cfg['vocab_mode']} ("
              + ", ".join(f"{lang}: {fp['path']} ({fp['size']} pieces)" for lang, fp in cfg["vocab"]["tgt"].items()) + ")",
@@ -207,6 +221,9 @@ def export_model(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str]
     try:
         dcfg = load_data_config(ddir)
     except DataConfigError as e:
+        if data_dir is None:  # the path came from the checkpoint: the DATA may have moved since training
+            raise ExportError(f"DATA directory {ddir} recorded in the checkpoint {checkpoint} is not usable ({e}); "
+                              "pass --data DATA to give its current path") from None
         raise ExportError(str(e)) from None
     langs = list(ckpt.get("tgt_langs") or model.tgt_langs)
     vocab = _vocab_files(dcfg)
@@ -270,7 +287,9 @@ def build_parser() -> ArgumentParser:
     """Options of ``mmst-export``."""
     p = ArgumentParser(prog="mmst-export", description=__doc__)
     p.add_argument("--checkpoint", required=True, help="training checkpoint (.pt), e.g. checkpoint_avg.pt")
-    p.add_argument("--data", default=None, help="its DATA directory (default: the one recorded in the checkpoint)")
+    p.add_argument("--data", default=None,
+                   help="its DATA directory (default: the path recorded in the checkpoint at training time; "
+                        "give --data when the DATA has moved since)")
     p.add_argument("--scores", default=None,
                    help="an evaluation of this model (scores.json of mmst-eval, or its folder) "
                         "quoted in the model card")

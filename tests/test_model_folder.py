@@ -78,6 +78,34 @@ def test_export_folder_gets_the_umask_mode(system, tmp_path) -> None:
     assert stat.S_IMODE((d / "config.json").stat().st_mode) == 0o644
 
 
+def test_model_card_states_the_real_dimensions(system) -> None:
+    from mmst.export import model_card
+    from mmst.models.config import SIZES
+
+    card = (system["folder"] / "README.md").read_text()
+    line = next(x for x in card.splitlines() if x.startswith("- architecture:"))
+    # the tiny model is built from size xs with overrides (d=64, 2 + 1 layers): not an xs model
+    assert "`xs`" not in line and "d_model 64" in line and "encoder 2 layers" in line and "decoder 1 layers" in line
+    cfg = json.loads((system["folder"] / "config.json").read_text())
+    cfg["model"].update(SIZES["xs"])
+    line = next(x for x in model_card(cfg, None).splitlines() if x.startswith("- architecture:"))
+    assert "size `xs`" in line and "d_model 192" in line and "encoder 4 layers" in line
+
+
+def test_export_names_the_moved_data_directory_of_the_checkpoint(tmp_path) -> None:
+    import shutil
+
+    s = make_tiny_system(tmp_path / "sys", langs=("de",))
+    moved = tmp_path / "DATA_moved"
+    shutil.move(s["data"], moved)
+    with pytest.raises(ExportError) as e:
+        export_model(s["ckpt"], tmp_path / "out")
+    msg = str(e.value)
+    assert f"DATA directory {s['data']} recorded in the checkpoint" in msg and "pass --data" in msg
+    assert not (tmp_path / "out").exists()
+    assert export_model(s["ckpt"], tmp_path / "out", data_dir=moved).is_dir()
+
+
 def test_export_load_same_weights_and_same_words_on_a_stream(system) -> None:
     ckpt = torch.load(system["ckpt"], weights_only=True)
     model, info = load_model(system["folder"])

@@ -138,3 +138,18 @@ def test_id_in_two_lists_and_bad_test_names(tmp_path) -> None:
     for bad in (["tst.tsv"], ["dev=a.tsv"], ["a/b=x.tsv"], ["t=a.tsv", "t=b.tsv"]):
         with pytest.raises(AudioListError, match="--test"):
             parse_test_lists(bad)
+
+
+def test_vocabulary_options_help_matches_the_code() -> None:
+    """--vocab-size's help states the automatic rule auto_vocab_size applies; --vocab-from names model folders."""
+    from mmst.cli.prep_lists import build_parser
+    from mmst.corpora.multiway import DEFAULT_VOCAB_CAPS, auto_vocab_size
+
+    text = " ".join(build_parser().format_help().split())
+    assert "min(cap, max(64, word types of the train text)), cap 10000 joint, 8000 per language" in text
+    assert "min(5000, max(64, English word types))" in text and "word types / 2" not in text
+    assert "or of an exported model folder" in text
+    assert (DEFAULT_VOCAB_CAPS["joint"], DEFAULT_VOCAB_CAPS["per_lang"], DEFAULT_VOCAB_CAPS["src"]) == (10000, 8000, 5000)
+    words = [f"w{i}" for i in range(300)]
+    assert auto_vocab_size(["a b a"], 10000) == 64
+    assert auto_vocab_size([" ".join(words)], 10000) == 300 and auto_vocab_size([" ".join(words)], 200) == 200

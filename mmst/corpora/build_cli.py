@@ -19,17 +19,19 @@ def add_build_arguments(p: argparse.ArgumentParser) -> None:
     (``--vocab-size`` ... ``--dither``; :data:`BUILD_ARGUMENTS`), with :class:`BuildOptions`' defaults."""
     p.add_argument("--vocab-size", type=int, default=BuildOptions.vocab_size,
                    help="joint (and per-language) SentencePiece size, an upper bound on tiny corpora; "
-                        "default: automatic (min(10000, word types / 2)), logged")
+                        "default: automatic, logged: min(cap, max(64, word types of the train text)), cap "
+                        "10000 joint, 8000 per language")
     p.add_argument("--src-vocab-size", type=int, default=BuildOptions.src_vocab_size,
-                   help="English SentencePiece size (CTC target); default automatic (cap 5000)")
+                   help="English SentencePiece size (CTC target); default automatic: "
+                        "min(5000, max(64, English word types))")
     p.add_argument("--pretokenize", choices=("auto", "none"), default=BuildOptions.pretokenize,
                    help="auto: ja/zh target text gets word boundaries (MeCab for ja, Han characters for zh) for "
                         "SentencePiece training only, so no piece spans several words; none: raw text")
     p.add_argument("--per-lang-vocab", action="store_true",
                    help="also train one SentencePiece model per target language (separate decoders)")
     p.add_argument("--vocab-from", default=BuildOptions.vocab_from,
-                   help="reuse the SentencePiece models (spm_*.model) and gcmvn.npz of this DATA directory instead "
-                        "of training them")
+                   help="reuse the SentencePiece models (spm_*.model) and gcmvn.npz of this DATA directory, or "
+                        "of an exported model folder (mmst-export), instead of training them")
     p.add_argument("--max-frames", type=int, default=BuildOptions.max_frames,
                    help="drop train utterances longer than this many 10 ms frames (never applied to tst-*)")
     p.add_argument("--min-frames", type=int, default=BuildOptions.min_frames,

@@ -348,7 +348,8 @@ class BuildOptions:
         peak_normalize: scale every utterance towards this peak amplitude before fbank with the causal
             running-peak gain :func:`mmst.features.causal_peak_normalize` (the rule the streaming
             evaluation and the SimulEval agent apply too); ``None`` = off.
-        vocab_from: reuse ``spm_*.model``/``.txt`` and ``gcmvn.npz`` of this DATA directory.
+        vocab_from: reuse ``spm_*.model``/``.txt`` and ``gcmvn.npz`` of this DATA directory or exported
+            model folder.
         fit_split: split whose kept utterances train the vocabularies and CMVN.
         src_lang: source language code.
         progress: tqdm bars.
