@@ -277,3 +277,51 @@ def test_help_texts_name_only_existing_files():
             if not (REPO / ref).exists() and not list(REPO.glob(ref + ".*")):  # a prefix: OUT.json, OUT.md
                 missing.append(f"{name}: {ref}")
     assert not missing, missing
+
+
+USAGE = re.compile(r"^Usage::[ \t]*\n\n((?:[ \t]+\S.*\n|[ \t]*\n)+)", re.M)
+
+
+def _usage_sources():
+    """(name, docstring) of every console script's module and every bench and tools script."""
+    for name, target in sorted(SCRIPTS.items()):
+        yield name, importlib.import_module(target.split(":")[0]).__doc__ or ""
+    for folder in ("bench", "tools"):
+        for path in sorted((REPO / folder).glob("*.py")):
+            yield str(path.relative_to(REPO)), _load_file(path).__doc__ or ""
+
+
+def usage_commands(name: str, doc: str) -> list[Command]:
+    """The commands of a docstring's ``Usage::`` blocks; in ``PROG ... --opt``, the ``...`` stands for the
+    options of that block's first example of ``PROG`` (``PROG`` = the words before the ``...``)."""
+    import textwrap
+
+    out = []
+    for m in USAGE.finditer(doc):
+        block: list[Command] = []
+        for c in doc_commands(f"```bash\n{textwrap.dedent(m.group(1))}```\n", f"{name} usage"):
+            if "..." in c.argv:
+                i = c.argv.index("...")
+                base = next((b.argv for b in block if b.argv[:i] == c.argv[:i] and "..." not in b.argv), None)
+                if base is not None:
+                    c.argv = c.argv[:i] + base[i:] + c.argv[i + 1:]
+            block.append(c)
+        out += block
+    return out
+
+
+USAGES = [c for name, doc in _usage_sources() for c in usage_commands(name, doc)]
+
+
+@pytest.mark.parametrize("cmd", USAGES, ids=[f"{c.where}:{c.argv[0]}" for c in USAGES])
+def test_usage_example_in_help(cmd):
+    """The ``Usage::`` examples that ``--help`` prints parse like the docs' commands."""
+    if cmd.skip:
+        pytest.skip(cmd.skip)
+    problem = check(cmd.argv)
+    assert problem is None, f"{cmd.where}: {shlex.join(cmd.argv)}\n  -> {problem}"
+
+
+def test_usage_examples_are_found():
+    assert len(USAGES) > 30
+    assert {c.argv[0] for c in USAGES} >= {"mmst-eval", "mmst-eval-longform", "mmst-transcribe-stream", "python"}

@@ -212,12 +212,17 @@ def insert_record(text: str, record: dict[str, Any]) -> str:
     return new
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI: backfill every results JSON (or the named ones) that lacks the record."""
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("names", nargs="*", help="results files (default: every docs/results/*.json)")
     ap.add_argument("--dry-run", action="store_true", help="print the records, write nothing")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: backfill every results JSON (or the named ones) that lacks the record."""
+    a = build_parser().parse_args(argv)
     for name in a.names or sorted(p.name for p in RESULTS.glob("*.json")):
         path = RESULTS / name
         text = path.read_text()

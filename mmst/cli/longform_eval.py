@@ -3,9 +3,9 @@ resegmentation (BLEU, StreamLAAL, StreamLAAL_CA).
 
 Usage::
 
-    mmst-eval-longform --checkpoint CKPT --audio talk.wav \\
+    mmst-eval-longform --model MODEL --audio talk.wav \\
         --refs de=talk.de,es=talk.es --segments talk.yaml --out OUT
-    mmst-eval-longform --checkpoint CKPT --mustc-root ROOT --split tst-COMMON \\
+    mmst-eval-longform --model MODEL --mustc-root ROOT --split tst-COMMON \\
         --tgt-langs de,es --policy alignatt --policy-args frames=4 --out OUT
 
 Input: one or more recordings (``--audio``, repeatable; any rate, mono or stereo: resampled to 16 kHz

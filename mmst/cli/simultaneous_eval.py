@@ -2,7 +2,7 @@
 
 Usage::
 
-    mmst-eval --checkpoint CKPT --data DATA --split tst-COMMON \\
+    mmst-eval --model MODEL --data DATA --split tst-COMMON \\
         --tgt-langs de,es --waitk-lagging 3 --source-segment-size 320 --out OUT
     mmst-eval ... --policy alignatt --policy-args frames=2,4,6,8 --out OUT
     mmst-eval ... --policy la --policy-args n=2 --beam 4 \\

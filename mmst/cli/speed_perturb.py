@@ -3,7 +3,7 @@
 Usage::
 
     mmst-speed-perturb --data DATA --split train --factors 0.9,1.0,1.1 --jobs 2
-    mmst-train --config conf.yaml --data DATA "data.augment.speed_perturb=[0.9,1.0,1.1]"
+    mmst-train --config conf.yaml --data DATA --save-dir MODEL_DIR "data.augment.speed_perturb=[0.9,1.0,1.1]"
 
 Reads each ``<split>.tsv`` row's source audio (``wav``, ``offset``, ``duration``), plays it ``f`` times
 faster (soxr resampling from ``16000 f`` to 16000 Hz, as ``sox speed``), computes fbank with the DATA's

@@ -7,7 +7,7 @@ audio read when the word was written), plus the real-time factor.
 
 Usage::
 
-    mmst-transcribe-stream --checkpoint exp/synthetic/model/checkpoint_best.pt \\
+    mmst-transcribe-stream --model exp/synthetic/model_export \\
         --tsv ../shared/data/en_asr_only/en_asr_only.tsv --tgt-langs de,es --waitk-lagging 3 --out OUT
 
 The TSV needs a header with columns ``id`` and ``audio`` (a path, relative to the TSV's folder or
