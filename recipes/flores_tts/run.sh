@@ -62,7 +62,7 @@ stage2() {
     "${extra[@]}" $train_overrides
 }
 stage3() {
-  python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
+  python eval/simultaneous_eval.py --model "$model_dir/checkpoint_best.pt" --data "$data" \
     --split tst-COMMON --tgt-langs "$tgt_langs" --waitk-lagging "$eval_waitk_lagging" \
     --source-segment-size "$source_segment_size" --out "$eval_dir"
   cat "$eval_dir/scores.md"

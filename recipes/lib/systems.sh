@@ -146,7 +146,7 @@ eval_models() {
         echo "-- $out already evaluated; skipping"; continue
       fi
       echo "-- evaluating $model seed $seed (k = $eval_waitk_lagging) -> $out"
-      python eval/simultaneous_eval.py --checkpoint "$models_dir/$model/seed$seed/checkpoint_avg.pt" \
+      python eval/simultaneous_eval.py --model "$models_dir/$model/seed$seed/checkpoint_avg.pt" \
         --data "$data_dir" --split "$eval_split" --tgt-langs "$langs" --waitk-lagging "$eval_waitk_lagging" \
         --source-segment-size "$source_segment_size" --out "$out" --no-progress "${extra[@]}" < /dev/null
     done

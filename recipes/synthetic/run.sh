@@ -103,13 +103,13 @@ stage2() {
   OMP_WAIT_POLICY=$train_omp launch_train --config "$config" --data "$data" --save-dir "$model_dir" $extra
 }
 eval_unseen() {
-  python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
+  python eval/simultaneous_eval.py --model "$model_dir/checkpoint_best.pt" --data "$data" \
     --split tst-unseen --tgt-langs "$tgt_langs" --waitk-lagging 3 --jobs "$jobs" \
     --source-segment-size "$source_segment_size" --no-progress "${eval_extra_args[@]}" --out "${eval_dir}_unseen"
 }
 stage3() {
   # one torch thread per process, --jobs processes share out the utterances of each k
-  python eval/simultaneous_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
+  python eval/simultaneous_eval.py --model "$model_dir/checkpoint_best.pt" --data "$data" \
     --split tst-COMMON --tgt-langs "$tgt_langs" --waitk-lagging "$eval_waitk_lagging" --jobs "$jobs" \
     --source-segment-size "$source_segment_size" "${eval_extra_args[@]}" --out "$eval_dir"
   if [ "$num_test_unseen" -gt 0 ]; then eval_unseen; fi
@@ -135,7 +135,7 @@ stage6() {
   local refs="" lang
   for lang in ${tgt_langs//,/ }; do refs="${refs:+$refs,}$lang=$exp_dir/long_talk/talk.$lang"; done
   # the talk's pauses (300-800 ms) are shorter than the default segment-ending silence of real speech
-  python eval/longform_eval.py --checkpoint "$model_dir/checkpoint_best.pt" --data "$data" \
+  python eval/longform_eval.py --model "$model_dir/checkpoint_best.pt" --data "$data" \
     --audio "$exp_dir/long_talk/talk.wav" --segments "$exp_dir/long_talk/talk.yaml" --refs "$refs" \
     --waitk-lagging 3 --vad-min-silence-ms 150 --source-segment-size "$source_segment_size" \
     --no-progress "${longform_extra_args[@]}" --out "${eval_dir}_longform"

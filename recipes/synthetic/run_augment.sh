@@ -118,7 +118,7 @@ stage4() {
         fi
         [ -f "$models_dir/$sys/seed$seed/.train_done" ] || { echo "-- $sys seed $seed not trained yet; skipping"; continue; }
         echo "-- evaluating $sys seed $seed on $split (k = $eval_waitk_lagging) -> $out"
-        python eval/simultaneous_eval.py --checkpoint "$models_dir/$sys/seed$seed/checkpoint_best.pt" \
+        python eval/simultaneous_eval.py --model "$models_dir/$sys/seed$seed/checkpoint_best.pt" \
           --data "$work_data" --split "$split" --tgt-langs "$tgt_langs" --waitk-lagging "$eval_waitk_lagging" \
           --source-segment-size "$source_segment_size" --out "$out" --no-progress "${ex[@]}" < /dev/null
       done

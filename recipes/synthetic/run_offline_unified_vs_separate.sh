@@ -65,7 +65,7 @@ stage4() {
   local split name
   for split in tst-COMMON tst-unseen; do
     for name in unified_offline separate_offline; do
-      python eval/simultaneous_eval.py --checkpoint "$models/$name/checkpoint_last.pt" --data "$data" \
+      python eval/simultaneous_eval.py --model "$models/$name/checkpoint_last.pt" --data "$data" \
         --split "$split" --tgt-langs "$tgt_langs" --offline --beam 1 --no-progress "${extra[@]}" \
         --out "$evals/$split/$name/offline"
     done

@@ -96,7 +96,7 @@ evaluate() {  # evaluate MODEL NAME [options...]: one eval/simultaneous_eval.py 
   if [ -f "$out/$m/$name/scores.json" ] && [ "$force" != "true" ]; then
     echo "$m/$name: done ($out/$m/$name/scores.json)"; return 0
   fi
-  nice -n 2 python eval/simultaneous_eval.py --checkpoint "$out/$m/checkpoint.pt" --data "$data" \
+  nice -n 2 python eval/simultaneous_eval.py --model "$out/$m/checkpoint.pt" --data "$data" \
     --split tst-COMMON --tgt-langs "$tgt_langs" --max-len-a "$max_len_a" --max-len-b "$max_len_b" \
     --source-segment-size "$source_segment_size" \
     --threads "$eval_threads" --no-progress "${limit[@]}" "${extra[@]}" "$@" --out "$out/$m/$name" \

@@ -72,11 +72,11 @@ stage3() {
   [ "$eval_max_utterances" -gt 0 ] && limit=(--max-utterances "$eval_max_utterances")
   read -r -a extra <<< "$eval_extra"
   for name in offline multik; do
-    python eval/simultaneous_eval.py --checkpoint "$exp_dir/models/$name/checkpoint_last.pt" --data "$data" \
+    python eval/simultaneous_eval.py --model "$exp_dir/models/$name/checkpoint_last.pt" --data "$data" \
       --split tst-COMMON --tgt-langs "$tgt_langs" --waitk-lagging "$eval_waitk_lagging" --max-len-a 1.0 \
       --source-segment-size "$source_segment_size" "${limit[@]}" "${extra[@]}" \
       --out "$exp_dir/eval/$name"
-    python eval/simultaneous_eval.py --checkpoint "$exp_dir/models/$name/checkpoint_last.pt" --data "$data" \
+    python eval/simultaneous_eval.py --model "$exp_dir/models/$name/checkpoint_last.pt" --data "$data" \
       --split tst-COMMON --tgt-langs "$tgt_langs" --offline --beam 1 --max-len-a 1.0 \
       "${limit[@]}" "${extra[@]}" --out "$exp_dir/eval/$name/offline"
   done

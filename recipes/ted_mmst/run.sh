@@ -157,7 +157,7 @@ stage7() {
         echo "-- $out: whole-talk scores exist; skipping"; continue
       fi
       echo "-- whole $eval_split talks: $model seed $seed (wait-$longform_waitk_lagging) -> $out"
-      python eval/longform_eval.py --checkpoint "$models_dir/$model/seed$seed/checkpoint_avg.pt" \
+      python eval/longform_eval.py --model "$models_dir/$model/seed$seed/checkpoint_avg.pt" \
         --data "$data" --mustc-root "$mustc_root" --split "$eval_split" --tgt-langs "$langs" \
         --waitk-lagging "$longform_waitk_lagging" --source-segment-size "$source_segment_size" --out "$out" \
         --no-progress "${extra[@]}" < /dev/null
