@@ -56,8 +56,9 @@ MODES = ("none", "int8")
 def build_parser() -> ArgumentParser:
     """Command-line options."""
     p = ArgumentParser(prog="bench/bench_int8.py", description=__doc__)
-    p.add_argument("--model", "--checkpoint", dest="model", default="exp/synthetic/model/checkpoint_best.pt",
+    p.add_argument("--model", dest="model", default="exp/synthetic/model/checkpoint_best.pt",
                    help="a trained model: an exported model folder or a training checkpoint")
+    p.add_deprecated_alias("--checkpoint", "--model")
     p.add_argument("--data", default=None,
                    help="DATA directory of the streamed split (default: the one the checkpoint records)")
     p.add_argument("--split", default="tst-COMMON", help="DATA split streamed")

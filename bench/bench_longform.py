@@ -64,7 +64,9 @@ SR = 16000
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     p = ArgumentParser(description=__doc__)
-    p.add_argument("--checkpoint", default="exp/synthetic/model/checkpoint_best.pt", help="trained mmst checkpoint")
+    p.add_argument("--model", dest="checkpoint", default="exp/synthetic/model/checkpoint_best.pt",
+                   help="a trained model: an exported model folder or a training checkpoint")
+    p.add_deprecated_alias("--checkpoint", "--model")
     p.add_argument("--data", default=None, help="its DATA directory (default: the checkpoint's)")
     p.add_argument("--split", default="tst-COMMON", help="DATA split whose utterances make the talk")
     p.add_argument("--tgt-langs", default=None, help="languages decoded jointly (default: all of the model)")

@@ -51,7 +51,7 @@ def train_command(data: Path, model_dir: Path, max_update: int, interval: int,
 
 def eval_command(ckpt: Path, data: Path, split: str, out: Path) -> list[str]:
     """The stage-3/4 evaluation of the quickstart recipe at wait-3 for one checkpoint."""
-    return [sys.executable, "eval/simultaneous_eval.py", "--checkpoint", str(ckpt), "--data", str(data),
+    return [sys.executable, "eval/simultaneous_eval.py", "--model", str(ckpt), "--data", str(data),
             "--split", split, "--tgt-langs", LANGS, "--waitk-lagging", "3", "--source-segment-size", "320",
             "--no-progress", "--out", str(out)]
 

@@ -34,7 +34,7 @@ average during the run is recorded: numbers from a shared machine are pessimisti
 
 Usage::
 
-    nice -n 5 python bench/bench_serve.py --checkpoint exp/synthetic/model/checkpoint_best.pt \\
+    nice -n 5 python bench/bench_serve.py --model exp/synthetic/model/checkpoint_best.pt \\
         --data exp/synthetic/data
 """
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from argparse import ArgumentParser, Namespace
+from argparse import SUPPRESS, ArgumentParser, Namespace
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +124,7 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
         """Agent options (added to SimulEval's parser)."""
         parser.add_argument("--model", type=str, default=None,
                             help="an exported model folder (mmst-export), or a training checkpoint (.pt)")
-        parser.add_argument("--checkpoint", type=str, default=None, help="the same as --model (a checkpoint or a "
-                            "model folder)")
+        parser.add_argument("--checkpoint", type=str, default=None, help=SUPPRESS)  # old spelling of --model
         parser.add_argument(
             "--mmst-data",
             type=str,
@@ -248,6 +247,8 @@ def build_translator_from_args(args: Namespace | None, tgt_langs: list[str]) -> 
     ckpt = getattr(args, "checkpoint", None) if args is not None else None
     if model and ckpt and model != ckpt:
         raise AgentConfigError("give --model or --checkpoint, not both")
+    if ckpt and not model:
+        logger.warning("--checkpoint is deprecated; use --model")
     model = model or ckpt
     if not model:
         raise AgentConfigError("--model is required (a model folder or a checkpoint)")

@@ -97,7 +97,7 @@ def add_quantize_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) 
 
 def add_model_arguments(p: argparse.ArgumentParser, *, data_required: bool = False,
                         langs_default: str | None = "all of the model's") -> None:
-    """Add ``--model`` (required; ``--checkpoint`` is the same option), ``--data``, ``--tgt-langs`` and
+    """Add ``--model`` (required; ``--checkpoint``, its old spelling, is a deprecated alias), ``--data``, ``--tgt-langs`` and
     ``--quantize``: the trained system a script loads, the languages it decodes and the arithmetic of its
     linear layers (``mmst.evaluation.loading.load_system``). Read the model back as ``args.model``.
 
@@ -109,9 +109,11 @@ def add_model_arguments(p: argparse.ArgumentParser, *, data_required: bool = Fal
             then ``None``); ``None``: no ``--tgt-langs`` option.
     """
     g = p.add_argument_group("model")
-    g.add_argument("--model", "--checkpoint", dest="model", required=True, metavar="MODEL",
+    g.add_argument("--model", dest="model", required=True, metavar="MODEL",
                    help="an exported model folder (mmst-export: vocabularies, CMVN and feature settings inside) "
                         "or a training checkpoint (.pt, with the vocabularies and CMVN of --data)")
+    if isinstance(p, ArgumentParser):
+        p.add_deprecated_alias("--checkpoint", "--model")
     data_help = ("DATA directory: with a model folder, only where the test utterances come from; with a "
                  "checkpoint, also its vocabularies and CMVN")
     if data_required:

@@ -38,7 +38,7 @@ def speech(pause_s: float = 0.6) -> np.ndarray:
 
 def serve_args(system: dict, *extra: str) -> list[str]:
     """``mmst-serve`` options for the tiny system (short writes per segment)."""
-    return ["--checkpoint", str(system["ckpt"]), "--data", str(system["data"]), "--max-len-b", "6",
+    return ["--model", str(system["ckpt"]), "--data", str(system["data"]), "--max-len-b", "6",
             "--waitk-lagging", "2", *extra]
 
 
@@ -63,7 +63,7 @@ def longform_cli_words(system: dict, wav: Path, langs: list[str], out: Path) -> 
     policy and limits of :func:`serve_args` (languages in ``langs`` order)."""
     import json
 
-    cmd = [sys.executable, str(REPO / "eval" / "longform_eval.py"), "--checkpoint", str(system["ckpt"]),
+    cmd = [sys.executable, str(REPO / "eval" / "longform_eval.py"), "--model", str(system["ckpt"]),
            "--data", str(system["data"]), "--audio", str(wav), "--tgt-langs", ",".join(langs),
            "--max-len-b", "6", "--waitk-lagging", "2", "--out", str(out), "--no-progress"]
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)

@@ -238,7 +238,7 @@ def _simuleval_cli(ckpt: Path, data: Path, wavs: list, refs: list, out: Path) ->
     src, tgt = out.parent / f"{out.name}.src", out.parent / f"{out.name}.tgt"
     src.write_text("".join(f"{w}\n" for w in wavs))
     tgt.write_text("".join(f"{r}\n" for r in refs))
-    cmd = [str(SIMULEVAL), "--agent-class", "mmst.agents.MMSTSpeechToTextAgent", "--checkpoint", str(ckpt),
+    cmd = [str(SIMULEVAL), "--agent-class", "mmst.agents.MMSTSpeechToTextAgent", "--model", str(ckpt),
            "--mmst-data", str(data), "--tgt-lang", "de", "--source", str(src), "--target", str(tgt),
            "--output", str(out), "--no-progress-bar", *CLI_COMMON]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=CLI_ENV, cwd=str(out.parent))
@@ -293,7 +293,7 @@ def test_agent_equals_simultaneous_eval_on_quiet_peak_normalised_data(tiny, tmp_
     write_manifest(data / "tst-COMMON.tsv", rows, manifest_columns(["de", "es"]))
 
     ev = tmp_path / "eval"
-    r = subprocess.run([sys.executable, str(ROOT / "eval" / "simultaneous_eval.py"), "--checkpoint",
+    r = subprocess.run([sys.executable, str(ROOT / "eval" / "simultaneous_eval.py"), "--model",
                         str(tiny["ckpt"]), "--data", str(data), "--tgt-langs", "de", "--out", str(ev), "--threads",
                         "1", "--no-progress", *CLI_COMMON], capture_output=True, text=True, timeout=180, env=CLI_ENV)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -234,8 +234,9 @@ def test_readme_activates_the_environment_before_the_first_console_script():
 
 
 @pytest.mark.parametrize("snippet,problem", [
-    ("mmst-eval --checkpoint CKPT --out OUT --waitk-laging 3", "unrecognized arguments: --waitk-laging"),
-    ("mmst-eval --checkpoint CKPT --out OUT --waitk-lagging 3", None),
+    ("mmst-eval --model CKPT --out OUT --waitk-laging 3", "unrecognized arguments: --waitk-laging"),
+    ("mmst-eval --checkpoint CKPT --out OUT --waitk-lagging 3", "--checkpoint is deprecated"),
+    ("mmst-eval --model CKPT --out OUT --waitk-lagging 3", None),
     ("python eval/score.py --instances I --tgt-lang de", "--tgt-lang is deprecated"),
     ("OMP_NUM_THREADS=1 python data_prep/prep_multiway.py --mustc-root R --out D && make tset", "make: no target"),
     ("bash recipes/synthetic/run.sh --stage 3 --stop_stage 3", "recipe options are kebab-case"),

@@ -456,7 +456,7 @@ def test_cli_outputs_and_bad_input(tiny_system, tmp_path):
     x44 = soxr.resample(talk.audio, SR, 44100)
     sf.write(stereo, np.stack([x44, x44], 1), 44100)
     out = tmp_path / "out"
-    base = ["--checkpoint", tiny_system["ckpt"], "--data", tiny_system["data"], "--max-len-b", "5", "--no-progress"]
+    base = ["--model", tiny_system["ckpt"], "--data", tiny_system["data"], "--max-len-b", "5", "--no-progress"]
     r = _main(base + ["--audio", stereo, "--refs", f"de={p['de']},es={p['es']}", "--segments", p["yaml"],
                       "--out", out, "--oracle-segments", "--subtitles", "vtt", "--subtitle-timing", "source"])
     assert r.returncode == 0, r.stderr[-3000:]

@@ -6,7 +6,6 @@ on a stream; loading never unpickles; a wrong tensor or a missing file is named;
 
 from __future__ import annotations
 
-import argparse
 import json
 from argparse import Namespace
 from pathlib import Path
@@ -18,7 +17,7 @@ import torch
 from eval_fixtures import make_tiny_system
 from safetensors.torch import load_file, save_file
 
-from mmst.cli_help import add_model_arguments
+from mmst.cli_help import ArgumentParser, add_model_arguments
 from mmst.evaluation.loading import LoadError, load_system
 from mmst.export import ExportError, export_model
 from mmst.export import main as export_main
@@ -163,11 +162,15 @@ def test_export_refuses_data_with_another_vocabulary(system, tmp_path) -> None:
     assert export_main(["--checkpoint", str(tmp_path / "nope.pt"), "--out", str(tmp_path / "o")]) == 1
 
 
-def test_model_option_and_checkpoint_alias() -> None:
-    p = argparse.ArgumentParser()
+def test_model_option_and_checkpoint_alias(capsys) -> None:
+    """``--model`` names the model in every consumer; ``--checkpoint`` is its old spelling, with a warning."""
+    p = ArgumentParser(prog="tool")
     add_model_arguments(p)
     assert p.parse_args(["--model", "M"]).model == "M"
+    assert capsys.readouterr().err == ""
     assert p.parse_args(["--checkpoint", "C"]).model == "C"
+    assert capsys.readouterr().err == "tool: warning: --checkpoint is deprecated; use --model\n"
+    assert "--checkpoint" not in p.format_help()
     with pytest.raises(SystemExit):
         p.parse_args([])
 

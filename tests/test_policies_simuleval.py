@@ -53,7 +53,7 @@ def test_policy_through_simuleval_cli(tiny, tmp_path, policy, monkeypatch):
     tgt = tmp_path / "tgt.txt"
     tgt.write_text("".join(f"{r}\n" for r in tiny["refs"]["de"][:2]))
     out = tmp_path / "out"
-    argv = ["--agent-class", "mmst.agents.MMSTSpeechToTextAgent", "--checkpoint", str(tiny["ckpt"]),
+    argv = ["--agent-class", "mmst.agents.MMSTSpeechToTextAgent", "--model", str(tiny["ckpt"]),
             "--tgt-lang", "de", "--source", str(src), "--target", str(tgt), "--source-segment-size", "320",
             "--max-len-b", "6", "--min-len", "2", "--output", str(out), *policy]
     if policy[1] == "waitk":

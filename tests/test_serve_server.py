@@ -252,6 +252,6 @@ def test_cli_help_and_bad_checkpoint(tmp_path):
 
     h = subprocess.run([sys.executable, "-m", "mmst.serve", "--help"], capture_output=True, text=True)
     assert h.returncode == 0 and "--max-clients" in h.stdout and "--token" in h.stdout and "127.0.0.1" in h.stdout
-    r = subprocess.run([sys.executable, "-m", "mmst.serve", "--checkpoint", str(tmp_path / "none.pt")],
+    r = subprocess.run([sys.executable, "-m", "mmst.serve", "--model", str(tmp_path / "none.pt")],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "mmst-serve: error:" in r.stderr and "none.pt" in r.stderr

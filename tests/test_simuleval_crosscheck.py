@@ -46,7 +46,7 @@ COMMON = ["--waitk-lagging", "3", "--max-len-b", "10", "--source-segment-size", 
 def _simuleval(out: Path, src: Path, tgt: Path, lang: str, *extra: str, process: bool = False) -> None:
     """SimulEval's CLI on our agent: as a ``simuleval`` process, or its ``main()`` in this process (a new
     process costs seconds of imports; SimulEval reads its options from ``sys.argv``)."""
-    argv = ["--agent-class", "mmst.agents.MMSTSpeechToTextAgent", "--checkpoint", str(out.parent / "ckpt.pt"),
+    argv = ["--agent-class", "mmst.agents.MMSTSpeechToTextAgent", "--model", str(out.parent / "ckpt.pt"),
             "--tgt-lang", lang, "--source", str(src), "--target", str(tgt), "--output", str(out),
             "--no-progress-bar", "--latency-metrics", *LATENCY_METRICS, *COMMON, *extra]
     if process:
@@ -116,7 +116,7 @@ def setup(tmp_path_factory):
     ours = root / "ours"
     from mmst.cli.simultaneous_eval import main  # ``mmst-eval`` in this process
 
-    r = run_main(main, ["--checkpoint", str(sysd["ckpt"]), "--data", str(sysd["data"]), "--tgt-langs",
+    r = run_main(main, ["--model", str(sysd["ckpt"]), "--data", str(sysd["data"]), "--tgt-langs",
                         ",".join(LANGS), "--out", str(ours), "--threads", "1", "--no-progress", *COMMON])
     assert r.returncode == 0, r.stderr[-3000:]
     src = root / "source.list"

@@ -35,7 +35,7 @@ def _main(argv) -> subprocess.CompletedProcess:
 def test_the_script_runs_as_a_process(tiny, tmp_path):
     """``python eval/simultaneous_eval.py`` as users run it: a separate process, one k."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    p = subprocess.run([sys.executable, str(ROOT / "eval" / "simultaneous_eval.py"), "--checkpoint",
+    p = subprocess.run([sys.executable, str(ROOT / "eval" / "simultaneous_eval.py"), "--model",
                         str(tiny["ckpt"]), "--data", str(tiny["data"]), "--tgt-langs", "de", "--waitk-lagging", "3",
                         "--max-len-b", "4", "--max-utterances", "2", "--out", str(tmp_path / "o"), "--no-progress",
                         "--threads", "1"], capture_output=True, text=True, timeout=300, env=env)
@@ -45,7 +45,7 @@ def test_the_script_runs_as_a_process(tiny, tmp_path):
 
 def test_sweep_writes_everything(tiny, tmp_path):
     out = tmp_path / "out"
-    p = _main(["--checkpoint", tiny["ckpt"], "--data", tiny["data"], "--tgt-langs", "de,es",
+    p = _main(["--model", tiny["ckpt"], "--data", tiny["data"], "--tgt-langs", "de,es",
                 "--waitk-lagging", "1,3", "--max-len-b", "8", "--out", out, "--no-progress", "--threads", "1"])
     assert p.returncode == 0, p.stderr[-3000:]
     for k in (1, 3):
@@ -72,7 +72,7 @@ def test_jobs_decode_in_other_processes_and_give_the_same_instances(tiny, tmp_pa
     outs = {}
     for jobs in (1, 2):
         out = tmp_path / f"j{jobs}"
-        p = _main(["--checkpoint", tiny["ckpt"], "--data", tiny["data"], "--tgt-langs", "de,es", "--waitk-lagging",
+        p = _main(["--model", tiny["ckpt"], "--data", tiny["data"], "--tgt-langs", "de,es", "--waitk-lagging",
                    "3", "--max-len-b", "6", "--out", out, "--no-progress", "--threads", "1", "--jobs", str(jobs)])
         assert p.returncode == 0, p.stderr[-3000:]
         outs[jobs] = out
@@ -82,7 +82,7 @@ def test_jobs_decode_in_other_processes_and_give_the_same_instances(tiny, tmp_pa
         assert len(one) == len(tiny["rows"])
         assert [(d["index"], d["source"], d["prediction"], d["delays"]) for d in one] == \
             [(d["index"], d["source"], d["prediction"], d["delays"]) for d in two]
-    p = _main(["--checkpoint", tiny["ckpt"], "--data", tiny["data"], "--out", tmp_path / "bad", "--jobs", "0"])
+    p = _main(["--model", tiny["ckpt"], "--data", tiny["data"], "--out", tmp_path / "bad", "--jobs", "0"])
     assert p.returncode == 1 and "--jobs must be >= 1" in p.stderr
 
 
@@ -111,7 +111,7 @@ def test_stream_all_keeps_the_order_and_uses_the_worker_processes():
 
 def test_offline(tiny, tmp_path):
     out = tmp_path / "off"
-    p = _main(["--checkpoint", tiny["ckpt"], "--tgt-langs", "es", "--offline", "--beam", "2", "--max-len-b", "6",
+    p = _main(["--model", tiny["ckpt"], "--tgt-langs", "es", "--offline", "--beam", "2", "--max-len-b", "6",
                 "--min-len", "3", "--out", out, "--no-progress", "--threads", "1"])
     assert p.returncode == 0, p.stderr[-3000:]
     for line in (out / "es" / "instances.log").read_text().splitlines():
@@ -123,13 +123,13 @@ def test_offline(tiny, tmp_path):
 
 
 def test_unknown_language_is_clear_error(tiny, tmp_path):
-    p = _main(["--checkpoint", tiny["ckpt"], "--tgt-langs", "de,fr", "--out", tmp_path / "x", "--no-progress"])
+    p = _main(["--model", tiny["ckpt"], "--tgt-langs", "de,fr", "--out", tmp_path / "x", "--no-progress"])
     err = p.stderr
     assert p.returncode == 1 and "fr not in the model" in err and "Traceback" not in err
 
 
 def test_missing_checkpoint_is_clear_error(tmp_path):
-    p = _main(["--checkpoint", tmp_path / "nope.pt", "--out", tmp_path / "x", "--no-progress"])
+    p = _main(["--model", tmp_path / "nope.pt", "--out", tmp_path / "x", "--no-progress"])
     err = p.stderr
     assert p.returncode == 1 and "checkpoint not found" in err
 
@@ -141,7 +141,7 @@ def test_other_vocab_is_clear_error(tiny, tmp_path):
     shutil.copytree(tiny["data"], other)
     train_sentencepiece(["ganz andere saetze hier", "otra cosa completamente distinta"] * 3,
                         other / "spm_joint.model", 40, user_defined_symbols=[lang_tag("de"), lang_tag("es")])
-    p = _main(["--checkpoint", tiny["ckpt"], "--data", other, "--out", tmp_path / "x", "--no-progress"])
+    p = _main(["--model", tiny["ckpt"], "--data", other, "--out", tmp_path / "x", "--no-progress"])
     err = p.stderr
     assert p.returncode == 1 and "another vocabulary" in err and "Traceback" not in err
 
@@ -159,7 +159,7 @@ def test_empty_audio_and_missing_reference(tiny, tmp_path):
     rows[1]["tgt_text_de"] = ""
     write_manifest(data / "tst-COMMON.tsv", rows, cols)
     out = tmp_path / "o"
-    p = _main(["--checkpoint", tiny["ckpt"], "--data", data, "--tgt-langs", "de", "--max-len-b", "5",
+    p = _main(["--model", tiny["ckpt"], "--data", data, "--tgt-langs", "de", "--max-len-b", "5",
                 "--min-len", "5", "--out", out, "--no-progress", "--threads", "1"])
     assert p.returncode == 0, p.stderr[-3000:]
     assert "empty" in p.stderr and "no de reference" in p.stderr
@@ -223,7 +223,7 @@ def test_stream_driver_timing_matches_simuleval_rules():
 
 def test_policy_sweep_names_policy_and_per_lang(tiny, tmp_path):
     out = tmp_path / "pol"
-    p = _main(["--checkpoint", tiny["ckpt"], "--data", tiny["data"], "--tgt-langs", "de,es",
+    p = _main(["--model", tiny["ckpt"], "--data", tiny["data"], "--tgt-langs", "de,es",
                "--policy", "alignatt", "--policy-args", "frames=2,6", "--extract-attn-from-layer", "0",
                "--policy-per-lang", "es=holdn:n=2", "--max-len-b", "8", "--out", out, "--no-progress"])
     assert p.returncode == 0, p.stderr[-3000:]
@@ -250,7 +250,7 @@ def test_bad_policy_is_clear_error(tiny, tmp_path, capsys, argv, msg):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
     import simultaneous_eval  # in-process: these fail before any decoding
 
-    rc = simultaneous_eval.main([str(a) for a in ["--checkpoint", tiny["ckpt"], "--tgt-langs", "de", "--out",
+    rc = simultaneous_eval.main([str(a) for a in ["--model", tiny["ckpt"], "--tgt-langs", "de", "--out",
                                                   tmp_path / "x", "--no-progress", "--max-utterances", "1", *argv]])
     err = capsys.readouterr().err
     assert rc == 1 and msg in err and "Traceback" not in err

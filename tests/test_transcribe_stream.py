@@ -26,7 +26,7 @@ def test_transcribe_stream_writes_hypotheses_per_file_and_language(tiny_system, 
     assert len(wavs) == 2
     tsv.write_text("id\taudio\ten\n" + "".join(f"{w.stem}\t{w}\thello there\n" for w in wavs), encoding="utf-8")
     out = tmp_path / "out"
-    p = _main(["--checkpoint", tiny["ckpt"], "--data", tiny["data"], "--tsv", tsv, "--waitk-lagging", "2",
+    p = _main(["--model", tiny["ckpt"], "--data", tiny["data"], "--tsv", tsv, "--waitk-lagging", "2",
                "--max-len-b", "6", "--out", out])
     assert p.returncode == 0, p.stderr[-3000:]
     recs = [json.loads(x) for x in (out / "hypotheses.jsonl").read_text().splitlines()]
@@ -44,7 +44,7 @@ def test_transcribe_stream_writes_hypotheses_per_file_and_language(tiny_system, 
 def test_transcribe_stream_names_the_missing_field(tmp_path):
     tsv = tmp_path / "bad.tsv"
     tsv.write_text("id\taudio\nx\t\n", encoding="utf-8")
-    p = _main(["--checkpoint", tmp_path / "none.pt", "--tsv", tsv, "--out", tmp_path / "o"])
+    p = _main(["--model", tmp_path / "none.pt", "--tsv", tsv, "--out", tmp_path / "o"])
     assert p.returncode == 1
     assert "bad.tsv:2: missing field 'audio'" in p.stderr
 
@@ -53,7 +53,7 @@ def test_transcribe_stream_with_policy_per_language(tiny_system, tmp_path):
     tsv = tmp_path / "list.tsv"
     tsv.write_text("id\taudio\n" + f"a\t{tiny_system['wavs'][1]}\n", encoding="utf-8")
     out = tmp_path / "out"
-    p = _main(["--checkpoint", tiny_system["ckpt"], "--data", tiny_system["data"], "--tsv", tsv,
+    p = _main(["--model", tiny_system["ckpt"], "--data", tiny_system["data"], "--tsv", tsv,
                "--policy", "alignatt", "--frame-num", "3", "--policy-per-lang", "es=la:n=2", "--beam", "2",
                "--max-len-b", "6", "--out", out])
     assert p.returncode == 0, p.stderr[-3000:]
@@ -61,6 +61,6 @@ def test_transcribe_stream_with_policy_per_language(tiny_system, tmp_path):
     layer = json.loads(json.dumps(recs["de"]["policy"]))
     assert layer.startswith("alignatt(frames=3, layer=") and recs["es"]["policy"] == "la(n=2)"
     assert "policy: de: alignatt(frames=3" in p.stdout
-    p = _main(["--checkpoint", tiny_system["ckpt"], "--data", tiny_system["data"], "--tsv", tsv, "--policy", "holdn",
+    p = _main(["--model", tiny_system["ckpt"], "--data", tiny_system["data"], "--tsv", tsv, "--policy", "holdn",
                "--policy-args", "n=0", "--out", out])
     assert p.returncode == 1 and "policy parameter n" in p.stderr

@@ -8,7 +8,7 @@ CJK font on the machine (Debian: ``fonts-noto-cjk``, which ``make test`` install
 
 Usage::
 
-    python tools/screenshot_serve.py --checkpoint exp/synthetic/model/checkpoint_best.pt \\
+    python tools/screenshot_serve.py --model exp/synthetic/model/checkpoint_best.pt \\
         --data exp/synthetic/data --wav TALK.wav
 """
 

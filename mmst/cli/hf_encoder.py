@@ -31,8 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     init.add_argument("--out", required=True, help="folder to write")
     ext = sub.add_parser("extract", help="write the trained encoder of an mmst model over an HF encoder")
-    ext.add_argument("--model", "--checkpoint", dest="model", required=True,
+    ext.add_argument("--model", dest="model", required=True,
                      help="a training checkpoint (.pt) or an exported model folder")
+    ext.add_deprecated_alias("--checkpoint", "--model")
     ext.add_argument("--out", required=True, help="folder to write")
     return p
 
