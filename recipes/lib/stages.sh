@@ -5,6 +5,8 @@
 #   --name value   (dashes in the option map to underscores in the variable: --stop-stage -> stop_stage)
 #   --name=value
 # Unknown options are an error that names the option. `--help` prints the variables and their values.
+# After the options, require_mmst stops the recipe (exit 2, one line on stderr naming the fix) unless
+# `python` imports mmst, so `--help` works without the virtual environment.
 # Deprecated spellings still work, each with a one-line warning on stderr: underscores (--stop_stage) and
 # the renamed options of RECIPE_RENAMED (old variable -> new variable).
 declare -A RECIPE_RENAMED=([eval_k]=eval_waitk_lagging [longform_k]=longform_waitk_lagging
@@ -45,6 +47,22 @@ parse_options() {
     if [ "$name" != "--${var//_/-}" ]; then echo "$0: warning: $name is deprecated; use --${var//_/-}" >&2; fi
     printf -v "$var" '%s' "$value"
   done
+  require_mmst
+}
+
+# require_mmst: exit 2 with one line on stderr unless `python` imports mmst. It runs from / so that the
+#   repository's own mmst/ folder (the recipes run from the root) does not stand in for an installed one.
+require_mmst() {
+  local py
+  py="$(command -v python || true)"
+  if [ -z "$py" ]; then
+    echo "$0: no python on PATH: run 'source .venv/bin/activate' first (make setup creates .venv)" >&2
+    exit 2
+  fi
+  if ! (cd / && python -c "import mmst") > /dev/null 2>&1; then
+    echo "$0: python cannot import mmst (python is $py): run 'source .venv/bin/activate' first (make setup creates .venv)" >&2
+    exit 2
+  fi
 }
 
 run_stage() { _stage true "$@"; }
