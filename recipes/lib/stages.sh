@@ -15,7 +15,9 @@ declare -A RECIPE_RENAMED=([eval_k]=eval_waitk_lagging [longform_k]=longform_wai
 #
 # run_stage N "title" command...: runs a numbered stage when stage <= N <= stop_stage, prints a banner,
 #   and skips it when its done-marker exists (unless --force true). Markers live in $exp_dir/.done/,
-#   named ${marker_prefix}stageN: a recipe that shares its exp_dir with another sets marker_prefix.
+#   named ${marker_prefix}stageN (its content: the stage's seconds): a recipe that shares its exp_dir with
+#   another sets marker_prefix. Beside it, stageN.options records the options the stage used (name=value
+#   lines, see _stage_options); when one of them has changed since, the stage runs again.
 # run_item_stage N "title" command...: a stage that skips finished items itself (see below).
 
 parse_options() {
@@ -81,15 +83,87 @@ _stage() {
   echo "=================================================================="
   if $use_marker; then echo "== Stage $n: $title"; else echo "== Stage $n: $title (finished items are skipped)"; fi
   echo "=================================================================="
+  local options="" v line changed=""
+  if $use_marker; then
+    for v in $(_stage_options "$@"); do options+="$v=${!v-}"$'\n'; done
+  fi
   if $use_marker && [ -f "$marker" ] && [ "$force" != "true" ]; then
-    echo "stage $n already done ($marker); skipping (use --force true to redo)"
-    return 0
+    if [ -f "$marker.options" ]; then
+      while IFS= read -r line; do
+        v="${line%%=*}"
+        case $'\n'"$options" in *$'\n'"$v="*) ;; *) continue ;; esac   # an option the stage no longer uses
+        [ "${line#*=}" = "${!v-}" ] && continue
+        changed+="${changed:+, }--${v//_/-} $(_shown "${line#*=}") -> $(_shown "${!v-}")"
+      done < "$marker.options"
+    fi
+    if [ -z "$changed" ]; then
+      echo "stage $n already done ($marker); skipping (use --force true to redo)"
+      return 0
+    fi
+    echo "stage $n: options changed since it ran ($changed); running it again"
   fi
   local t0=$SECONDS
   "$@"
   mkdir -p "$exp_dir/.done"
   echo "$((SECONDS - t0))" > "$marker"
+  if $use_marker; then printf '%s' "$options" > "$marker.options"; fi
   echo "-- stage $n finished in $((SECONDS - t0)) s"
+}
+
+# _shown VALUE: VALUE, or '' when it is empty.
+_shown() { if [ -n "$1" ]; then printf '%s' "$1"; else printf "''"; fi; }
+
+# The recipe's file, for _stage_options (the recipes cd to the repository root before sourcing this file).
+case "$0" in /*) _recipe_file="$0" ;; *) _recipe_file="${OLDPWD:-.}/$0" ;; esac
+
+# _stage_options COMMAND...: the names of the RECIPE_OPTIONS that a stage command uses, one a line. The
+#   text searched: the command's words and the bodies (declare -f) of the shell functions it names, then,
+#   transitively, of the functions those bodies name, and the lines of the recipe file that assign a
+#   variable those bodies read (splits=..., asr_extra=...: variables derived from options). An option v
+#   counts when the text has $v or ${v, also as the start of a longer name (eval_extra for
+#   ${eval_extra_args[@]}): a needless rerun is better than a missed one. stage, stop_stage and force never
+#   count, nor exp_dir (the markers live in it).
+_stage_options() {
+  local text="$*" seen=" " grown=true f v vars pattern
+  local -a funcs
+  mapfile -t funcs < <(compgen -A function)
+  while $grown; do
+    grown=false
+    for f in "${funcs[@]}"; do
+      case "$seen" in *" $f "*) continue ;; esac
+      if [[ "$text" =~ (^|[^[:alnum:]_])"$f"([^[:alnum:]_]|$) ]]; then
+        text+=$'\n'"$(declare -f "$f")"; seen+="$f "; grown=true
+      fi
+    done
+    [ -f "$_recipe_file" ] || continue
+    vars=""
+    for v in $(grep -oE '\$\{?[A-Za-z_][A-Za-z0-9_]*' <<< "$text" | tr -d '${' | sort -u); do
+      case "$seen" in *" \$$v "*) continue ;; esac
+      case " ${RECIPE_OPTIONS[*]} " in *" $v "*) continue ;; esac
+      seen+="\$$v "; vars+="${vars:+|}$v"
+    done
+    [ -n "$vars" ] || continue
+    text+=$'\n'"$(_assignments "$vars" < "$_recipe_file")"; grown=true
+  done
+  for v in "${RECIPE_OPTIONS[@]}"; do
+    case "$v" in stage|stop_stage|force|exp_dir) continue ;; esac
+    if [[ "$text" == *"\$$v"* || "$text" == *"\${$v"* || "$text" == *"\${#$v"* || "$text" == *"\${!$v"* ]]; then
+      echo "$v"
+    fi
+  done
+}
+
+# _assignments 'v1|v2|...' < FILE: the lines of FILE that assign one of the variables (v=, v+=, v[...]=,
+#   read ... v), each after the headers of the case and if blocks around it (an assignment in a case branch
+#   depends on the case's word too).
+_assignments() {
+  P="(^|[^[:alnum:]_])($1)(\\[|\\+?=)|(^|[[:space:]])read [^<]*[[:space:]]($1)([[:space:]]|\$)" awk '
+    $0 ~ ENVIRON["P"] { for (i = 1; i <= d; i++) print hdr[i]; print }
+    /(^|[[:space:];])case[[:space:]].*[[:space:]]in([[:space:]]|$)/ && !/(^|[[:space:];])esac([[:space:];]|$)/ { hdr[++d] = $0; next }
+    /(^|[[:space:];])esac([[:space:];]|$)/ && d > 0 { d--; next }
+    /^[[:space:]]*if[[:space:]]/ && !/(^|[[:space:];])fi([[:space:];]|$)/ { hdr[++d] = $0; next }
+    /^[[:space:]]*elif[[:space:]]/ && d > 0 { hdr[d] = hdr[d] "\n" $0; next }
+    /^[[:space:]]*fi([[:space:];]|$)/ && d > 0 { d-- }'
 }
 
 # require_synthetic_data DATA: exit 2 unless DATA is a prepared corpus (DATA/config.yaml); the message
