@@ -32,6 +32,11 @@ def _real_audio_list(d: Path) -> Path:
     return d / "list.tsv"
 
 
+def _venv_env() -> dict:
+    """This environment with the test's Python first on PATH (recipes stop when `python` lacks mmst)."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+
 def _run(args: list[str], env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "recipes/synthetic/run.sh", *args], cwd=ROOT, env=env, text=True,
                           capture_output=True, timeout=900)
@@ -110,7 +115,7 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
 
 def test_recipe_without_real_audio_list_says_how_in_one_line(tmp_path):
     """Stage 5 without --real-audio-tsv prints one line and needs no shared data."""
-    p = _run(["--exp-dir", str(tmp_path / "exp"), "--stage", "5", "--stop-stage", "5"], dict(os.environ))
+    p = _run(["--exp-dir", str(tmp_path / "exp"), "--stage", "5", "--stop-stage", "5"], _venv_env())
     assert p.returncode == 0, p.stderr[-2000:]
     lines = [ln for ln in p.stdout.splitlines() if "--real-audio-tsv" in ln]
     assert len(lines) == 1 and "Stage 5 skipped" in lines[0]
@@ -125,9 +130,8 @@ def test_recipe_rejects_unknown_option():
 
 
 def test_recipe_rejects_a_bad_omp_wait_policy():
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     p = subprocess.run(["bash", "recipes/synthetic/run.sh", "--omp-wait-policy", "spin"], cwd=ROOT, text=True,
-                       capture_output=True, timeout=60, env=env)
+                       capture_output=True, timeout=60, env=_venv_env())
     assert p.returncode == 2
     assert "--omp-wait-policy must be auto, active or passive (got 'spin')" in p.stderr
 
@@ -148,5 +152,5 @@ def test_augment_recipe_help_and_bad_input(tmp_path):
     for opt in ("--systems", "--seeds", "--specaugment", "--speed-factors", "--asr-config", "--results"):
         assert opt in p.stdout
     p = subprocess.run(["bash", "recipes/synthetic/run_augment.sh", "--data", str(tmp_path)], cwd=ROOT, text=True,
-                       capture_output=True, timeout=60)
+                       capture_output=True, timeout=60, env=_venv_env())
     assert p.returncode == 2 and "prepare the corpus first" in p.stderr

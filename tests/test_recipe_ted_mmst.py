@@ -274,16 +274,16 @@ def test_ted_recipe_help_and_bad_options():
                 "--max-update", "--systems", "--seeds", "--eval-waitk-lagging"):
         assert opt in p.stdout
     p = subprocess.run(["bash", "recipes/ted_mmst/run.sh", "--size", "xl"], cwd=ROOT, text=True,
-                       capture_output=True, timeout=60)
+                       capture_output=True, timeout=60, env=_env())
     assert p.returncode == 2 and "--size" in p.stderr
     p = subprocess.run(["bash", "recipes/ted_mmst/run.sh", "--systems", "nonsense"], cwd=ROOT, text=True,
-                       capture_output=True, timeout=60)
+                       capture_output=True, timeout=60, env=_env())
     assert p.returncode == 2 and "unknown system 'nonsense'" in p.stderr
 
 
 def test_compare_recipe_needs_prepared_data(tmp_path):
     p = subprocess.run(["bash", "recipes/synthetic/run_compare.sh", "--data", str(tmp_path / "none")], cwd=ROOT,
-                       text=True, capture_output=True, timeout=60)
+                       text=True, capture_output=True, timeout=60, env=_env())
     assert p.returncode == 2 and "prepare the corpus first" in p.stderr
     p = subprocess.run(["bash", "recipes/synthetic/run_compare.sh", "--help"], cwd=ROOT, text=True,
                        capture_output=True, timeout=60)
