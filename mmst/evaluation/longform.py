@@ -333,8 +333,14 @@ def evaluate_talks(lf: Any, talks: Sequence[Talk], langs: Sequence[str], units: 
     for talk in tqdm(talks, desc="talks", disable=not progress):
         audio = read_talk_audio(talk.wav)
         run = stream_talk(lf, audio, langs)
-        if subtitles:
-            write_subtitles(out, talk.id, run.words, run.segments, subtitles, subtitle_timing)
+        if subtitles:  # a failure here costs this talk's subtitle files, never the scores
+            try:
+                write_subtitles(out, talk.id, run.words, run.segments, subtitles, subtitle_timing,
+                                audio_ms=run.audio_s * 1000.0)
+            except Exception as e:  # reported in scores.json/scores.md; the other talks go on
+                msg = f"talk {talk.id}: subtitles not written: {type(e).__name__}: {e}"
+                logger.warning(msg)
+                notes.append(msg)
         total_audio += run.audio_s
         total_compute += run.compute_s
         n_segments += len(run.segments)

@@ -3,17 +3,29 @@
 Cues come from the VAD segments (:class:`~mmst.simultaneous.longform.SegmentEnd`): a cue never spans two
 segments. A segment's words fill cues greedily, a cue holding at most :data:`MAX_LINES` lines of
 :func:`max_line_chars` characters (42; 16 for Japanese and Chinese, written without spaces) and lasting
-at most :data:`MAX_CUE_MS` (7 s). Two timings:
+at most :data:`MAX_CUE_MS` (7 s). No cue ends after the end of the audio (``audio_ms``). Two timings:
 
-- ``emission`` (simultaneous captions): a cue appears when its first word was written (``time_ms``,
-  the audio received by then) and stays until the next cue appears, at most 7 s. Cues written
-  together (the flush at a segment's end) follow each other :data:`MIN_CUE_MS` apart. A word written
-  more than 7 s after its cue's first word opens a new cue.
+- ``emission`` (simultaneous captions): a cue appears when its LAST word was written (``time_ms``, the
+  audio received by then), so it never shows a word before the translator wrote it, and stays until
+  the next cue appears, at most 7 s. A word written more than 7 s after its cue's first word opens a
+  new cue, so no word waits longer than that for its cue. Cues that become complete together (the
+  flush at a segment's end) follow each other :data:`MIN_CUE_MS` apart, or closer when the next cue or
+  the end of the audio comes sooner: they share the time up to it. Words written only when the stream
+  ended (speech up to the last sample) get cues of zero length at the end of the audio: they are in the
+  file, but no player shows them; ``source`` timing shows them.
+
+  Why cues appear whole rather than growing word by word: an SRT or WebVTT cue cannot be edited once
+  on screen, so growing captions are written as one cue per write, each repeating the cue's earlier
+  words; players then redraw the text at every word, and whatever reads the file as text (search,
+  alignment, a translator's tools) sees every word many times. Whole cues keep each word once; the
+  price is that a cue's first words appear when its last one is written.
 - ``source``: a segment's cues share the segment's source span (``start_ms`` to ``end_ms``) in
   proportion to their characters; a cue longer than 7 s is split in two until none is (a cue of one
   word keeps at most 7 s).
 
-Files are written with the ``srt`` and ``webvtt-py`` libraries.
+Files are written with the ``srt`` and ``webvtt-py`` libraries. WebVTT cue text escapes ``&``, ``<``
+and ``>`` as ``&amp;``, ``&lt;`` and ``&gt;`` (the format's character references; a raw ``<`` starts a
+tag and ``-->`` ends the cue); SRT has no escapes and gets the text as written.
 """
 
 from __future__ import annotations
@@ -31,10 +43,13 @@ from mmst.atomic import atomic_write_text
 MAX_LINES = 2
 #: longest time a cue is shown, ms
 MAX_CUE_MS = 7000.0
-#: shortest time between two cues' appearances in emission timing, ms
+#: emission timing: time between the appearances of cues that became complete together, ms (less when the
+#: next cue or the end of the audio comes sooner)
 MIN_CUE_MS = 1000.0
 #: languages written without spaces (characters are the units of a line)
 CHAR_LANGS = frozenset({"ja", "zh"})
+#: a word may carry a time this far past ``audio_ms`` (two float roundings of one sample count), ms
+TIME_TOLERANCE_MS = 1.0
 FORMATS = ("srt", "vtt")
 TIMINGS = ("emission", "source")
 
@@ -98,7 +113,8 @@ def _relines(units: list[tuple[str, float]], sep: str, max_chars: int) -> list[l
     return _fill(units, sep, max_chars, None)
 
 
-def subtitle_cues(words: Sequence[Any], segments: Sequence[Any], lang: str, timing: str = "emission") -> list[Cue]:
+def subtitle_cues(words: Sequence[Any], segments: Sequence[Any], lang: str, timing: str = "emission", *,
+                  audio_ms: float) -> list[Cue]:
     """Cues of one language of one talk (module docstring).
 
     Args:
@@ -108,35 +124,39 @@ def subtitle_cues(words: Sequence[Any], segments: Sequence[Any], lang: str, timi
             ``end_ms``); needed for ``source`` timing.
         lang: target language (line width, and whether words are joined by spaces).
         timing: ``emission`` or ``source``.
+        audio_ms: length of the talk's audio, ms: no cue ends after it.
 
     Returns:
-        Cues in time order, not overlapping.
+        Cues in time order, not overlapping, each inside ``[0, audio_ms]``.
 
     Raises:
-        ValueError: an unknown timing, or (``source``) a word of a segment without its ``SegmentEnd``.
+        ValueError: an unknown timing; a word written after ``audio_ms`` (more than
+            :data:`TIME_TOLERANCE_MS`); (``source``) a word of a segment without its ``SegmentEnd``.
     """
     if timing not in TIMINGS:
         raise ValueError(f"subtitle timing must be one of {', '.join(TIMINGS)}, got {timing!r}")
+    late = next((w for w in words if float(w.time_ms) > audio_ms + TIME_TOLERANCE_MS), None)
+    if late is not None:
+        raise ValueError(f"{lang} word {late.text!r} written at {float(late.time_ms):.1f} ms, after the end of the "
+                         f"audio ({audio_ms:.1f} ms)")
     sep = "" if lang in CHAR_LANGS else " "
     width = max_line_chars(lang)
-    spans = {s.segment: (float(s.start_ms), float(s.end_ms)) for s in segments}
+    spans = {s.segment: (float(s.start_ms), min(float(s.end_ms), audio_ms)) for s in segments}
     by_seg: dict[int, list[Any]] = {}
     for w in words:
         by_seg.setdefault(int(w.segment), []).append(w)
+    if timing == "emission":
+        filled = [c for seg in sorted(by_seg) for c in _fill(_units(by_seg[seg], lang, width), sep, width, MAX_CUE_MS)]
+        return _emission_times(filled, sep, audio_ms)
     cues: list[Cue] = []
     for seg in sorted(by_seg):
         units = _units(by_seg[seg], lang, width)
         if not units:
             continue
-        if timing == "emission":
-            cues += [Cue(c[0][0][1], float("nan"), _lines(c, sep)) for c in _fill(units, sep, width, MAX_CUE_MS)]
-            continue
         if seg not in spans:
             raise ValueError(f"segment {seg} has words but no SegmentEnd: source timing needs its span")
         cues += _source_cues([[u for line in c for u in line] for c in _fill(units, sep, width, None)],
                              spans[seg], sep, width)
-    if timing == "emission":
-        cues = _emission_times(cues)
     return cues
 
 
@@ -158,19 +178,39 @@ def _source_cues(groups: list[list], span: tuple[float, float], sep: str, width:
     return out
 
 
-def _emission_times(cues: list[Cue]) -> list[Cue]:
-    out: list[Cue] = []
+def _emission_times(cues: list[list], sep: str, audio_ms: float) -> list[Cue]:
+    """Emission times of filled cues (lists of lines of ``(text, time_ms)`` units): each appears when its
+    last unit was written; a run of cues complete at the same time shares the time up to the next run (or
+    the end of the audio), at most :data:`MIN_CUE_MS` each; a cue stays until the next one appears, at
+    most :data:`MAX_CUE_MS`, never past ``audio_ms``."""
+    ready = [min(max(t for line in c for _, t in line), audio_ms) for c in cues]
     starts: list[float] = []
-    for c in cues:
-        starts.append(c.start_ms if not starts else max(c.start_ms, starts[-1] + MIN_CUE_MS))
-    for i, c in enumerate(cues):
-        end = starts[i] + MAX_CUE_MS if i + 1 == len(cues) else min(starts[i + 1], starts[i] + MAX_CUE_MS)
-        out.append(Cue(starts[i], end, c.lines))
+    i = 0
+    while i < len(cues):
+        j = i
+        while j < len(cues) and ready[j] == ready[i]:
+            j += 1
+        limit = min(ready[j] if j < len(cues) else audio_ms, audio_ms)
+        step = min(MIN_CUE_MS, max(0.0, limit - ready[i]) / (j - i))
+        starts += [ready[i] + step * (n - i) for n in range(i, j)]
+        i = j
+    out = []
+    for n, c in enumerate(cues):
+        nxt = starts[n + 1] if n + 1 < len(cues) else audio_ms
+        out.append(Cue(starts[n], min(nxt, starts[n] + MAX_CUE_MS, audio_ms), _lines(c, sep)))
     return out
 
 
+def vtt_escape(text: str) -> str:
+    """WebVTT cue text for plain ``text``: ``&``, ``<`` and ``>`` as the character references ``&amp;``,
+    ``&lt;``, ``&gt;`` (W3C WebVTT, "cue text": a raw ``<`` opens a tag, and a line holding ``-->`` is read as
+    the next cue's timings)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def format_subtitles(cues: Sequence[Cue], fmt: str) -> str:
-    """The text of an SRT (``srt``) or WebVTT (``vtt``) file of ``cues``.
+    """The text of an SRT (``srt``) or WebVTT (``vtt``) file of ``cues`` (WebVTT text escaped, see
+    :func:`vtt_escape`).
 
     Raises:
         ValueError: an unknown format.
@@ -185,7 +225,7 @@ def format_subtitles(cues: Sequence[Cue], fmt: str) -> str:
         import webvtt
 
         return webvtt.WebVTT(captions=[webvtt.Caption(start=_vtt_time(c.start_ms), end=_vtt_time(c.end_ms),
-                                                      text=c.text) for c in cues]).content
+                                                      text=vtt_escape(c.text)) for c in cues]).content
     raise ValueError(f"subtitle format must be one of {', '.join(FORMATS)}, got {fmt!r}")
 
 
@@ -198,7 +238,8 @@ def _vtt_time(ms: float) -> str:
 
 
 def write_subtitles(out_dir: str | os.PathLike, talk_id: str, words: Mapping[str, Sequence[Any]],
-                    segments: Sequence[Any], fmt: str = "srt", timing: str = "emission") -> list[Path]:
+                    segments: Sequence[Any], fmt: str = "srt", timing: str = "emission", *,
+                    audio_ms: float) -> list[Path]:
     """Write ``OUT_DIR/<lang>/<talk_id>.<fmt>`` for every language of ``words`` (atomically).
 
     Args:
@@ -208,18 +249,20 @@ def write_subtitles(out_dir: str | os.PathLike, talk_id: str, words: Mapping[str
         segments: the talk's ``SegmentEnd`` s.
         fmt: ``srt`` or ``vtt``.
         timing: ``emission`` or ``source`` (module docstring).
+        audio_ms: length of the talk's audio, ms: no cue ends after it.
 
     Returns:
         The paths written.
 
     Raises:
-        ValueError: an unknown format or timing.
+        ValueError: an unknown format or timing, or a word written after ``audio_ms``.
+        OSError: a file cannot be written.
     """
     if fmt not in FORMATS:
         raise ValueError(f"subtitle format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     paths = []
     for lang, ws in words.items():
         p = Path(out_dir) / lang / f"{talk_id}.{fmt}"
-        atomic_write_text(p, format_subtitles(subtitle_cues(ws, segments, lang, timing), fmt))
+        atomic_write_text(p, format_subtitles(subtitle_cues(ws, segments, lang, timing, audio_ms=audio_ms), fmt))
         paths.append(p)
     return paths
