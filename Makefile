@@ -38,6 +38,9 @@ lint: setup
 ## ruff, then the pytest suite
 test: setup
 	@bash tools/ensure_system_packages.sh test
+	@# simulstream 1.0.0 (FBK): tests/test_streamlaal.py checks mmst's StreamLAAL against its scorer. --no-deps:
+	@# the scorer needs only mmst's dependencies (mweralign, pyyaml); its own list pulls librosa and numba.
+	@$(PY) -m pip install -q --no-compile --no-deps "simulstream==1.0.0" 2>&1 | { grep -vE "^WARNING: Location" || true; }
 	$(VENV)/bin/ruff check .
 	@# --durations: every run lists its slowest tests; the budget is 12 min of pytest on 2 cores (docs/development.md)
 	@t0=$$(date +%s); rc=0; $(VENV)/bin/python -m pytest -q --durations=25 $(PYTEST_XDIST) $(PYTEST_ARGS) || rc=$$?; \

@@ -37,8 +37,13 @@ def _score(words, sents, unit="word", lang="de"):
 
 
 def _simulstream(words, sents, unit):
-    """simulstream 1.0's StreamLAAL (ideal, computation-aware) on the same units and times, or skip."""
-    pytest.importorskip("simulstream.metrics.scorers.latency.stream_laal")
+    """simulstream 1.0's StreamLAAL (ideal, computation-aware) on the same units and times; skipped where
+    simulstream is not installed (``make test`` installs it with ``--no-deps``: its scorer must import with
+    mmst's own dependencies, so an ImportError inside it fails the test instead of skipping it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("simulstream") is None:
+        pytest.skip("simulstream not installed (pip install --no-deps simulstream==1.0.0)")
     from simulstream.metrics.readers import OutputWithDelays, ReferenceSentenceDefinition
     from simulstream.metrics.scorers.latency import LatencyScoringSample
     from simulstream.metrics.scorers.latency.stream_laal import StreamLaal
