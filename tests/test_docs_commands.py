@@ -1,7 +1,8 @@
 """The shell commands shown in README.md and docs/*.md work as written, as far as they can be checked without
 running them: every fenced ``bash``/``sh`` block is split into commands (line continuations, ``&&``, ``;``,
 pipes, ``VAR=value`` prefixes, ``nice``), the program must exist (a console script of pyproject.toml, a
-``python`` file or ``-m`` module of the repository, a recipe, a make target, ``torchrun -m``, ``simuleval``)
+``python`` file or ``-m`` module of the repository, a recipe, a make target, ``torchrun -m``, ``simuleval``,
+``omnisteval``)
 and its options must parse: Python programs through their ``build_parser()`` (no run), recipes against their
 ``RECIPE_OPTIONS``, SimulEval against its own parser plus the agent's options. A deprecated spelling is an
 error too. ``[--opt V]`` marks options as optional and is checked like ``--opt V``. A command that cannot be
@@ -203,6 +204,8 @@ def check(argv: list[str]) -> str | None:
         return _check_module(importlib.import_module(args[i + 1]), args[i + 2:], f"torchrun -m {args[i + 1]}")
     if prog == "simuleval":
         return _check_simuleval(args)
+    if prog == "omnisteval":  # a dependency (IWSLT scoring); its parser has subcommands
+        return _check_module(importlib.import_module("omnisteval.cli"), args, "omnisteval")
     return f"{prog}: not a program of this repository (mark the command '# docs-test: skip (reason)')"
 
 

@@ -5,8 +5,10 @@ Usage::
     mmst-score --instances OUT/de/instances.log --tgt-langs de --computation-aware
     mmst-score --instances simuleval_out/instances.log --tgt-langs ja --json
 
-Prints BLEU (with the sacrebleu signature), AL, LAAL, AP, DAL, ATD, StartOffset, EndOffset and,
-with ``--computation-aware``, the same metrics from ``elapsed`` (``AL_CA``, ...).  Unlike SimulEval
+Prints BLEU (with the sacrebleu signature), chrF, YAAL, AL, LAAL, AP, DAL, ATD, StartOffset, EndOffset,
+OmniSTEval's degeneracy diagnostics (SWF, EFSW, DSPTV and "likely degenerate" when |DSPTV| > 20) and, with
+``--computation-aware``, the latency metrics from ``elapsed`` (``YAAL_CA``, ``AL_CA``, ...). chrF, YAAL and the
+diagnostics are OmniSTEval's own numbers (``omnisteval shortform`` on the same file gives them).  Unlike SimulEval
 1.1.4 (SimulEval issue 44), the plain metrics always come from ``delays``, so one run gives both.  The
 reference length in AL/LAAL/AP is its number of whitespace-separated words; SimulEval 1.1.4 counts
 ``len(ref.split(" "))`` instead (``--simuleval-compat`` to reproduce it).
@@ -108,13 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(res.metrics))
         return 0
-    order = ["BLEU"] + list(LATENCY_METRICS)
+    order = ["BLEU", "chrF", "YAAL"] + list(LATENCY_METRICS) + ["SWF", "EFSW", "DSPTV"]
     print(f"instances: {res.n_instances} (latency over {res.n_scored_latency}); latency unit: {res.latency_unit}")
     if res.bleu_signature:
         print(f"sacrebleu: {res.bleu_signature}")
     rows = {m: {"value": res.metrics.get(m), "computation-aware": res.metrics.get(f"{m}_CA")} for m in order}
     cols = ["value", "computation-aware"] if args.computation_aware else ["value"]
     print(format_metrics_table(rows, cols, ca=False, row_header="metric"))
+    if "likely_degenerate" in res.metrics:
+        print(f"likely degenerate policy (|DSPTV| > 20, OmniSTEval): {'YES' if res.metrics['likely_degenerate'] else 'no'}")
     return 0
 
 

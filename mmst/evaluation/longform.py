@@ -18,6 +18,10 @@ their positions in the audio (MuST-C yaml ``offset``/``duration``, seconds):
   resegmentation (delays relative to the sentence start; :mod:`mmst.evaluation.resegment`);
 - with ``subtitles`` (``srt`` / ``vtt``): ``OUT/<lang>/<talk>.srt`` (or ``.vtt``), one subtitle file per
   language per talk (:mod:`mmst.simultaneous.subtitles`);
+- ``OUT/<lang>/omnisteval.jsonl`` (one line per recording), ``segments.yaml``, ``references.txt`` and
+  ``instances.resegmented.jsonl``: OmniSTEval's input and output; with sentence positions, LongYAAL,
+  LongYAAL_CA, LongAL, LongLAAL (and ``_CA``), BLEU and chrF after SoftSegmenter resegmentation in
+  ``scores.json`` (``SoftSeg_BLEU``, ``SoftSeg_chrF``; :mod:`mmst.evaluation.omnisteval_adapter`);
 - ``OUT/scores.json`` and ``OUT/scores.md``: per language BLEU (resegmented, sacrebleu with the
   language's tokenizer), StreamLAAL, StreamLAAL_CA, StreamAL, StreamAL_CA; the number of VAD segments
   and the real-time factor. Without sentence positions only BLEU is computed (and the reason is
@@ -45,7 +49,8 @@ logger = logging.getLogger("mmst.evaluation.longform")
 SAMPLE_RATE = 16000
 
 #: Metrics of a long-form evaluation, in table order (latency in ms).
-LONGFORM_METRICS = ("BLEU", "StreamLAAL", "StreamLAAL_CA", "StreamAL", "StreamAL_CA")
+LONGFORM_METRICS = ("LongYAAL", "LongYAAL_CA", "SoftSeg_BLEU", "SoftSeg_chrF", "BLEU", "StreamLAAL",
+                    "StreamLAAL_CA", "StreamAL", "StreamAL_CA")
 
 NO_SEGMENTS_NOTE = ("no sentence positions (--segments): StreamLAAL needs the start and duration of each "
                     "reference sentence in the audio; only BLEU (after mWER resegmentation) is reported")
@@ -314,6 +319,7 @@ def evaluate_talks(lf: Any, talks: Sequence[Talk], langs: Sequence[str], units: 
     """
     from tqdm import tqdm
 
+    from mmst.evaluation.omnisteval_adapter import Recording, score_recordings
     from mmst.evaluation.quality import corpus_bleu
     from mmst.evaluation.scorer import ScoringError, average_scores, score_instances
     from mmst.simultaneous.subtitles import FORMATS, TIMINGS, write_subtitles
@@ -324,6 +330,7 @@ def evaluate_talks(lf: Any, talks: Sequence[Talk], langs: Sequence[str], units: 
     out = Path(out_dir)
     hyp_lines: dict[str, list[str]] = {lang: [] for lang in langs}
     instances: dict[str, list[dict[str, Any]]] = {lang: [] for lang in langs}
+    recordings: dict[str, list[Recording]] = {lang: [] for lang in langs}  # OmniSTEval's input
     untimed: dict[str, tuple[list[str], list[str]]] = {lang: ([], []) for lang in langs}
     talk_info: dict[str, Any] = {}
     notes: list[str] = []
@@ -355,6 +362,7 @@ def evaluate_talks(lf: Any, talks: Sequence[Talk], langs: Sequence[str], units: 
             hyp_lines[lang] += _hypothesis_lines(talk, ws)
             refs = talk.refs.get(lang) or []
             units_l = timed_units(ws, units[lang])
+            recordings[lang].append(Recording(talk.wav, units_l, run.audio_s * 1e3, refs if talk.timed else ()))
             if untimed_mode:  # references without times: every talk's words, aligned to all references at once
                 untimed[lang][0].extend(u.text for u in units_l)
                 untimed[lang][1].extend(s.text for s in refs)
@@ -366,13 +374,16 @@ def evaluate_talks(lf: Any, talks: Sequence[Talk], langs: Sequence[str], units: 
         atomic_write_lines(out / lang / "hypothesis.jsonl", hyp_lines[lang])
         res: dict[str, Any] = {}
         info: dict[str, Any] = {"latency_unit": units[lang]}
+        lyaal, lyaal_info = score_recordings(out / lang, recordings[lang], lang, units[lang])  # SoftSegmenter
+        res.update(lyaal)
+        info.update(lyaal_info)
         if instances[lang]:
             from mmst.evaluation.instances import write_instances
 
             write_instances(out / lang / "instances.log", instances[lang])
             info["n_sentences"] = len(instances[lang])
             try:
-                sr = score_instances(instances[lang], lang, units[lang], computation_aware=True)
+                sr = score_instances(instances[lang], lang, units[lang], computation_aware=True, omnisteval=False)
                 m = sr.metrics
                 if "BLEU" in m:
                     res["BLEU"] = m["BLEU"]
@@ -416,8 +427,10 @@ def _scores_md(obj: Mapping[str, Any], langs: Sequence[str]) -> str:
     if len(langs) > 1 and obj["average"]:
         rows["avg"] = obj["average"]
     md = ["# Long-form evaluation", "",
-          "Whole talks streamed as one stream each, cut by the VAD; hypotheses resegmented onto the reference "
-          "sentences by mWER alignment. Latency in ms: StreamLAAL = mean over reference sentences of LAAL with "
+          "Whole talks streamed as one stream each, cut by the VAD. LongYAAL, SoftSeg_BLEU, SoftSeg_chrF: "
+          "OmniSTEval (IWSLT 2026) after SoftSegmenter resegmentation; LongYAAL = mean over reference sentences "
+          "of YAAL up to the end of the recording's references. BLEU, StreamLAAL, StreamAL: hypotheses resegmented "
+          "onto the reference sentences by mWER alignment; StreamLAAL = mean over reference sentences of LAAL with "
           "delays from each sentence's start; `_CA` = computation-aware (real-time arrival). BLEU: sacrebleu.", "",
           format_metrics_table(rows, LONGFORM_METRICS, ca=False), "",
           f"Talks: {len(obj['talks'])}, audio {obj['audio_s']:.1f} s, VAD segments: {obj['n_vad_segments']}, "

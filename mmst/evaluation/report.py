@@ -25,8 +25,11 @@ from typing import Any
 from mmst.atomic import atomic_path, atomic_write_text
 from mmst.evaluation.latency import LATENCY_METRICS
 
-#: Column order of the Markdown tables (``length_ratio``: |Y| / |Y*| in latency units).
-TABLE_METRICS: tuple[str, ...] = ("BLEU", "length_ratio") + LATENCY_METRICS
+#: Column order of the Markdown tables (``length_ratio``: |Y| / |Y*| in latency units; ``chrF`` and ``YAAL``:
+#: OmniSTEval's, :mod:`mmst.evaluation.omnisteval_adapter`).
+TABLE_METRICS: tuple[str, ...] = ("BLEU", "chrF", "length_ratio", "YAAL") + LATENCY_METRICS
+#: The degeneracy diagnostics (OmniSTEval, percent) and their table order.
+DEGENERACY_METRICS: tuple[str, ...] = ("SWF", "EFSW", "DSPTV")
 
 
 def replace_marked_block(doc: str | os.PathLike[str], start: str, end: str, body: str) -> None:
@@ -113,7 +116,8 @@ def write_scores(
     if len(per_lang) > 1:
         rows["avg"] = average
     md = [f"# {title}", ""]
-    md.append("Latency in ms of source audio (SimulEval 1.1 definitions); BLEU: sacrebleu corpus BLEU.")
+    md.append("Latency in ms of source audio (SimulEval 1.1 definitions; YAAL: OmniSTEval's); BLEU and chrF: "
+              "sacrebleu corpus scores.")
     md.append("`_CA` = computation-aware (from `elapsed`).")
     md.append("")
     md.append("## Quality and latency")
@@ -124,6 +128,8 @@ def write_scores(
     md.append("")
     md.append(_ca_table(rows))
     md.append("")
+    if any(m in r for r in rows.values() for m in DEGENERACY_METRICS):
+        md += _degeneracy_section(rows)
     if rtf is not None:
         md.append(f"Real-time factor (compute / audio duration): **{rtf:.3f}**")
         md.append("")
@@ -147,8 +153,22 @@ def write_scores(
     return obj
 
 
+def _degeneracy_section(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The ``scores.md`` section of the degeneracy diagnostics (SWF, EFSW, DSPTV, likely degenerate)."""
+    lines = ["## Degeneracy diagnostics (OmniSTEval)", "",
+             "SWF: % of words written before the end of the source; EFSW: the % YAAL predicts; DSPTV = EFSW - SWF. "
+             "|DSPTV| > 20: *likely degenerate*, its words and its YAAL disagree on how simultaneous it is (e.g. "
+             "a burst of words at the end of each sentence).",
+             "", "| lang | SWF | EFSW | DSPTV | likely degenerate |", "|---|---|---|---|---|"]
+    for name, r in rows.items():
+        flag = r.get("likely_degenerate")
+        lines.append("| " + " | ".join([str(name)] + [_fmt(r.get(m)) for m in DEGENERACY_METRICS]
+                                        + ["-" if flag is None else "**YES**" if flag else "no"]) + " |")
+    return lines + [""]
+
+
 def _ca_table(rows: Mapping[str, Mapping[str, Any]]) -> str:
-    cols = [f"{m}_CA" for m in LATENCY_METRICS]
+    cols = [f"{m}_CA" for m in ("YAAL",) + LATENCY_METRICS]
     lines = ["| lang | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 1)]
     for name, r in rows.items():
         lines.append("| " + " | ".join([str(name)] + [_fmt(r.get(c)) for c in cols]) + " |")

@@ -5,8 +5,12 @@ times it as SimulEval 1.1 times an agent (:func:`mmst.evaluation.streaming.strea
 writes, under its output directory:
 
 - ``<lang>/instances.log``: SimulEval-1.1 instances;
-- ``scores.json`` / ``scores.md``: per-language and averaged BLEU, AL, LAAL, AP, DAL, ATD,
-  StartOffset, EndOffset (each also computation-aware, ``_CA``) and the real-time factor.
+- ``<lang>/references.txt``: the references, one a line in instance order (an empty line where there is
+  none): with ``instances.log`` the two files ``omnisteval shortform`` reads;
+- ``scores.json`` / ``scores.md``: per-language and averaged BLEU, chrF, YAAL, AL, LAAL, AP, DAL, ATD,
+  StartOffset, EndOffset (each latency also computation-aware, ``_CA``), OmniSTEval's degeneracy
+  diagnostics (SWF, EFSW, DSPTV, ``likely_degenerate``: :mod:`mmst.evaluation.omnisteval_adapter`) and the
+  real-time factor.
 
 :func:`run_sweep` runs several settings (wait-k values, or policies as
 :class:`mmst.simultaneous.PolicySpec`; ``OUT/<label>/`` each when there is more than one: ``k<k>`` for
@@ -29,9 +33,12 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from mmst.atomic import atomic_write_text
+from mmst.atomic import atomic_write_lines, atomic_write_text
 
 logger = logging.getLogger("mmst.evaluation.runner")
+
+#: Columns of the sweep summary's tables (each latency one also ``_CA``; DSPTV: OmniSTEval's degeneracy test value).
+SWEEP_TABLE_METRICS = ("BLEU", "chrF", "length_ratio", "YAAL", "LAAL", "AL", "AP", "DAL", "ATD", "DSPTV")
 
 
 def setting_label(setting: Any) -> str:
@@ -158,6 +165,8 @@ def evaluate_setting(
     per_lang: dict[str, dict[str, Any]] = {}
     for lang in langs:
         write_instances(out_dir / lang / "instances.log", instances[lang])
+        atomic_write_lines(out_dir / lang / "references.txt", [(ins["reference"] or "").replace("\n", " ").strip()
+                                                              for ins in instances[lang]])
         try:
             sr = score_instances(instances[lang], lang, units[lang], computation_aware=True,
                                  simuleval_compat=bool(config.get("simuleval_compat", False)))
@@ -276,6 +285,7 @@ def run_sweep(
                     if metric in pl[lang] and "BLEU" in pl[lang]:
                         lr = pl[lang].get("length_ratio")
                         flag = f" |Y|/|Y*|={lr:.2f}" if lr is not None and not 0.7 <= lr <= 1.4 else ""
+                        flag += " degenerate" if pl[lang].get("likely_degenerate") else ""
                         points[lang].append((pl[lang][metric], pl[lang]["BLEU"], _row_label(k, swept) + flag))
             plot_latency_quality(points, out / png, latency_metric=metric,
                                  title=f"BLEU vs {metric} ({name} sweep over {swept})")
@@ -326,8 +336,7 @@ def write_sweep_summary(out: str | Path, ks: Sequence[Any], results: dict[str, d
         rows = {}
         for k, lab in zip(ks, labels):
             rows[_row_label(k, swept)] = results[lab]["average"] if lang == "avg" else results[lab]["per_lang"][lang]
-        md += [f"## {lang}", "", format_metrics_table(rows, ("BLEU", "length_ratio", "LAAL", "AL", "AP", "DAL", "ATD"),
-                                                     ca=True, row_header=swept), ""]
+        md += [f"## {lang}", "", format_metrics_table(rows, SWEEP_TABLE_METRICS, ca=True, row_header=swept), ""]
     rtfs = ", ".join(f"{_row_label(k, swept)}: {results[lab].get('rtf') or float('nan'):.3f}"
                      for k, lab in zip(ks, labels))
     md += [f"Real-time factor: {rtfs}", "", "![BLEU vs LAAL](latency_quality_laal.png)",

@@ -3,7 +3,9 @@
 :func:`score_instances` is what ``eval/score.py`` and ``eval/simultaneous_eval.py`` call.  Its result
 maps metric names to values: ``BLEU``, ``length_ratio`` (:func:`length_ratio`), ``AL``, ``LAAL``, ``AP``,
 ``DAL``, ``ATD``, ``StartOffset``, ``EndOffset`` and the latency ones with ``_CA`` (see
-:mod:`mmst.evaluation.latency` for the formulas and :mod:`mmst.evaluation.quality` for BLEU).
+:mod:`mmst.evaluation.latency` for the formulas and :mod:`mmst.evaluation.quality` for BLEU), and
+OmniSTEval's ``YAAL``, ``YAAL_CA``, ``chrF``, ``SWF``, ``EFSW``, ``DSPTV`` and ``likely_degenerate``
+(:mod:`mmst.evaluation.omnisteval_adapter`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from mmst.evaluation.latency import (
     reference_length,
     split_units,
 )
+from mmst.evaluation.omnisteval_adapter import OmniSTEvalError, shortform_scores
 from mmst.evaluation.quality import QualityError, corpus_bleu, latency_unit_for
 
 logger = logging.getLogger("mmst.evaluation.scorer")
@@ -98,8 +101,9 @@ def score_instances(
     input_type: str = "speech",
     metrics: Sequence[str] = LATENCY_METRICS,
     simuleval_compat: bool = False,
+    omnisteval: bool = True,
 ) -> ScoreResult:
-    """BLEU and latency of SimulEval-1.1 instances.
+    """BLEU and latency of SimulEval-1.1 instances, and OmniSTEval's YAAL, chrF and degeneracy diagnostics.
 
     Args:
         instances: instance dicts (``prediction``, ``delays``, ``elapsed``, ``reference``, ``source_length``).
@@ -112,6 +116,10 @@ def score_instances(
         metrics: latency metrics.
         simuleval_compat: count reference words as SimulEval 1.1.4 does (``split(" ")``; see
             :func:`mmst.evaluation.latency.reference_length`).
+        omnisteval: also report OmniSTEval's ``YAAL``, ``YAAL_CA``, ``chrF``, ``SWF``, ``EFSW``, ``DSPTV`` and
+            ``likely_degenerate`` (:func:`mmst.evaluation.omnisteval_adapter.shortform_scores`; YAAL counts
+            reference words as OmniSTEval does, ``split(" ")``); left out, with a warning, when OmniSTEval
+            is unavailable.
 
     Returns:
         :class:`ScoreResult`.
@@ -167,6 +175,11 @@ def score_instances(
     if ratio is not None:
         result["length_ratio"] = ratio
     result.update(lat.scores)
+    if omnisteval:
+        try:
+            result.update(shortform_scores(instances, tgt_lang, unit, tok or tokenize))
+        except OmniSTEvalError as e:
+            logger.warning("YAAL, chrF and the degeneracy diagnostics not computed: %s", e)
     return ScoreResult(
         metrics=result,
         n_instances=len(instances),
@@ -181,7 +194,8 @@ def score_instances(
 
 
 def average_scores(per_lang: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-    """Unweighted mean over languages of each metric present in every language's scores."""
+    """Unweighted mean over languages of each metric present in every language's scores; a flag (bool, such as
+    ``likely_degenerate``) becomes True when it is True for any language."""
     langs = list(per_lang)
     if not langs:
         return {}
@@ -189,6 +203,8 @@ def average_scores(per_lang: Mapping[str, Mapping[str, float]]) -> dict[str, flo
     out = {}
     for k in keys:
         vals = [per_lang[lang][k] for lang in langs]
-        if all(isinstance(v, int | float) for v in vals):
+        if all(isinstance(v, bool) for v in vals):
+            out[k] = any(vals)
+        elif all(isinstance(v, int | float) for v in vals):
             out[k] = float(sum(vals) / len(vals))
     return out
