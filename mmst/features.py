@@ -1,4 +1,4 @@
-"""80-dim Kaldi log-mel filterbank features (offline and streaming) and CMVN.
+"""80-dim Kaldi log-mel filterbank features, offline and streaming.
 
 One code path: :func:`fbank` is :class:`OnlineFbank` fed the whole waveform at once, so offline
 features (training, prep) and streaming features (simultaneous evaluation, where audio arrives in
@@ -28,26 +28,28 @@ left (nearly) untouched. Measured on the 7 FLEURS clips of ../shared/data (peak 
 scale): on the louder half of the frames, Kaldi-style dither changes the log-mel values of the
 quiet clips by 0.2-0.73 nats on average, ``"silence"`` mode by 0.00-0.09.
 
-Gain: :class:`CausalPeakGain` is the optional level normalisation of a DATA (``fbank.peak_normalize``):
-a running-peak gain that uses only past samples, so prep (whole clips) and streaming (chunks) agree.
-
-CMVN: :class:`CMVNAccumulator` gathers float64 streaming sums over training features and yields a
-:class:`GlobalCMVN` (saved as ``gcmvn.npz`` with keys ``mean`` and ``std``, fairseq-compatible);
-:func:`utterance_cmvn` is the per-utterance alternative.
+Level and normalisation live beside this module: :mod:`mmst.gain` (the causal peak gain of a DATA's
+``fbank.peak_normalize``, applied to waveforms before fbank) and :mod:`mmst.cmvn` (global and
+per-utterance CMVN of the features). Their names stay importable from here.
 """
 
 from __future__ import annotations
 
 import array
-import os
 import zlib
-from dataclasses import dataclass
 from typing import Any
 
 import kaldi_native_fbank as knf
 import numpy as np
 
-from mmst.atomic import atomic_path
+# names whose home is mmst.gain / mmst.cmvn, importable from here as before
+from mmst.cmvn import CMVNAccumulator as CMVNAccumulator
+from mmst.cmvn import GlobalCMVN as GlobalCMVN
+from mmst.cmvn import utterance_cmvn as utterance_cmvn
+from mmst.gain import PEAK_GAIN_FLOOR as PEAK_GAIN_FLOOR
+from mmst.gain import QUIET_PEAK as QUIET_PEAK
+from mmst.gain import CausalPeakGain as CausalPeakGain
+from mmst.gain import causal_peak_normalize as causal_peak_normalize
 
 NUM_MEL_BINS = 80
 """Feature dimension."""
@@ -260,86 +262,6 @@ class OnlineFbank:
         return out
 
 
-PEAK_GAIN_FLOOR = 1e-3
-"""Smallest running peak :class:`CausalPeakGain` divides by (-60 dBFS): the gain never exceeds
-``target / PEAK_GAIN_FLOOR``, so digital silence and hiss are not blown up to full scale."""
-QUIET_PEAK = 0.01
-"""Peak amplitude (-40 dBFS, about 330 LSB in 16-bit units) below which an input is reported as very
-quiet: its features sit far below those of normally levelled speech."""
-
-
-class CausalPeakGain:
-    """Causal peak normalisation: scale each sample by ``target / max(running peak, floor)``.
-
-    Peak-normalising a whole clip (``x * target / max|x|``) needs the clip's future, so a streaming
-    front end cannot apply it.  This rule only uses the past: for sample ``t``,
-
-        ``p_t = max(floor, |x_0|, ..., |x_t|)``,  ``y_t = x_t * target / p_t``
-
-    so ``|y_t| <= target`` always, the gain never increases, and once the loudest sample of the
-    clip has arrived the gain is exactly the whole-clip gain.  It depends on nothing but the samples
-    seen so far, so feeding a clip in chunks of any size gives the same output, bit for bit, as
-    one call on the whole clip: data prep (whole utterances), the evaluation and the SimulEval agent
-    (chunks) compute identical features.
-
-    Args:
-        target: peak amplitude in (0, 1] the output is scaled to (``fbank.peak_normalize``).
-        floor: smallest running peak divided by (see :data:`PEAK_GAIN_FLOOR`).
-
-    Raises:
-        ValueError: ``target`` outside (0, 1] or ``floor <= 0``.
-    """
-
-    def __init__(self, target: float, floor: float = PEAK_GAIN_FLOOR) -> None:
-        if not 0.0 < float(target) <= 1.0:
-            raise ValueError(f"peak_normalize target must be in (0, 1], got {target!r}")
-        if not float(floor) > 0.0:
-            raise ValueError(f"peak gain floor must be > 0, got {floor!r}")
-        self.target = float(target)
-        self.floor = float(floor)
-        self.peak = 0.0
-        """Running peak ``max|x|`` of the input so far (without the floor)."""
-
-    def reset(self) -> None:
-        """Forget the running peak (next utterance)."""
-        self.peak = 0.0
-
-    def __call__(self, samples: np.ndarray) -> np.ndarray:
-        """Scale the next chunk.
-
-        Args:
-            samples: float ``(N,)`` in [-1, 1], the continuation of the samples already seen.
-
-        Returns:
-            float32 ``(N,)``.
-        """
-        x = np.asarray(samples, dtype=np.float32).reshape(-1)
-        if x.size == 0:
-            return x.copy()
-        run = np.maximum.accumulate(np.abs(x))
-        np.maximum(run, np.float32(self.peak), out=run)
-        self.peak = float(run[-1])
-        np.maximum(run, np.float32(self.floor), out=run)
-        return (x * (np.float32(self.target) / run)).astype(np.float32, copy=False)
-
-
-def causal_peak_normalize(waveform: np.ndarray, target: float, floor: float = PEAK_GAIN_FLOOR) -> np.ndarray:
-    """:class:`CausalPeakGain` applied to a whole utterance (what the data prep stores).
-
-    Args:
-        waveform: float ``(N,)`` in [-1, 1].
-        target: output peak in (0, 1].
-        floor: see :data:`PEAK_GAIN_FLOOR`.
-
-    Returns:
-        float32 ``(N,)``, equal to streaming the same samples through :class:`CausalPeakGain`.
-
-    Raises:
-        ValueError: see :class:`CausalPeakGain`.
-    """
-    return CausalPeakGain(target, floor)(waveform)
-
-
 def fbank_kwargs_from_config(data_cfg: dict[str, Any] | None) -> dict[str, Any]:
     """Keyword arguments for :func:`fbank` / :class:`OnlineFbank` that reproduce a DATA's features.
 
@@ -377,127 +299,3 @@ def fbank(waveform: np.ndarray, sample_rate: int = 16000, dither: float = 0.0,
     f.accept_waveform(waveform)
     f.input_finished()
     return f.pop_frames()
-
-
-def _as_backend(arr: np.ndarray, like: Any) -> Any:
-    """Return ``arr`` as the array type of ``like`` (numpy or torch, same device and dtype)."""
-    if isinstance(like, np.ndarray):
-        return arr.astype(like.dtype if np.issubdtype(like.dtype, np.floating) else np.float32, copy=False)
-    import torch  # local import: mmst.features must not require torch for prep
-
-    if isinstance(like, torch.Tensor):
-        dtype = like.dtype if like.is_floating_point() else torch.float32
-        return torch.as_tensor(arr, dtype=dtype, device=like.device)
-    raise TypeError(f"expected numpy array or torch tensor, got {type(like).__name__}")
-
-
-@dataclass
-class GlobalCMVN:
-    """Global mean/variance normalisation: ``(feats - mean) / std`` per feature dimension.
-
-    Attributes:
-        mean: float32 ``(80,)``.
-        std: float32 ``(80,)``, strictly positive.
-        count: number of frames the statistics came from (0 if unknown).
-    """
-
-    mean: np.ndarray
-    std: np.ndarray
-    count: int = 0
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> GlobalCMVN:
-        """Load ``gcmvn.npz`` (keys ``mean``, ``std``; optional ``count``).
-
-        Raises:
-            FileNotFoundError: missing file. ValueError: missing keys, bad shapes or non-positive std.
-        """
-        with np.load(os.fspath(path)) as z:
-            if "mean" not in z or "std" not in z:
-                raise ValueError(f"{path}: gcmvn file must contain 'mean' and 'std', has {list(z.keys())}")
-            mean = np.asarray(z["mean"], dtype=np.float32)
-            std = np.asarray(z["std"], dtype=np.float32)
-            count = int(z["count"]) if "count" in z else 0
-        if mean.ndim != 1 or mean.shape != std.shape:
-            raise ValueError(f"{path}: mean/std must be 1-D of equal shape, got {mean.shape} and {std.shape}")
-        if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all()):
-            raise ValueError(f"{path}: mean/std must be finite and std > 0")
-        return cls(mean=mean, std=std, count=count)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write ``gcmvn.npz`` atomically (keys ``mean``, ``std``, ``count``)."""
-        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-            np.savez(fh, mean=self.mean.astype(np.float32), std=self.std.astype(np.float32),
-                     count=np.int64(self.count))
-
-    def __call__(self, feats: Any) -> Any:
-        """Normalise features: ``(feats - mean) / std`` over the last dimension.
-
-        Args:
-            feats: numpy array or torch tensor ``(..., 80)`` (e.g. ``(T, 80)`` or ``(B, T, 80)``).
-
-        Returns:
-            Same type, shape, device (and float dtype) as ``feats``.
-        """
-        if feats.shape[-1] != self.mean.shape[0]:
-            raise ValueError(f"GlobalCMVN: feature dim {feats.shape[-1]} != {self.mean.shape[0]}")
-        return (feats - _as_backend(self.mean, feats)) / _as_backend(self.std, feats)
-
-    cmvn = __call__
-    normalize = __call__
-
-
-class CMVNAccumulator:
-    """Streaming float64 sums for global CMVN (count, sum, sum of squares per dimension).
-
-    Order-independent up to float64 rounding; feed utterances in a fixed order for bit-identical
-    results. ``var = E[x^2] - E[x]^2`` computed in float64 and floored at ``min_std**2``.
-    """
-
-    def __init__(self, dim: int = NUM_MEL_BINS) -> None:
-        self.dim = dim
-        self.count = 0
-        self.sum = np.zeros(dim, dtype=np.float64)
-        self.sumsq = np.zeros(dim, dtype=np.float64)
-
-    def add(self, feats: np.ndarray) -> None:
-        """Add the frames of one utterance, ``(T, dim)``."""
-        f = np.asarray(feats, dtype=np.float64)
-        if f.ndim != 2 or f.shape[1] != self.dim:
-            raise ValueError(f"CMVNAccumulator.add: expected (T, {self.dim}), got {f.shape}")
-        self.add_stats(f.shape[0], f.sum(axis=0), np.square(f).sum(axis=0))
-
-    def add_stats(self, count: int, sum_: np.ndarray, sumsq: np.ndarray) -> None:
-        """Add precomputed sums (``count`` frames, ``sum`` and ``sumsq`` each ``(dim,)`` float64)."""
-        self.count += int(count)
-        self.sum += np.asarray(sum_, dtype=np.float64)
-        self.sumsq += np.asarray(sumsq, dtype=np.float64)
-
-    def finalize(self, min_std: float = 1e-3) -> GlobalCMVN:
-        """Return the :class:`GlobalCMVN`. Raises ``ValueError`` when no frame was added."""
-        if self.count == 0:
-            raise ValueError("CMVNAccumulator.finalize: no frames were added")
-        mean = self.sum / self.count
-        var = np.maximum(self.sumsq / self.count - mean**2, min_std**2)
-        return GlobalCMVN(mean=mean.astype(np.float32), std=np.sqrt(var).astype(np.float32), count=self.count)
-
-
-def utterance_cmvn(feats: Any, norm_vars: bool = True, eps: float = 1e-5) -> Any:
-    """Per-utterance CMVN over the time axis (the alternative to :class:`GlobalCMVN`).
-
-    Args:
-        feats: numpy or torch ``(T, D)`` features of one utterance.
-        norm_vars: also divide by the per-dimension std (floored at ``sqrt(eps)``).
-        eps: variance floor.
-
-    Returns:
-        Same type and shape as ``feats``.
-    """
-    mean = feats.mean(axis=0) if isinstance(feats, np.ndarray) else feats.mean(dim=0)
-    out = feats - mean
-    if norm_vars:
-        if isinstance(feats, np.ndarray):
-            out = out / np.sqrt(np.maximum((out**2).mean(axis=0), eps))
-        else:
-            out = out / (out.pow(2).mean(dim=0).clamp_min(eps)).sqrt()
-    return out

@@ -39,8 +39,8 @@ from mmst.cli_help import ArgumentParser  # noqa: E402
 #: The source paths a quickstart run exercises: its recipe, the corpus, training and evaluation code
 #: (recorded with their digests in ``provenance.depends_on``; collect right after the run).
 DEPENDS_ON = ("recipes/synthetic/run.sh", "recipes/synthetic/conf/train_xs.yaml", "recipes/lib/", "mmst/cli/",
-              "mmst/audio.py", "mmst/features.py", "mmst/corpora/", "mmst/data/", "mmst/models/", "mmst/losses.py",
-              "mmst/training/", "mmst/simultaneous/", "mmst/evaluation/")
+              "mmst/audio.py", "mmst/features.py", "mmst/gain.py", "mmst/cmvn.py", "mmst/corpora/", "mmst/data/",
+              "mmst/models/", "mmst/losses.py", "mmst/training/", "mmst/simultaneous/", "mmst/evaluation/")
 
 #: Stage titles of ``recipes/synthetic/run.sh``.
 STAGE_NAMES = {"0": "generate the grammar corpus", "1": "prep the multi-way corpus (fbank, CMVN, SentencePiece)",

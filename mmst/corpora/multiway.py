@@ -71,22 +71,14 @@ from tqdm import tqdm
 
 from mmst.atomic import atomic_copy, atomic_save_npy, atomic_write_json, atomic_write_text
 from mmst.audio import AudioError, load_audio
+from mmst.cmvn import CMVNAccumulator, GlobalCMVN
 from mmst.corpora.mustc import AlignParams, align_talk
 from mmst.corpora.mustc_layout import PairSegment, RawCorpusError, pair_dir, read_pair_split_strict
 from mmst.data.manifest import FAIRSEQ_ST_COLUMNS, TGT_PREFIX, clean_text, manifest_columns, write_manifest
 from mmst.data.store import pack_npy_files, zip_member_offsets
 from mmst.data.vocab import NO_SPACE_LANGS, PRETOKENIZE_DELIMITER, lang_tag, pretokenize, train_sentencepiece
-from mmst.features import (
-    FRAME_LENGTH_MS,
-    FRAME_SHIFT_MS,
-    NUM_MEL_BINS,
-    PEAK_GAIN_FLOOR,
-    CMVNAccumulator,
-    GlobalCMVN,
-    causal_peak_normalize,
-    dither_seed_for,
-    fbank,
-)
+from mmst.features import FRAME_LENGTH_MS, FRAME_SHIFT_MS, NUM_MEL_BINS, dither_seed_for, fbank
+from mmst.gain import PEAK_GAIN_FLOOR, causal_peak_normalize
 
 log = logging.getLogger(__name__)
 

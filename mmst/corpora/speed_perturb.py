@@ -47,19 +47,14 @@ from mmst.audio import AudioError, load_audio
 from mmst.data.corpus import load_data_config
 from mmst.data.manifest import manifest_columns, read_manifest, tgt_langs_of, write_manifest
 from mmst.data.store import pack_npy_files
-from mmst.features import (
-    PEAK_GAIN_FLOOR,
-    causal_peak_normalize,
-    dither_seed_for,
-    fbank,
-    fbank_kwargs_from_config,
-)
+from mmst.features import dither_seed_for, fbank, fbank_kwargs_from_config
+from mmst.gain import PEAK_GAIN_FLOOR, causal_peak_normalize
 from mmst.provenance import run_record
 
 #: The source paths that make the speed-perturbed copies (recorded with their digests in the report's
 #: ``provenance.depends_on``).
 DEPENDS_ON = ("mmst/cli/speed_perturb.py", "mmst/corpora/speed_perturb.py", "mmst/audio.py", "mmst/features.py",
-              "mmst/data/corpus.py", "mmst/data/manifest.py", "mmst/data/store.py")
+              "mmst/gain.py", "mmst/cmvn.py", "mmst/data/corpus.py", "mmst/data/manifest.py", "mmst/data/store.py")
 
 DEFAULT_FACTORS = (0.9, 1.0, 1.1)
 SAMPLE_RATE = 16000

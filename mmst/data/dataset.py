@@ -109,9 +109,9 @@ class MultiwayDataset(torch.utils.data.Dataset):
                  vocab_mode: str = "joint", start_token_ids: dict[str, int] | None = None,
                  lang_tag_start: bool = False, max_frames: int | None = None, cache_features: bool = False,
                  with_src: bool = True, augment: Any = None, input_kind: str = "fbank") -> None:
+        from mmst.cmvn import GlobalCMVN
         from mmst.data.manifest import read_manifest, tgt_langs_of
         from mmst.data.vocab import Vocab
-        from mmst.features import GlobalCMVN
 
         self.data_dir = Path(data_dir)
         self.split = split
@@ -219,7 +219,7 @@ class MultiwayDataset(torch.utils.data.Dataset):
             mmst.audio.AudioError: the file cannot be read or the segment lies outside it.
         """
         from mmst.audio import load_audio
-        from mmst.features import causal_peak_normalize
+        from mmst.gain import causal_peak_normalize
 
         row = self.rows[i]
         if not row.get("wav"):

@@ -182,7 +182,7 @@ def load_target_vocabs(data_dir: Path, ckpt: dict[str, Any], model: Any, langs: 
 def load_cmvn(data_dir: Path, dcfg: dict[str, Any] | None = None) -> Any:
     """``mmst.features.GlobalCMVN`` from the ``gcmvn`` entry of ``dcfg`` (default ``DATA/config.yaml``;
     paths relative to ``data_dir``); None when absent, with a warning."""
-    from mmst.features import GlobalCMVN
+    from mmst.cmvn import GlobalCMVN
 
     dcfg = _data_config(data_dir, dcfg)
     p = dcfg.get("gcmvn") or dcfg.get("global_cmvn")
@@ -402,7 +402,7 @@ class PeakGainTranslator:
     """
 
     def __init__(self, inner: Any, target: float) -> None:
-        from mmst.features import CausalPeakGain
+        from mmst.gain import CausalPeakGain
 
         self.inner = inner
         self.gain = CausalPeakGain(target)
@@ -426,7 +426,7 @@ class PeakGainTranslator:
         return steps_of(self.inner, "accept_audio", self._scaled(samples, finished), finished=finished)
 
     def _scaled(self, samples: np.ndarray, finished: bool) -> np.ndarray:
-        from mmst.features import QUIET_PEAK
+        from mmst.gain import QUIET_PEAK
 
         x = self.gain(samples)
         self._n += x.size

@@ -31,10 +31,11 @@ SEEN, UNSEEN = "tst-COMMON", "tst-unseen"
 #: The source paths the augmentation experiment exercises (``recipes/synthetic/run_augment.sh``: speed
 #: perturbation, training with SpecAugment, evaluation on both test sets, this report); recorded with their
 #: digests in ``provenance.depends_on``.
-DEPENDS_ON = ("recipes/synthetic/run_augment.sh", "recipes/synthetic/conf/", "recipes/lib/", "mmst/cli/speed_perturb.py",
-              "mmst/cli/simultaneous_eval.py", "mmst/cli/unseen_gap.py", "mmst/audio.py", "mmst/features.py",
-              "mmst/corpora/speed_perturb.py", "mmst/data/", "mmst/models/", "mmst/losses.py", "mmst/training/",
-              "mmst/simultaneous/", "mmst/evaluation/")
+DEPENDS_ON = ("recipes/synthetic/run_augment.sh", "recipes/synthetic/conf/", "recipes/lib/",
+              "mmst/cli/speed_perturb.py", "mmst/cli/simultaneous_eval.py", "mmst/cli/unseen_gap.py",
+              "mmst/audio.py", "mmst/features.py", "mmst/gain.py", "mmst/cmvn.py", "mmst/corpora/speed_perturb.py",
+              "mmst/data/", "mmst/models/", "mmst/losses.py", "mmst/training/", "mmst/simultaneous/",
+              "mmst/evaluation/")
 
 
 def _seed_of(name: str) -> int:
