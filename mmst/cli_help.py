@@ -162,6 +162,21 @@ def add_vad_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vad-speech-pad-ms", type=float, default=30.0, help="padding (ms) on each side of a segment")
 
 
+def add_restart_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the sentence-restart options of the long-form driver (``mmst.simultaneous.longform``):
+    ``--sentence-restart``/``--no-sentence-restart``, ``--restart-min-speech-ms`` (ms of VAD speech),
+    ``--restart-eos-chunks`` (chunks)."""
+    p.add_argument("--sentence-restart", action=argparse.BooleanOptionalAction, default=True,
+                   help="a language that ended its sentence while its VAD segment goes on starts a new sentence "
+                        "where the last one ended (found from its attention, the CTC head and the VAD); "
+                        "--no-sentence-restart: one sentence per segment")
+    p.add_argument("--restart-min-speech-ms", type=float, default=200.0,
+                   help="speech (ms, VAD) needed after the restart point before a language restarts")
+    p.add_argument("--restart-eos-chunks", type=int, default=2,
+                   help="adaptive policies: end-of-sentence predicted on partial input for this many consecutive "
+                        "chunks ends the sentence")
+
+
 def run_cli(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace], int],
             argv: Sequence[str] | None, errors: tuple[type[BaseException], ...], *,
             log_format: str = EVAL_LOG_FORMAT, error_log: logging.Logger | None = None) -> int:

@@ -3,7 +3,8 @@
 :class:`ScriptedModel` has the interface :class:`mmst.simultaneous.StreamingTranslator` uses (one
 target language, separate decoders). Its decoder's next-token distribution and cross-attention are
 ``script(prefix, s)``: ``prefix`` = the target tokens before the predicted one (start token excluded),
-``s`` = encoder states the decoder may attend (the visible prefix). The source-CTC head reads its
+``s`` = encoder states the decoder may attend (the visible prefix); with ``windowed=True`` it is
+``script(prefix, lo, hi)``, the visible states ``lo .. hi - 1`` (absolute; a restarted sentence's window). The source-CTC head reads its
 greedy path from ``ctc_paths[S]`` (S = states received), so a count that goes down can be scripted.
 :class:`ScriptedFrontEnd` replaces the audio front end: each ``accept_audio`` call adds one chunk of
 ``ratio`` states (``chunk_ms`` of source), whatever the samples.
@@ -42,10 +43,11 @@ class ScriptedDecoder(nn.Module):
     attention from ``script(prefix, s) -> ({token: probability}, attention (s,))`` (unlisted tokens get
     probability 0, i.e. logit -inf)."""
 
-    def __init__(self, script, heads: int = 1) -> None:
+    def __init__(self, script, heads: int = 1, windowed: bool = False) -> None:
         super().__init__()
         self.script = script
         self.heads = heads
+        self.windowed = windowed
 
     def init_state(self) -> ScriptedState:
         return ScriptedState()
@@ -68,17 +70,23 @@ class ScriptedDecoder(nn.Module):
                     valid = torch.ones(l_prev + q + 1, dtype=torch.bool)
                 prefix = [int(t) for t, v in zip(cols[r, : l_prev + q + 1], valid) if v and int(t) not in (PAD,)]
                 prefix = prefix[1:]  # drop the start token
+                lo = 0
                 if cross_attn_mask is not None:
                     m = cross_attn_mask[min(r, cross_attn_mask.size(0) - 1), min(q, cross_attn_mask.size(1) - 1)]
                     s = int(m.sum())
+                    lo = int(m.int().argmax()) if s else 0
                 elif enc_padding_mask is not None:
                     s = int((~enc_padding_mask[min(r, enc_padding_mask.size(0) - 1)]).sum())
                 else:
                     s = s_all
-                probs, row = self.script(tuple(prefix), s)
+                if self.windowed:  # absolute state indices: the front end writes each state's index in feature 0
+                    lo_abs = int(enc_states[0, lo, 0]) if s else 0
+                    probs, row = self.script(tuple(prefix), lo_abs, lo_abs + s)
+                else:
+                    probs, row = self.script(tuple(prefix), s)
                 for tok, p in probs.items():
                     logits[r, q, tok] = math.log(p)
-                attn[r, :, q, :s] = torch.as_tensor(row, dtype=torch.float32)
+                attn[r, :, q, lo:lo + s] = torch.as_tensor(row, dtype=torch.float32)
         state.cols = cols
         state.num_tokens += n
         state.cross_len = s_all
@@ -104,13 +112,14 @@ class ScriptedModel(nn.Module):
     arch = "separate"
     is_async = False
 
-    def __init__(self, script, ratio: int = 2, ctc_paths: dict[int, list[int]] | None = None) -> None:
+    def __init__(self, script, ratio: int = 2, ctc_paths: dict[int, list[int]] | None = None,
+                 windowed: bool = False) -> None:
         super().__init__()
         self.cfg = SimpleNamespace(eos_id=EOS, pad_id=PAD, bos_id=BOS, decoder_layers=2, attention_heads=1,
                                    encoder_attention="offline", d_model=4)
         self.tgt_langs = ["de"]
         self.pre_decision_ratio = ratio
-        self.dec = ScriptedDecoder(script)
+        self.dec = ScriptedDecoder(script, windowed=windowed)
         # what the translator's own audio front end reads when it is built (ScriptedFrontEnd replaces it)
         self.encoder = SimpleNamespace(input_kind="fbank")
         self.ctc_proj = ScriptedCTC(ctc_paths) if ctc_paths is not None else None
@@ -168,6 +177,41 @@ class ScriptedFrontEnd:
         st = torch.zeros(1, self.num_states, 4)
         st[0, :, 0] = torch.arange(self.num_states, dtype=torch.float32)
         return st
+
+
+class SampledFrontEnd(ScriptedFrontEnd):
+    """Front end of :class:`ScriptedModel` that counts audio: one state per ``state_samples`` received
+    (complete chunks of ``ratio`` states until the source is finished, then every whole state), as the
+    real front end; a long-form driver can then feed it any slices."""
+
+    def __init__(self, ratio: int = 2, state_samples: int = 640) -> None:
+        self.state_samples = state_samples
+        super().__init__(ratio, ratio * state_samples * 1000.0 / self.sample_rate)
+
+    def reset(self) -> None:
+        super().reset()
+        self.num_samples = 0
+
+    def accept_audio_steps(self, samples, finished: bool = False):
+        if self.finished:
+            raise ValueError("source already finished")
+        self.num_samples += len(samples)
+        self.finished = finished
+        return
+        yield
+
+    @property
+    def num_states(self) -> int:
+        n = self.num_samples // self.state_samples
+        return n if self.finished else n // self.ratio * self.ratio
+
+    @property
+    def num_chunks(self) -> int:
+        return -(-self.num_states // self.ratio)
+
+    @property
+    def source_ms(self) -> float:
+        return self.num_samples * 1000.0 / self.sample_rate
 
 
 def stream(model, n_chunks: int = 6, after_chunk=None, **translator_kw):

@@ -339,7 +339,7 @@ def test_resegmented_scores_match_segmented_evaluation(system, tiny_system, tmp_
             seg_inst[lang].append(make_instance(i, ls.units, ls.delays, ls.elapsed, " ".join(ls.units), "",
                                                 r.source_length_ms))
     audio, bounds = _grid_talk(utts, [1, 3, 2, 1, 4, 2])
-    lf = LongFormTranslator(mk(), vad=OracleSegmenter(bounds))
+    lf = LongFormTranslator(mk(), vad=OracleSegmenter(bounds), restart=False)  # one sentence per utterance, as segmented
     evs = _run(lf, audio)
     ends = [e for e in evs if isinstance(e, SegmentEnd)]
     assert [e.segment for e in ends] == list(range(6))

@@ -13,6 +13,7 @@ from mmst.evaluation.policy_compare import (
     CompareError,
     bootstrap_difference,
     equal_latency,
+    holm,
     interpolate,
     load_sweep,
     summary,
@@ -55,7 +56,8 @@ def test_equal_latency_and_summary():
     assert ja3["adaptive"]["alignatt"] == pytest.approx(12.0) and ja3["best"] == "waitk" and ja3["beats_waitk"] == []
     assert eq["k5"]["de"]["adaptive"]["alignatt"] is None  # 2200 ms beyond alignatt's 2000 ms
     s = summary(eq)
-    assert s == {"metric": "LAAL", "langs_adaptive_beats_waitk_offline_model": {"k3": 1, "k5": 0},
+    assert s == {"metric": "LAAL", "correction": {"method": "holm", "family_wise_level": 0.05, "tests": 0},
+                 "langs_adaptive_beats_waitk_offline_model": {"k3": 1, "k5": 0},
                  "best_policy_per_lang": {"de": {"k3": "alignatt", "k5": "waitk"}, "ja": {"k3": "waitk", "k5": "waitk"}}}
     eq_ca = equal_latency({"waitk": waitk, "alignatt": aa}, ["de"], (3,), "AL_CA")
     assert eq_ca["k3"]["de"]["waitk"]["latency"] == 1700.0
@@ -113,8 +115,9 @@ def _results_tree(root: Path) -> None:
         d.mkdir(parents=True)
         (d / "scores.json").write_text(json.dumps(scores(pts)))
         (d / pts[0][2] / "scores.json").parent.mkdir(parents=True)
-        (d / pts[0][2] / "scores.json").write_text(json.dumps({"config": {"split": "tst-COMMON", "n_utterances": 20,
-                                                                         "source_segment_size_ms": 320}}))
+        (d / pts[0][2] / "scores.json").write_text(json.dumps({"config": {
+            "split": "tst-COMMON", "n_utterances": 20, "source_segment_size_ms": 320, "max_len_a": 0.45,
+            "max_len_b": 5}}))
     short = [" ".join(r.split()[:-2]) for r in REFS]
     _write_point(root / "offline/waitk/k3", "de", short)
     for lab in ("alignatt-frames2", "alignatt-frames8"):
@@ -164,4 +167,56 @@ def test_policy_results_summary_on_a_synthetic_results_tree(tmp_path):
     assert res["equal_latency"]["offline"]["LAAL_CA"]["k3"]["de"]["waitk"]["latency"] == 1600
     md = (out / "r.md").read_text()
     assert "1.60 ⚑" in md and "0.65 ⚑" in md and "tie" in md and "best at k=3 LAAL" in docs.read_text()
+    # the sweeps were decoded with the cap floor(0.45 S + 5): every row and column says so
+    assert "| alignatt[a=0.45,b=5] | frames=2 |" in md and "| wait-k BLEU | alignatt[a=0.45,b=5] | best |" in md
+    assert "p_holm 0.02 beats" in md and res["summary"]["correction"]["tests"] == 2
     assert (out / "img" / "policies_hard_offline.png").stat().st_size > 1000
+
+
+# ---------------------------------------------------------------- pairing and Holm's correction
+def test_bootstrap_is_paired_a_gain_on_every_sentence_wins_in_every_resample(tmp_path):
+    """The policy writes one more correct word than wait-k on every sentence, so a paired resample (the same
+    sentences for both systems) always favours it: the interval lies above 0 and the p-value is the smallest
+    possible, 2 / (n + 1). Resampling the systems independently mixes the sentences' very different qualities
+    into the difference and the interval straddles 0."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    refs, base, better = [], [], []
+    for i in range(30):
+        words = [f"w{i}x{j}" for j in range(int(rng.integers(8, 30)))]
+        q = int(rng.integers(0, len(words) - 1))  # correct leading words of wait-k's hypothesis
+        refs.append(" ".join(words))
+        base.append(" ".join(words[:q] + ["zz"] * (len(words) - q)))
+        better.append(" ".join(words[:q + 1] + ["zz"] * (len(words) - q - 1)))
+    pts = {}
+    for name, hyps in (("waitk", base), ("policy", better)):
+        write_instances(tmp_path / name / "de" / "instances.log", [
+            make_instance(i, h.split(), [100.0] * len(h.split()), [110.0] * len(h.split()), r, "x.wav", 2000.0)
+            for i, (h, r) in enumerate(zip(hyps, refs))])
+        pts[name] = {"dir": str(tmp_path / name)}
+    n = 300
+    res = bootstrap_difference("de", pts["waitk"], pts["policy"], pts["policy"], 0.0, n)
+    assert res["low"] > 0 and res["p"] == pytest.approx(2 / (n + 1)) and res["verdict"] == "beats"
+
+
+def test_holm_adjusted_p_values_by_hand():
+    # sorted 0.005, 0.01, 0.03, 0.04 -> 4 * 0.005, 3 * 0.01, 2 * 0.03, max(0.06, 1 * 0.04)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.2]) == [0.2] and holm([]) == [] and holm([0.6, 0.7]) == pytest.approx([1.0, 1.0])
+
+
+def test_a_win_that_holm_does_not_confirm_is_a_tie(tmp_path):
+    # the tree's de win holds in all 50 resamples (p = 2/51); with es, the table has 2 tests at k = 3, so Holm
+    # gives de p_holm = 4/51 > 0.05: a tie, although the uncorrected interval lies above 0
+    _results_tree(tmp_path)
+    sweeps = {"waitk": load_sweep(tmp_path / "offline/waitk"), "alignatt": load_sweep(tmp_path / "offline/alignatt")}
+    eq = equal_latency(sweeps, ["de", "es"], (3, 5), "LAAL", bootstrap=50)
+    de = eq["k3"]["de"]["ci"]["alignatt"]
+    assert de["p"] == pytest.approx(2 / 51) and de["p_holm"] == pytest.approx(4 / 51) and de["low"] > 0
+    assert de["verdict_uncorrected"] == "beats" and de["verdict"] == "tie"
+    assert eq["k3"]["de"]["beats_waitk"] == [] and eq["k3"]["de"]["best"] == "waitk"
+    assert eq["k5"]["de"]["ci"]["alignatt"] is None  # outside the sweep's range: not a test
+    assert summary(eq)["correction"] == {"method": "holm", "family_wise_level": 0.05, "tests": 2}
+    eq = equal_latency(sweeps, ["de", "es"], (3, 5), "LAAL", bootstrap=200)  # p = 2/201, p_holm = 4/201
+    assert eq["k3"]["de"]["ci"]["alignatt"]["verdict"] == "beats" and eq["k3"]["de"]["beats_waitk"] == ["alignatt"]

@@ -66,6 +66,14 @@ def test_write_schedule_known_answer(pol):
     assert (tokens, delays) == SCHEDULES[pol]
 
 
+@pytest.mark.parametrize("pol", ["alignatt:frames=1", "edatt:alpha=0.2,frames=2"])
+def test_redecoding_the_prefix_gives_the_cached_schedule_on_a_model_whose_states_ignore_the_frames(pol):
+    # the script's output depends on the prefix and the frames seen by the query only, so re-decoding the
+    # written prefix over new frames changes nothing; no continuation here reaches the cap after chunk 1
+    m = ScriptedModel(script, ratio=2)
+    assert stream(m, policy=pol + ",prefix=redecode", max_len_b=10) == SCHEDULES[pol]
+
+
 def test_ctc_count_is_a_running_maximum_and_ctc_is_a_deprecated_alias(caplog):
     m = ScriptedModel(script, ratio=2, ctc_paths=CTC_PATHS)
     seen = []
@@ -101,6 +109,54 @@ def test_never_eos_model_is_bounded_before_the_end_and_capped_at_the_end(pol, be
     else:  # greedy, token by token: attention allows every token; the partial cap min(10, S + 2) bounds it
         assert counts[:5] == [4, 6, 8, 10, 10]
     assert counts[5] == 10 and tokens == [40 + j for j in range(10)]  # at the end: up to the cap
+
+
+def rarely_eos(prefix, s):
+    """Never ends on its own, but EOS keeps probability 0.001: EOS forced at the length cap has a finite score
+    and ends the continuation, as with a trained model."""
+    return {40 + len(prefix) % 20: 0.999, EOS: 0.001}, attention(0, s)
+
+
+@pytest.mark.parametrize("pol", ["holdn:n=1", "la:n=2", "alignatt:frames=1,prefix=redecode"])
+def test_a_capped_continuation_ending_with_forced_eos_is_not_a_hypothesis(pol):
+    # chunk c (S = 2c states) re-decodes min(10, S + 2) tokens and the forced EOS; taking it for a hypothesis,
+    # hold-1 would write [3, 5, 7, 9, 9, 10] tokens after the chunks, LA-2 4 on chunk 2, AlignAtt 4 on chunk 1
+    counts = []
+    tokens, _ = stream(ScriptedModel(rarely_eos, ratio=2), policy=pol, max_len_b=10,
+                       after_chunk=lambda c, tr: counts.append(len(tr.tokens["de"])))
+    assert counts == [0, 0, 0, 0, 0, 10] and tokens == [40 + j for j in range(10)]
+
+
+GREEDY_CAP_CASES = [("waitk:k=2", 1, [0, 1, 2, 3, 4]), ("alignatt:frames=1", 1, [4, 6, 8, 10, 12]),
+                    ("edatt:alpha=0.9,frames=1", 1, [4, 6, 8, 10, 12]),
+                    ("alignatt:frames=1,prefix=redecode", 1, [0] * 5), ("holdn:n=1", 1, [0] * 5), ("la:n=2", 1, [0] * 5)]
+
+
+# beam search with EOS at probability 0.001 ends at once (a finished hypothesis): beam only with never_eos
+@pytest.mark.parametrize("model,pol,beam,before", [(m, *c) for m in (never_eos, rarely_eos) for c in GREEDY_CAP_CASES]
+                         + [(never_eos, "holdn:n=1", 2, [0] * 5), (never_eos, "alignatt:frames=1", 2, [0] * 5)])
+def test_the_cap_at_source_end_is_floor_a_s_plus_b_not_the_partial_cap(model, pol, beam, before):
+    # a = 1.5, b = 2: before the end min(floor(1.5 S + 2), S + 2) = S + 2 (4 on chunk 1); at the end S = 12 and
+    # floor(1.5 * 12 + 2) = 20, where the partial cap would give 14. A continuation that reaches the cap at the
+    # end is written (the source is finished: nothing more to wait for)
+    counts = []
+    tokens, delays = stream(ScriptedModel(model, ratio=2), policy=pol, max_len_a=1.5, max_len_b=2, beam=beam,
+                            after_chunk=lambda c, tr: counts.append(len(tr.tokens["de"])))
+    assert counts == before + [20]
+    assert tokens == [40 + j % 20 for j in range(20)] and delays[-1] == 1920.0
+
+
+def la_script(prefix, s):
+    """Chunks 1, 3, 4, ...: the hypothesis [10, 11] EOS; chunk 2 (s = 4): a long guess that the cap cuts."""
+    seq = [10, 11, 30, 31, 32, 33, 34, 35] if s == 4 else [10, 11]
+    return {seq[len(prefix)] if len(prefix) < len(seq) else EOS: 1.0}, attention(0, s)
+
+
+def test_local_agreement_compares_with_the_previous_chunk_not_the_last_uncapped_one():
+    # c1 [10 11 EOS]: nothing before it | c2 cut by the cap min(10, 6): no hypothesis | c3 [10 11 EOS]: the
+    # previous chunk had none, READ | c4 agrees with c3: 10 11. Comparing with the last uncapped hypothesis (c1)
+    # would write them on chunk 3 (960 ms)
+    assert stream(ScriptedModel(la_script, ratio=2), policy="la:n=2", max_len_b=10) == ([10, 11], [1280.0, 1280.0])
 
 
 # ---------------------------------------------------------------- beam: streaming vs offline

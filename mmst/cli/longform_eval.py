@@ -18,10 +18,12 @@ yaml and text files from every ``en-XX`` pair.
 
 Each talk streams in chunks of ``--source-segment-size`` ms through a Silero VAD (segments of at most
 ``--max-segment-s``) and the joint streaming translator (``--policy``/``--policy-args`` as in
-``mmst-eval``, one setting). Outputs in ``--out``: ``<lang>/hypothesis.jsonl`` (one word
+``mmst-eval``, one setting). A language that ends its sentence while its segment goes on starts a new
+one where the last ended (``--sentence-restart``, on by default; docs/longform.md). Outputs in ``--out``: ``<lang>/hypothesis.jsonl`` (one word
 per line with its times), ``<lang>/instances.log`` (SimulEval-1.1 instances, one per reference sentence
 after resegmentation), ``scores.json`` and ``scores.md`` (BLEU, StreamLAAL, StreamLAAL_CA, StreamAL,
-StreamAL_CA per language, VAD segments, real-time factor), and with ``--subtitles srt|vtt`` one subtitle
+StreamAL_CA and the untranslated speech share per language, VAD segments, sentence restarts,
+real-time factor), and with ``--subtitles srt|vtt`` one subtitle
 file per language per talk (``<lang>/<talk>.srt``). See docs/longform.md.
 
 Errors (unreadable audio, reference files of different lengths, a bad yaml line, a bad option) print
@@ -41,6 +43,7 @@ from mmst.cli_help import (
     add_length_arguments,
     add_model_arguments,
     add_progress_arguments,
+    add_restart_arguments,
     add_streaming_policy_arguments,
     add_vad_arguments,
     run_cli,
@@ -68,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source-segment-size", type=float, default=320.0,
                    help="processing chunk in ms: the VAD and the translator run every this many ms of audio")
     add_vad_arguments(p)
+    add_restart_arguments(p)
     p.add_argument("--oracle-segments", action="store_true",
                    help="segment at the --segments / yaml sentence boundaries instead of the VAD (gold "
                         "segmentation; one talk at a time)")
@@ -152,25 +156,33 @@ def run(args: argparse.Namespace) -> int:
               "segmentation": "oracle" if args.oracle_segments else "silero-vad",
               "vad": {"threshold": args.vad_threshold, "min_silence_ms": args.vad_min_silence_ms,
                       "speech_pad_ms": args.vad_speech_pad_ms},
+              "sentence_restart": args.sentence_restart, "restart_min_speech_ms": args.restart_min_speech_ms,
+              "restart_eos_chunks": args.restart_eos_chunks,
               "latency_units": units, "n_talks": len(talks), "subtitles": args.subtitles,
               "subtitle_timing": args.subtitle_timing, "quantize": args.quantize}
+    if args.restart_min_speech_ms < 0 or args.restart_eos_chunks < 1:
+        raise ValueError("--restart-min-speech-ms must be >= 0 and --restart-eos-chunks >= 1")
+    restart = {"restart": args.sentence_restart, "restart_min_speech_ms": args.restart_min_speech_ms,
+               "restart_eos_chunks": args.restart_eos_chunks}
     if args.oracle_segments:  # gold boundaries of the first language's sentences
         if len(talks) != 1 or not talks[0].timed:
             raise ValueError("--oracle-segments needs one talk with sentence positions (one --audio with --segments)")
         sents = next(iter(talks[0].refs.values()))
         seg = OracleSegmenter([(s.offset_ms / 1000.0, (s.offset_ms + s.duration_ms) / 1000.0) for s in sents])
-        lf = LongFormTranslator(tr, vad=seg, chunk_ms=args.source_segment_size)
+        lf = LongFormTranslator(tr, vad=seg, chunk_ms=args.source_segment_size, **restart)
     else:
         vad = StreamingVad(threshold=args.vad_threshold, min_silence_ms=args.vad_min_silence_ms,
                            speech_pad_ms=args.vad_speech_pad_ms, max_segment_s=args.max_segment_s)
-        lf = LongFormTranslator(tr, vad=vad, max_segment_s=args.max_segment_s, chunk_ms=args.source_segment_size)
+        lf = LongFormTranslator(tr, vad=vad, max_segment_s=args.max_segment_s, chunk_ms=args.source_segment_size,
+                                **restart)
     obj = evaluate_talks(lf, talks, langs, units, Path(args.out), config, progress=not args.no_progress,
                          subtitles=args.subtitles, subtitle_timing=args.subtitle_timing)
     for lang in langs:
         m = obj["per_lang"][lang]
-        logger.info("%s: BLEU %s StreamLAAL %s StreamLAAL_CA %s", lang, _f(m.get("BLEU")), _f(m.get("StreamLAAL")),
-                    _f(m.get("StreamLAAL_CA")))
-    logger.info("%d VAD segments, RTF %s -> %s", obj["n_vad_segments"], _f(obj["rtf"], 3), Path(args.out) / "scores.md")
+        logger.info("%s: BLEU %s StreamLAAL %s StreamLAAL_CA %s untranslated speech share %s", lang, _f(m.get("BLEU")),
+                    _f(m.get("StreamLAAL")), _f(m.get("StreamLAAL_CA")), _f(m.get("untranslated_speech_share"), 3))
+    logger.info("%d VAD segments, %d sentence restarts, RTF %s -> %s", obj["n_vad_segments"], obj["n_restarts"],
+                _f(obj["rtf"], 3), Path(args.out) / "scores.md")
     return 0
 
 

@@ -23,8 +23,10 @@ their positions in the audio (MuST-C yaml ``offset``/``duration``, seconds):
   LongYAAL_CA, LongAL, LongLAAL (and ``_CA``), BLEU and chrF after SoftSegmenter resegmentation in
   ``scores.json`` (``SoftSeg_BLEU``, ``SoftSeg_chrF``; :mod:`mmst.evaluation.omnisteval_adapter`);
 - ``OUT/scores.json`` and ``OUT/scores.md``: per language BLEU (resegmented, sacrebleu with the
-  language's tokenizer), StreamLAAL, StreamLAAL_CA, StreamAL, StreamAL_CA; the number of VAD segments
-  and the real-time factor. Without sentence positions only BLEU is computed (and the reason is
+  language's tokenizer), StreamLAAL, StreamLAAL_CA, StreamAL, StreamAL_CA, and
+  ``untranslated_speech_share`` (VAD speech after a language ended its sentence in a segment it did not
+  translate to its end, over all VAD speech; a warning above 10%); the number of VAD segments, sentence
+  restarts and the real-time factor. Without sentence positions only BLEU is computed (and the reason is
   logged and written); without references, only the hypotheses, segments and RTF.
 """
 
@@ -51,6 +53,11 @@ SAMPLE_RATE = 16000
 #: Metrics of a long-form evaluation, in table order (latency in ms).
 LONGFORM_METRICS = ("LongYAAL", "LongYAAL_CA", "SoftSeg_BLEU", "SoftSeg_chrF", "BLEU", "StreamLAAL",
                     "StreamLAAL_CA", "StreamAL", "StreamAL_CA")
+
+#: scores key: speech after a language ended its sentence / all VAD speech (:func:`untranslated_speech`)
+SHARE_KEY = "untranslated_speech_share"
+#: a run warns (once) when a language's untranslated speech share is above this
+SHARE_WARN = 0.10
 
 NO_SEGMENTS_NOTE = ("no sentence positions (--segments): StreamLAAL needs the start and duration of each "
                     "reference sentence in the audio; only BLEU (after mWER resegmentation) is reported")
@@ -288,6 +295,16 @@ def stream_talk(lf: Any, audio: np.ndarray, langs: Sequence[str], push_ms: float
     return TalkRun(words, segs, audio.size / SAMPLE_RATE, time.perf_counter() - t_all, chunk_ms)
 
 
+def untranslated_speech(segments: Sequence[Any], langs: Sequence[str]) -> tuple[float, dict[str, float]]:
+    """``(speech_ms, {lang: untranslated_ms})`` summed over a talk's
+    :class:`~mmst.simultaneous.longform.SegmentEnd` s: the VAD speech inside the segments, and per language the
+    speech after the point where it ended its last sentence before the segment closed (docs/longform.md)."""
+    speech = sum(float(getattr(s, "speech_ms", 0.0)) for s in segments)
+    lost = {lang: sum(float(getattr(s, "untranslated_speech_ms", {}).get(lang, 0.0)) for s in segments)
+            for lang in langs}
+    return speech, lost
+
+
 def _hypothesis_lines(talk: Talk, ws: Sequence[Any]) -> list[str]:
     return [json.dumps({"talk": talk.id, "text": w.text, "segment": w.segment, "time_ms": round(w.time_ms, 3),
                         "time_ca_ms": round(w.time_ca_ms, 3)}, ensure_ascii=False) for w in ws]
@@ -312,7 +329,8 @@ def evaluate_talks(lf: Any, talks: Sequence[Talk], langs: Sequence[str], units: 
 
     Returns:
         The ``scores.json`` object: ``per_lang`` (metrics + ``info``), ``average``, ``n_vad_segments``,
-        ``rtf``, ``talks`` (per talk: audio_s, n_vad_segments), ``config``.
+        ``rtf``, ``speech_s``, ``n_restarts``, ``talks`` (per talk: audio_s, n_vad_segments, speech_s,
+        untranslated_speech_s per language, n_restarts), ``config``.
 
     Raises:
         LongFormInputError: an unreadable recording.
@@ -336,6 +354,8 @@ def evaluate_talks(lf: Any, talks: Sequence[Talk], langs: Sequence[str], units: 
     notes: list[str] = []
     total_audio = total_compute = 0.0
     n_segments = 0
+    speech_ms = 0.0
+    lost_ms = {lang: 0.0 for lang in langs}
     untimed_mode = any(t.refs and not t.timed for t in talks)
     for talk in tqdm(talks, desc="talks", disable=not progress):
         audio = read_talk_audio(talk.wav)
@@ -351,8 +371,15 @@ def evaluate_talks(lf: Any, talks: Sequence[Talk], langs: Sequence[str], units: 
         total_audio += run.audio_s
         total_compute += run.compute_s
         n_segments += len(run.segments)
+        talk_speech, talk_lost = untranslated_speech(run.segments, langs)
+        speech_ms += talk_speech
+        for lang in langs:
+            lost_ms[lang] += talk_lost[lang]
         talk_info[talk.id] = {"audio_s": run.audio_s, "n_vad_segments": len(run.segments),
-                              "rtf": run.compute_s / run.audio_s if run.audio_s else None}
+                              "rtf": run.compute_s / run.audio_s if run.audio_s else None,
+                              "speech_s": talk_speech / 1000.0,
+                              "untranslated_speech_s": {lang: ms / 1000.0 for lang, ms in talk_lost.items()},
+                              "n_restarts": sum(len(getattr(s, "restarts", ())) for s in run.segments)}
         if not run.segments:
             msg = f"talk {talk.id}: no speech detected ({run.audio_s:.1f} s of audio): no output"
             logger.warning(msg)
@@ -407,14 +434,23 @@ def evaluate_talks(lf: Any, talks: Sequence[Talk], langs: Sequence[str], units: 
             res["BLEU"] = bleu.score
             info.update(bleu_signature=bleu.signature, n_sentences=len(refs), note=NO_SEGMENTS_NOTE)
             atomic_write_lines(out / lang / "resegmented.txt", sents)
+        if speech_ms > 0:
+            res[SHARE_KEY] = lost_ms[lang] / speech_ms
         per_lang[lang] = {**res, "info": info}
+    high = {lang: d[SHARE_KEY] for lang, d in per_lang.items() if d.get(SHARE_KEY, 0.0) > SHARE_WARN}
+    if high:  # once per run
+        msg = (f"untranslated speech above {SHARE_WARN:.0%}: " + ", ".join(f"{lang} {v:.1%}" for lang, v in high.items())
+               + " of the VAD speech came after a language had ended its sentence (see docs/longform.md)")
+        logger.warning(msg)
+        notes.append(msg)
     scored = {lang: {k: v for k, v in d.items() if k != "info"} for lang, d in per_lang.items()
               if any(k != "info" for k in d)}
     avg = average_scores(scored) if scored else {}
     obj: dict[str, Any] = {"per_lang": per_lang, "average": avg, "n_vad_segments": n_segments,
                            "rtf": total_compute / total_audio if total_audio else None,
-                           "audio_s": total_audio, "compute_s": total_compute, "talks": talk_info,
-                           "notes": notes, "config": dict(config or {})}
+                           "audio_s": total_audio, "compute_s": total_compute, "speech_s": speech_ms / 1000.0,
+                           "n_restarts": sum(t["n_restarts"] for t in talk_info.values()),
+                           "talks": talk_info, "notes": notes, "config": dict(config or {})}
     atomic_write_text(out / "scores.json", json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
     atomic_write_text(out / "scores.md", _scores_md(obj, langs))
     return obj
@@ -435,6 +471,12 @@ def _scores_md(obj: Mapping[str, Any], langs: Sequence[str]) -> str:
           format_metrics_table(rows, LONGFORM_METRICS, ca=False), "",
           f"Talks: {len(obj['talks'])}, audio {obj['audio_s']:.1f} s, VAD segments: {obj['n_vad_segments']}, "
           f"real-time factor: {obj['rtf'] if obj['rtf'] is None else round(obj['rtf'], 3)}", ""]
+    shares = {lang: obj["per_lang"][lang].get(SHARE_KEY) for lang in langs}
+    if any(v is not None for v in shares.values()):
+        md += [f"Untranslated speech share ({obj.get('speech_s', 0.0):.1f} s of VAD speech; speech after a language "
+               f"ended its sentence, in segments it did not translate to their end; sentence restarts: "
+               f"{obj.get('n_restarts', 0)}): "
+               + ", ".join(f"{lang} {v:.1%}" for lang, v in shares.items() if v is not None), ""]
     for lang in langs:
         note = obj["per_lang"][lang]["info"].get("note") or obj["per_lang"][lang]["info"].get("error")
         if note:

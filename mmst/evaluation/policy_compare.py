@@ -10,11 +10,16 @@ never compared on: over-generation drives AL below zero); every adaptive policy'
 read off its sweep by linear interpolation between the two neighbouring points (sorted by latency),
 and only inside the sweep's latency range (never extrapolated; ``None`` outside).
 
-A policy *beats* wait-k there when the 95% paired bootstrap confidence interval of ``BLEU(policy at L_k)
-- BLEU(wait-k at k)`` lies above 0 (*loses*: below 0; else a *tie*): sacrebleu's bootstrap resampling
-(``sacrebleu.significance``, fixed seed, so every system is resampled with the same sentence indices)
-of each system's sentence statistics, the two neighbouring points interpolated per resample with the
-same weight as the point estimate (:func:`bootstrap_difference`). Without hypotheses on disk
+A policy *beats* wait-k there when ``BLEU(policy at L_k) - BLEU(wait-k at k)`` is above 0 and significant
+after Holm's correction (Holm 1979, "A simple sequentially rejective multiple test procedure") over all
+the tests of one table (one model and latency metric: every k, language and policy with an interval),
+family-wise level ``1 - CI_LEVEL`` (*loses*: significant and below 0; else a *tie*). Each test is a
+paired bootstrap (Koehn 2004): one draw of sentence indices (:data:`BOOTSTRAP_SEED`) resamples every
+system's sentence statistics (sacrebleu's BLEU), the two neighbouring points interpolated per resample
+with the same weight as the point estimate; its two-sided p-value is
+``min(1, 2 (min(#{d <= 0}, #{d >= 0}) + 1) / (n + 1))`` over the n resampled differences d
+(:func:`bootstrap_difference`), so with n resamples no p-value is below ``2 / (n + 1)`` and Holm over m
+tests can only reject with ``n >= 2 m / (1 - CI_LEVEL)`` or so. Without hypotheses on disk
 (``<point>/<lang>/instances.log``) the point estimates decide and the row says so.
 
 A point whose length ratio ``|Y| / |Y*|`` lies outside :data:`LENGTH_RATIO_RANGE` is flagged.
@@ -33,8 +38,12 @@ from mmst.provenance import run_record
 
 #: length ratios |Y| / |Y*| outside this range are flagged in the tables and plots
 LENGTH_RATIO_RANGE = (0.7, 1.4)
-#: the confidence level of the paired bootstrap interval
+#: the confidence level of the paired bootstrap interval (1 - CI_LEVEL: the family-wise level of Holm's correction)
 CI_LEVEL = 0.95
+#: the decoders' default length cap ``(max_len_a, max_len_b)``; a sweep decoded with another is labelled with it
+DEFAULT_CAP = (0.0, 200.0)
+#: seed of the one draw of bootstrap sentence indices shared by the systems compared (sacrebleu's default seed)
+BOOTSTRAP_SEED = 12345
 #: The source paths the policy experiment exercises (``recipes/synthetic/run_policies_hard.sh``: the two
 #: models' training, the policy sweeps, this comparison); recorded with their digests in
 #: ``provenance.depends_on``.
@@ -48,9 +57,10 @@ class CompareError(ValueError):
 
 
 def load_sweep(path: str | os.PathLike) -> dict[str, Any]:
-    """A policy sweep folder -> ``{"policy", "param", "points": [{"value", "params", "per_lang"}]}``.
+    """A policy sweep folder -> ``{"policy", "param", "cap", "points": [{"value", "params", "per_lang"}]}``.
 
-    A folder with a single evaluation (no sweep) gives one point.
+    A folder with a single evaluation (no sweep) gives one point. ``cap``: ``[max_len_a, max_len_b]`` from the
+    (first) evaluation's config, or None when it records none.
 
     Raises:
         CompareError: no ``scores.json``, or one without per-language results.
@@ -66,15 +76,31 @@ def load_sweep(path: str | os.PathLike) -> dict[str, Any]:
             params = entry.get("params") or ({"k": int(key[1:])} if key.startswith("k") else {})
             points.append({"value": params.get(param), "params": params, "per_lang": entry["per_lang"],
                            "rtf": entry.get("rtf"), "dir": str(Path(path) / key)})
-        return {"policy": obj.get("policy", "waitk"), "param": param, "points": points}
+        first = Path(path) / next(iter(obj["sweep"]), "") / "scores.json"
+        cap = _cap(json.loads(first.read_text()).get("config")) if obj["sweep"] and first.is_file() else None
+        return {"policy": obj.get("policy", "waitk"), "param": param, "cap": cap, "points": points}
     if "per_lang" not in obj:
         raise CompareError(f"{f}: no per_lang results")
     cfg = obj.get("config", {})
     params = cfg.get("policy_params") or {}
     per_lang = {lang: {m: v for m, v in d.items() if m != "info"} for lang, d in obj["per_lang"].items()}
-    return {"policy": cfg.get("policy") or "waitk", "param": None,
+    return {"policy": cfg.get("policy") or "waitk", "param": None, "cap": _cap(cfg),
             "points": [{"value": None, "params": params, "per_lang": per_lang, "rtf": obj.get("rtf"),
                         "dir": str(Path(path))}]}
+
+
+def _cap(cfg: Mapping[str, Any] | None) -> list[float] | None:
+    return [cfg["max_len_a"], cfg["max_len_b"]] if cfg and cfg.get("max_len_a") is not None \
+        and cfg.get("max_len_b") is not None else None
+
+
+def policy_label(pol: str, sweep: Mapping[str, Any]) -> str:
+    """``la[a=0.45,b=5]`` for a sweep decoded with a length cap ``floor(a * S + b)`` other than
+    :data:`DEFAULT_CAP` (e.g. one derived from the data's target/source length ratio), else ``pol``."""
+    cap = sweep.get("cap")
+    if not cap or (float(cap[0]), float(cap[1])) == DEFAULT_CAP:
+        return pol
+    return f"{pol}[a={float(cap[0]):g},b={float(cap[1]):g}]"
 
 
 def curve(sweep: Mapping[str, Any], lang: str, metric: str = "AL") -> list[tuple[float, float, Any]]:
@@ -124,18 +150,18 @@ def bootstrap_difference(
 ) -> dict[str, Any] | None:
     """Paired bootstrap of ``BLEU((1 - w) * lower + w * upper) - BLEU(base)`` on ``lang``.
 
-    Each system's sentence statistics are resampled by sacrebleu (``sacrebleu.significance``'s bootstrap
-    resampler, whose fixed seed draws the same sentence indices for every system of the same size: the
-    resamples are paired); the interpolated BLEU is formed per resample.
+    One draw of ``(n_samples, n_sentences)`` sentence indices (``numpy.random.default_rng(BOOTSTRAP_SEED)``)
+    resamples the sentence statistics of all three systems (sacrebleu's BLEU with the language's tokenizer), so
+    the resamples are paired; the interpolated BLEU is formed per resample.
 
     Returns:
-        ``{"delta", "low", "high", "verdict"}`` (``verdict``: ``beats`` when the :data:`CI_LEVEL` interval
-        lies above 0, ``loses`` below, else ``tie``), or None when a point has no ``instances.log`` or the
-        sentence counts differ.
+        ``{"delta", "low", "high", "p", "verdict"}``: ``low``/``high`` the :data:`CI_LEVEL` percentile interval,
+        ``p`` the two-sided bootstrap p-value (module docstring), ``verdict`` (``beats`` when the interval lies
+        above 0, ``loses`` below, else ``tie``; :func:`equal_latency` replaces it by the corrected verdict), or
+        None when a point has no ``instances.log`` or the sentence counts differ.
     """
     import numpy as np
     from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import _bootstrap_resample
 
     from mmst.evaluation.quality import bleu_tokenizer_for
 
@@ -143,16 +169,46 @@ def bootstrap_difference(
     if any(d is None for d in data) or len({len(d[0]) for d in data}) != 1 or not data[0][0]:
         return None
     metric = BLEU(tokenize=bleu_tokenizer_for(lang)[0])
+    idx = np.random.default_rng(BOOTSTRAP_SEED).choice(len(data[0][0]), size=(n_samples, len(data[0][0])))
     samples, points = [], []
     for hyps, refs in data:
-        stats = metric._extract_corpus_statistics(hyps, [refs])
-        samples.append(np.array([s.score for s in _bootstrap_resample(stats, metric, n_samples)[1]]))
+        stats = np.array(metric._extract_corpus_statistics(hyps, [refs]), dtype=np.float64)  # (sentences, stats)
+        samples.append(np.array([metric._compute_score_from_stats(s).score for s in stats[idx].sum(1)]))
         points.append(metric.corpus_score(hyps, [refs]).score)
     diff = (1 - w) * samples[1] + w * samples[2] - samples[0]
     a = (1 - CI_LEVEL) / 2 * 100
     low, high = (float(v) for v in np.percentile(diff, [a, 100 - a]))
+    p = min(1.0, 2.0 * (min(int((diff <= 0).sum()), int((diff >= 0).sum())) + 1) / (len(diff) + 1))
     verdict = "beats" if low > 0 else "loses" if high < 0 else "tie"
-    return {"delta": (1 - w) * points[1] + w * points[2] - points[0], "low": low, "high": high, "verdict": verdict}
+    return {"delta": (1 - w) * points[1] + w * points[2] - points[0], "low": low, "high": high, "p": p,
+            "verdict": verdict}
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979), in the order given: with ``p_(1) <= ... <= p_(m)``,
+    ``p_adj(i) = max_{j <= i} min(1, (m - j + 1) p_(j))``; rejecting where ``p_adj <= alpha`` keeps the
+    family-wise error rate at ``alpha``."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    out, run = [0.0] * len(pvalues), 0.0
+    for j, i in enumerate(order):
+        run = max(run, min(1.0, (len(pvalues) - j) * float(pvalues[i])))
+        out[i] = run
+    return out
+
+
+def _correct_table(table: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """Holm over every bootstrap test of one table (all k, languages and policies): each interval gets ``p_holm``
+    and its corrected ``verdict`` (the interval's own in ``verdict_uncorrected``); ``beats_waitk`` keeps the
+    policies whose corrected verdict is ``beats`` and ``best`` follows."""
+    tests = [ci for row in table.values() for r in row.values() for ci in r["ci"].values() if ci is not None]
+    alpha = 1.0 - CI_LEVEL
+    for ci, p_adj in zip(tests, holm([ci["p"] for ci in tests])):
+        ci["p_holm"], ci["verdict_uncorrected"] = p_adj, ci["verdict"]
+        ci["verdict"] = "tie" if p_adj > alpha else "beats" if ci["delta"] > 0 else "loses"
+    for row in table.values():
+        for r in row.values():
+            r["beats_waitk"] = [p for p in r["beats_waitk"] if r["ci"].get(p) is None or r["ci"][p]["verdict"] == "beats"]
+            r["best"] = max(r["beats_waitk"], key=lambda p: r["adaptive"][p]) if r["beats_waitk"] else "waitk"
 
 
 def interpolate(points: Sequence[tuple[float, float, Any]], x: float) -> float | None:
@@ -182,8 +238,9 @@ def equal_latency(
     "flagged": [policies whose neighbouring points have a length ratio outside the range],
     "best": policy, "beats_waitk": [policies]}}}``.
 
-    ``beats_waitk``: the paired bootstrap interval lies above 0 (``bootstrap`` resamples; with 0, or without
-    hypotheses on disk, a higher point estimate); ``best``: the highest BLEU among them, else ``waitk``.
+    ``beats_waitk``: a higher BLEU, significant after Holm's correction over every test of this table
+    (``bootstrap`` paired resamples, module docstring; with 0, or without hypotheses on disk, a higher point
+    estimate); ``best``: the highest BLEU among them, else ``waitk``.
 
     Raises:
         CompareError: no wait-k sweep, or wait-k lacks a k.
@@ -215,6 +272,7 @@ def equal_latency(
                                    "flagged": flagged(d)},
                          "adaptive": ada, "ci": ci, "flagged": sorted(flags), "best": best, "beats_waitk": beats}
         out[f"k{k}"] = row
+    _correct_table(out)
     return out
 
 
@@ -222,12 +280,15 @@ def summary(eq_offline: Mapping[str, Mapping[str, Any]],
             sweeps: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None, metric: str = "LAAL") -> dict[str, Any]:
     """The headline object from the offline model's comparison at equal ``metric``: languages (of all)
     where some adaptive policy beats wait-k, per k, and the best policy per language and k; with
-    ``sweeps`` (``{model: {policy: sweep}}``), over every reported point of every policy and language:
+    ``sweeps`` (``{model: {policy: sweep}}``), over every reported point of every policy and language
+    (``correction``: Holm's, its family-wise level and the number of bootstrap tests in the table):
     ``min_laal_ms``, ``max_length_ratio``, ``min_length_ratio`` and ``points_per_policy_min`` (the fewest
     points of any policy's sweep)."""
     langs = sorted({lang for row in eq_offline.values() for lang in row})
+    n_tests = sum(ci is not None for row in eq_offline.values() for r in row.values() for ci in r["ci"].values())
     out: dict[str, Any] = {
         "metric": metric,
+        "correction": {"method": "holm", "family_wise_level": round(1.0 - CI_LEVEL, 10), "tests": n_tests},
         "langs_adaptive_beats_waitk_offline_model": {
             kk: sum(1 for lang in row if row[lang]["beats_waitk"]) for kk, row in eq_offline.items()},
         "best_policy_per_lang": {lang: {kk: row[lang]["best"] for kk, row in eq_offline.items()} for lang in langs},
@@ -304,7 +365,8 @@ def _cell(r: Mapping[str, Any], pol: str) -> str:
     if b is None:
         return "–"
     ci = (r.get("ci") or {}).get(pol)
-    txt = _f(b) + (f" ({ci['delta']:+.1f} [{ci['low']:+.1f}, {ci['high']:+.1f}] {ci['verdict']})" if ci else "")
+    holm_p = f" p_holm {ci['p_holm']:.2g}" if ci and ci.get("p_holm") is not None else ""
+    txt = _f(b) + (f" ({ci['delta']:+.1f} [{ci['low']:+.1f}, {ci['high']:+.1f}]{holm_p} {ci['verdict']})" if ci else "")
     return txt + (" ⚑" if pol in r.get("flagged", []) else "")
 
 
@@ -322,7 +384,8 @@ def render_markdown(res: Mapping[str, Any]) -> str:
           f"{res['segment_ms']:.0f} ms; joint decoding of {', '.join(langs)}; greedy.", ""]
     md += ["## Summary", "",
            f"Languages (of {len(langs)}) where an adaptive policy scores more BLEU than wait-k at wait-k's own "
-           f"{metric0} (offline-trained model; a win inside the paired bootstrap interval is a tie): "
+           f"{metric0} (offline-trained model; a win not significant after Holm's correction over the "
+           f"{(s.get('correction') or {}).get('tests', 0)} paired bootstrap tests of the table is a tie): "
            f"k=3: **{s['langs_adaptive_beats_waitk_offline_model']['k3']}**, "
            f"k=5: **{s['langs_adaptive_beats_waitk_offline_model']['k5']}**.", ""]
     if s.get("points_per_policy_min") is not None:
@@ -346,7 +409,7 @@ def render_markdown(res: Mapping[str, Any]) -> str:
             pols = sorted({p for row in eq.values() for lang in row for p in row[lang]["adaptive"]})
             md += [f"### BLEU at wait-k's {metric} (k=3, k=5)", "",
                    f"| lang | k | wait-k {metric} (ms) | wait-k AL (ms) | wait-k |Y|/|Y*| | wait-k BLEU | "
-                   + " | ".join(pols) + " | best |",
+                   + " | ".join(policy_label(p, res["sweeps"][model].get(p, {})) for p in pols) + " | best |",
                    "|---|---|---|---|---|---|" + "---|" * len(pols) + "---|"]
             for kk, row in eq.items():
                 for lang in langs:
@@ -363,7 +426,7 @@ def render_markdown(res: Mapping[str, Any]) -> str:
                 par = ", ".join(f"{k}={v}" for k, v in p["params"].items())
                 for lang in langs:
                     d = p["per_lang"].get(lang, {})
-                    md.append(f"| {pol} | {par} | {lang} | {_f(d.get('BLEU'))} | {_f(d.get('LAAL'), 0)} | "
+                    md.append(f"| {policy_label(pol, sw)} | {par} | {lang} | {_f(d.get('BLEU'))} | {_f(d.get('LAAL'), 0)} | "
                               f"{_f(d.get('AL'), 0)} | {_f(d.get('LAAL_CA'), 0)} | "
                               f"{_f(d.get('length_ratio'), 2)}{' ⚑' if flagged(d) else ''} | {_f(p.get('rtf'), 3)} |")
         md.append("")
@@ -371,7 +434,9 @@ def render_markdown(res: Mapping[str, Any]) -> str:
             md += [f"![{model}: BLEU vs LAAL, LAAL_CA and AL per policy]({info['plot']})", ""]
     lo, hi = LENGTH_RATIO_RANGE
     md += ["A dash: wait-k's latency lies outside that policy's measured latency range (no extrapolation). "
-           "In brackets: BLEU difference to wait-k and its paired bootstrap "
-           f"{int(CI_LEVEL * 100)}% interval. ⚑: a length ratio |Y|/|Y*| outside [{lo}, {hi}] "
+           "In brackets: BLEU difference to wait-k, its paired bootstrap "
+           f"{int(CI_LEVEL * 100)}% interval, its p-value after Holm's correction over every test of the table "
+           f"(p_holm) and the verdict at family-wise level {1 - CI_LEVEL:.2f}. "
+           f"⚑: a length ratio |Y|/|Y*| outside [{lo}, {hi}] "
            "(for a policy cell: at one of the two points interpolated).", ""]
     return "\n".join(md)

@@ -23,8 +23,11 @@ A wait-k language that wrote EOS stops; an adaptive policy's EOS before the sour
 
 Partial input (the source not finished): the length cap is :func:`~.policies.partial_cap`,
 ``min(floor(a * S + b), S + 2)``. A token policy READs at the cap. A hypothesis policy's continuation
-that reaches the cap was cut, not ended: the language READs (nothing is written from it, and it does
-not enter local agreement's history), so EOS forced by the cap is never taken for a decision.
+that reaches the cap was cut, not ended: the language READs (nothing is written from it), so EOS forced
+by the cap is never taken for a decision; that chunk has no hypothesis, so local agreement, which compares
+each chunk's hypothesis with the previous chunk's (Polák et al. 2022), READs on the next chunk too.
+AlignAtt/EDAtt with ``prefix=redecode`` (``--attn-prefix redecode``) decode as hypothesis policies: the
+written prefix is re-decoded over all received states at every new chunk, as FBK's agents do.
 
 Async unified models (wait-k only, the same k for all languages): language j (0-based in
 ``async_order``) runs at lag ``k + j * async_delta``; elements are written in (t, j) emission order
@@ -165,7 +168,9 @@ class StreamingTranslator:
 
     def _kind(self, lang: str) -> str:
         pol = self.policies[lang]
-        return "hypothesis" if pol.kind == "hypothesis" or (self.beam > 1 and pol.name in BEAM_POLICIES) else "token"
+        redecode = getattr(pol, "prefix", "cache") == "redecode"  # AlignAtt/EDAtt re-decoding the written prefix
+        return "hypothesis" if pol.kind == "hypothesis" or redecode or (self.beam > 1 and pol.name in BEAM_POLICIES) \
+            else "token"
 
     def to(self, device) -> StreamingTranslator:
         """Move the model to ``device`` and reset."""
@@ -375,6 +380,7 @@ class StreamingTranslator:
             if len(self.tokens[lang]) >= self._max_len(n_states):
                 if fe.finished:
                     self.done[lang] = True
+                self._history[lang].clear()  # no hypothesis on this chunk
                 continue
             todo.append(lang)
         if not todo:
@@ -400,7 +406,8 @@ class StreamingTranslator:
             if fe.finished:
                 n = len(cont)
             elif len(cont) - int(bool(cont) and cont[-1] == eos) >= cap - len(written) or eos not in cont:
-                n = 0  # cut by the cap, not ended: not a hypothesis (READ; kept out of the history)
+                n = 0  # cut by the cap, not ended: no hypothesis on this chunk (READ), so none to agree with next
+                self._history[lang].clear()
             else:
                 attn = None
                 if pol.needs_attn:

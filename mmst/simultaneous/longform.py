@@ -27,6 +27,26 @@ cut, so every sample of a capped talk is fed exactly once: the part before the c
 ends, the rest to the next one. :meth:`LongFormTranslator.push_steps` /
 :meth:`~LongFormTranslator.finish_steps` are ``push`` / ``finish`` as generators of compute requests.
 
+**Sentence restarts** (``restart=True``, the default). A segment may hold several sentences (pauses shorter
+than the VAD's ``min_silence_ms``, or a segment cut by the cap), and a model trained on single sentences
+ends its output after the first. When a language has ended its sentence (EOS written, the length cap, or,
+for an adaptive policy, EOS predicted on partial input for ``restart_eos_chunks`` consecutive chunks) while
+its segment is open, the driver finds where that sentence ended in the source
+(:func:`mmst.simultaneous.restart.find_restart_point`: the cross-attention of its last written tokens, the
+CTC head's token ends when the model has one, the nearest pause in the VAD's speech probability) and, once
+at least ``restart_min_speech_ms`` of speech has followed that point, restarts the language there
+(:meth:`~mmst.simultaneous.joint.StreamingTranslator.restart`): a new sentence whose decoder cross-attends
+the states from that point on. Languages restart independently; the encoder is shared and not reset.
+At a segment's end the same happens with the whole segment read, until the speech after a language's
+restart point is shorter than ``restart_min_speech_ms``. Nothing written is revised.
+
+**Untranslated speech.** Each :class:`SegmentEnd` reports the segment's speech (``speech_ms``: 32 ms VAD
+windows with probability ``>=`` the VAD threshold, counted inside the segment; every sample counts for a
+segmenter without probabilities, such as :class:`OracleSegmenter`) and, per language, the speech after the
+point where it ended its last sentence when that was before the segment closed
+(``untranslated_speech_ms``). :meth:`LongFormTranslator.untranslated_speech_share` = untranslated / all
+segment speech, per language, over the stream.
+
 Encoder and decoder state is NOT carried across segments: the models are trained on sentences,
 and mmst's streaming encoder keeps every state of its input (unbounded left context by default),
 so carrying it would grow memory with the talk. Per-segment state is bounded by ``max_segment_s``
@@ -63,7 +83,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -71,7 +91,14 @@ import torch
 
 from mmst.models.stacked import Steps, run_alone, steps_of
 
-from .vad import SAMPLE_RATE, StreamingVad, VadEvent
+from .restart import SpeechTrack, find_restart_point
+from .vad import SAMPLE_RATE, VAD_WINDOW_SAMPLES, StreamingVad, VadEvent
+
+#: defaults of the sentence restart (:class:`LongFormTranslator`)
+RESTART_MIN_SPEECH_MS = 200.0
+RESTART_EOS_CHUNKS = 2
+#: restarts of one language at one segment end at most (each needs progress in the source anyway)
+MAX_FINAL_RESTARTS = 200
 
 
 @dataclass(frozen=True)
@@ -105,6 +132,11 @@ class SegmentEnd:
         forced: cut by the maximum segment length (no pause).
         state_numel: tensor and array elements held by the translator's caches (encoder and decoder)
             when the segment closed, before the reset (bounded memory check).
+        speech_ms: speech inside the segment, ms (VAD windows with probability ``>=`` its threshold; the
+            whole segment for a segmenter without probabilities).
+        untranslated_speech_ms: ``{lang: ms}``: speech after the point where the language ended its last
+            sentence, when that was before the segment closed (0 when it translated up to the close).
+        restarts: the sentence restarts inside the segment, in order.
     """
 
     segment: int
@@ -112,6 +144,29 @@ class SegmentEnd:
     end_ms: float
     forced: bool = False
     state_numel: int = 0
+    speech_ms: float = 0.0
+    untranslated_speech_ms: dict[str, float] = field(default_factory=dict)
+    restarts: tuple[SentenceRestart, ...] = ()
+
+
+@dataclass(frozen=True)
+class SentenceRestart:
+    """A language started a new sentence inside a segment.
+
+    Attributes:
+        lang: the language.
+        reason: how its previous sentence ended (``eos``, ``cap``, ``eos-partial``).
+        ended_ms: when it ended (stream position, ms since the stream start).
+        restart_ms: where the new sentence starts in the source (its first attended encoder state), ms since
+            the stream start.
+        time_ms: stream position when the restart was decided.
+    """
+
+    lang: str
+    reason: str
+    ended_ms: float
+    restart_ms: float
+    time_ms: float
 
 
 class OracleSegmenter:
@@ -238,13 +293,18 @@ class LongFormTranslator:
         measure_state: report the translator's cache size in each :class:`SegmentEnd` (``state_numel``, a
             walk over every tensor it holds, a few ms per segment); False reports 0 (a server, which does
             not use it).
+        restart: restart a language that ended its sentence while its segment goes on (module docstring);
+            needs a translator with ``restart`` (streaming, sync model), otherwise off.
+        restart_min_speech_ms: speech (ms, VAD) needed after the restart point before a restart (>= 0).
+        restart_eos_chunks: adaptive policies: EOS predicted on partial input for this many consecutive
+            chunks ends the sentence (>= 1).
 
     An offline encoder (a pretrained one, :mod:`mmst.models.hf_encoder`) re-encodes the current segment
     at every chunk, so ``max_segment_s`` also bounds the cost of one chunk.
 
     Raises:
         ValueError: ``chunk_ms`` or ``max_segment_s`` not positive; segments longer than the encoder's
-            input window (Whisper).
+            input window (Whisper); ``restart_min_speech_ms`` < 0 or ``restart_eos_chunks`` < 1.
 
     Usage::
 
@@ -257,9 +317,14 @@ class LongFormTranslator:
     """
 
     def __init__(self, translator: Any, *, vad: Any = None, max_segment_s: float = 20.0, chunk_ms: float = 320.0,
-                 lookback_ms: float = 2000.0, measure_state: bool = True) -> None:
+                 lookback_ms: float = 2000.0, measure_state: bool = True, restart: bool = True,
+                 restart_min_speech_ms: float = RESTART_MIN_SPEECH_MS,
+                 restart_eos_chunks: int = RESTART_EOS_CHUNKS) -> None:
         if chunk_ms <= 0:
             raise ValueError(f"chunk_ms must be > 0, got {chunk_ms}")
+        if restart_min_speech_ms < 0 or restart_eos_chunks < 1:
+            raise ValueError(f"restart_min_speech_ms must be >= 0 and restart_eos_chunks >= 1, got "
+                             f"{restart_min_speech_ms}, {restart_eos_chunks}")
         if max_segment_s <= 0:
             raise ValueError(f"max_segment_s must be > 0, got {max_segment_s}")
         self.translator = translator
@@ -277,6 +342,14 @@ class LongFormTranslator:
         self._cap_samples = getattr(self.vad, "max_segment_samples", None)
         self._cut_lookback = int(getattr(self.vad, "cut_lookback_samples", 0) or 0)
         self.lookback_samples = int(lookback_ms * SAMPLE_RATE / 1000.0) + 2 * self.chunk_samples + self._cut_lookback
+        self.restart = bool(restart) and bool(getattr(translator, "supports_restart", False))
+        self.restart_min_speech_ms = float(restart_min_speech_ms)
+        self.restart_eos_chunks = int(restart_eos_chunks)
+        self.langs = list(getattr(translator, "tgt_langs", []) or [])
+        state_ms = float(getattr(getattr(model, "encoder", None), "state_ms", 40.0))
+        self.state_samples = max(1, int(round(state_ms * SAMPLE_RATE / 1000.0)))
+        self._speech = SpeechTrack(float(getattr(self.vad, "threshold", 0.5)), VAD_WINDOW_SAMPLES, SAMPLE_RATE)
+        self._has_probs = hasattr(self.vad, "take_window_probs")
         self.reset()
 
     def reset(self) -> None:
@@ -297,6 +370,18 @@ class LongFormTranslator:
         self.vad_compute_s = 0.0  # of which in the segmenter
         self._vad_pending_s = 0.0  # segmenter seconds on the incomplete chunk's audio
         self._finished = False
+        self._speech = SpeechTrack(self._speech.threshold, VAD_WINDOW_SAMPLES, SAMPLE_RATE)
+        self._utt_start = 0  # absolute sample of the open segment's first sample fed to the translator
+        self._restarts: list[SentenceRestart] = []  # of the open segment
+        #: speech in closed segments and, per language, the part left untranslated (ms)
+        self.speech_ms = 0.0
+        self.untranslated_speech_ms: dict[str, float] = {lang: 0.0 for lang in self.langs}
+
+    def untranslated_speech_share(self) -> dict[str, float | None]:
+        """Per language: untranslated speech / all speech of the closed segments (module docstring); None
+        before any speech."""
+        return {lang: (ms / self.speech_ms if self.speech_ms > 0 else None)
+                for lang, ms in self.untranslated_speech_ms.items()}
 
     @property
     def in_segment(self) -> bool:
@@ -387,6 +472,9 @@ class LongFormTranslator:
             t0 = time.perf_counter()
             events += self.vad.finish()
             vad_s += time.perf_counter() - t0
+        if self._has_probs:
+            for end, prob in self.vad.take_window_probs():
+                self._speech.add(end, prob)
         out: list[LongFormWord | SegmentEnd] = []
 
         def clock_ca() -> float:
@@ -400,6 +488,8 @@ class LongFormTranslator:
                 self._seg_start = ev.sample
                 # a forced start continues the segment just cut: from where that one's audio stopped
                 self._fed = max(ev.sample, self._recent.first, self._fed if ev.forced else 0)
+                self._utt_start = self._fed
+                self._restarts = []
                 self.num_segments += 1
             elif ev.kind == "end" and self._seg_start is not None:
                 yield from self._close(max(ev.sample, self._seg_start), now, ev.forced, out, clock_ca)
@@ -410,6 +500,10 @@ class LongFormTranslator:
             if self._fed < stop:
                 yield from self._feed(self._recent.slice(self._fed, stop), False, now, out, clock_ca)
                 self._fed = stop
+                if self.restart and (yield from self._restart_ended(self._fed, now, False)):
+                    yield from self._feed(np.zeros(0, np.float32), False, now, out, clock_ca)
+        else:
+            self._speech.forget_before(now - self.lookback_samples)
         dt = time.perf_counter() - t_start + (vad_s if eager else 0.0)
         self.compute_s += dt
         self.vad_compute_s += vad_s
@@ -420,12 +514,93 @@ class LongFormTranslator:
         # the translator may already hold audio past the boundary: the chunks read while the VAD was
         # still waiting for min_silence_ms of silence
         fed_to = max(end, self._fed)
+        tr = self.translator
+        before = self._ended_before_close()
         yield from self._feed(self._recent.slice(self._fed, fed_to), True, now, out, clock_ca)
+        n_before = len(self._restarts)
+        for _ in range(MAX_FINAL_RESTARTS if self.restart else 0):  # the whole segment read: restart while speech is left
+            if not (yield from self._restart_ended(end, now, True)):
+                break
+            yield from self._feed(np.zeros(0, np.float32), True, now, out, clock_ca)
+        again = {r.lang for r in self._restarts[n_before:]}  # they translated up to the close after all
+        before = {lang: (None if lang in again else e) for lang, e in before.items()}
+        speech = self._speech_ms(self._seg_start, end)
+        lost = {lang: (self._speech_ms(max(self._seg_start, e), end) if e is not None else 0.0)
+                for lang, e in before.items()}
+        self.speech_ms += speech
+        for lang, ms in lost.items():
+            self.untranslated_speech_ms[lang] = self.untranslated_speech_ms.get(lang, 0.0) + ms
         seg = self.num_segments - 1
         out.append(SegmentEnd(seg, self._seg_start * 1000.0 / SAMPLE_RATE, end * 1000.0 / SAMPLE_RATE, forced,
-                              state_numel(self.translator) if self.measure_state else 0))
+                              state_numel(tr) if self.measure_state else 0, speech, lost, tuple(self._restarts)))
         self._seg_start = None
         self._fed = fed_to
+        self._speech.forget_before(end - self.lookback_samples)
+
+    # ------------------------------------------------------------------ sentence restarts, untranslated speech
+    def _speech_ms(self, start: int, stop: int) -> float:
+        """Speech in samples ``[start, stop)``, ms (every sample when the segmenter gives no probabilities)."""
+        if not self._has_probs:
+            return max(0, stop - start) * 1000.0 / SAMPLE_RATE
+        return self._speech.speech_ms(start, stop)
+
+    def _ended_before_close(self) -> dict[str, int | None]:
+        """Per language: the stream sample where it ended its sentence, if it has before the segment's close
+        (EOS, the cap, or an adaptive EOS predicted for ``restart_eos_chunks`` chunks); None otherwise."""
+        tr = self.translator
+        out: dict[str, int | None] = {}
+        for lang in self.langs:
+            ended = getattr(tr, "ended", {}).get(lang)
+            since = getattr(tr, "eos_since", {}).get(lang)
+            if ended is not None:
+                out[lang] = self._utt_start + int(round(ended.source_ms * SAMPLE_RATE / 1000.0))
+            elif getattr(tr, "eos_chunks", {}).get(lang, 0) >= self.restart_eos_chunks and since is not None:
+                out[lang] = self._utt_start + int(round(since * SAMPLE_RATE / 1000.0))
+            else:
+                out[lang] = None
+        return out
+
+    def restart_point(self, lang: str) -> int | None:
+        """Where the next sentence of ``lang`` starts (state of the open segment's utterance), from its ended
+        sentence's attention, the CTC head and the VAD probabilities (:func:`~.restart.find_restart_point`);
+        the states its sentence saw when it wrote nothing; None when it saw none."""
+        tr = self.translator
+        attn, ctc, origin, hi = tr.sentence_evidence(lang)
+        if hi <= origin:
+            return None
+        probs = None
+        if self._has_probs:
+            probs = self._speech.state_probs(self._utt_start + origin * self.state_samples, hi - origin,
+                                             self.state_samples)
+        blank = int(getattr(getattr(getattr(tr, "model", None), "cfg", None), "bos_id", 0))
+        rel = find_restart_point(attn, ctc_labels=ctc, blank=blank, speech_prob=probs, threshold=self._speech.threshold)
+        return origin + (hi - origin if rel is None else rel)
+
+    def _restart_ended(self, stop: int, now: int, finished: bool) -> Steps:
+        """Restart every language that ended its sentence and has ``restart_min_speech_ms`` of speech after its
+        restart point, up to sample ``stop`` (a generator without requests; its value: whether any restarted)."""
+        tr = self.translator
+        any_restart = False
+        for lang in self.langs:
+            if not finished and tr.ended.get(lang) is None and tr.eos_chunks.get(lang, 0) >= self.restart_eos_chunks:
+                tr.end_sentence(lang)
+            ended = tr.ended.get(lang)
+            if ended is None or not tr.done.get(lang):
+                continue
+            p = self.restart_point(lang)
+            if p is None or p <= tr.origin(lang):
+                continue
+            p = min(p, tr.frontend.num_states)
+            at = self._utt_start + p * self.state_samples
+            if self._speech_ms(at, stop) < self.restart_min_speech_ms or (finished and p >= tr.frontend.num_states):
+                continue
+            tr.restart(lang, p)
+            self._restarts.append(SentenceRestart(
+                lang, ended.reason, (self._utt_start + ended.source_ms * SAMPLE_RATE / 1000.0) * 1000.0 / SAMPLE_RATE,
+                at * 1000.0 / SAMPLE_RATE, now * 1000.0 / SAMPLE_RATE))
+            any_restart = True
+        return any_restart
+        yield  # a generator, like the other steps (the evidence's decoder call runs inline)
 
     def _feed(self, x: np.ndarray, finished: bool, now: int, out: list, clock_ca) -> Steps:
         words = yield from steps_of(self.translator, "accept_audio", x, finished=finished)

@@ -35,6 +35,8 @@ import torch
 PARTIAL_SLACK = 2
 #: attention modes of AlignAtt and EDAtt
 ATTN_COMPAT = ("paper", "fbk")
+#: how greedy AlignAtt/EDAtt get the decoder states of the written prefix (:class:`AlignAttPolicy`)
+ATTN_PREFIX = ("cache", "redecode")
 
 
 def partial_cap(n_states: int, max_len_a: float, max_len_b: int, source_finished: bool) -> int:
@@ -65,8 +67,9 @@ class PolicyState:
         attn: ``(len(candidates), n_states)`` cross-attention of each candidate over the received
             encoder states (decoder layer chosen by the policy, averaged over heads; rows sum to 1), or
             None when the policy needs none.
-        history: earlier re-decoded full hypotheses (written prefix + continuation), oldest first
-            (hypothesis policies).
+        history: the re-decoded full hypotheses (written prefix + continuation) of the decisions just before
+            this one, one per chunk, oldest first (hypothesis policies); a chunk whose continuation the length
+            cap cut had no hypothesis, so the history starts again after it.
         src_tokens: source tokens recognised so far by the greedy CTC head, as a running maximum over the
             decisions of the utterance (CTC wait-k only).
         eos: the EOS id.
@@ -117,10 +120,12 @@ class Policy:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
     def describe(self) -> str:
-        """``name(k=v, ...)`` (parameters that are None, and ``compat=paper``, left out; heads as ``0+2``)."""
+        """``name(k=v, ...)`` (parameters that are None, ``compat=paper`` and ``prefix=cache`` left out; heads as
+        ``0+2``)."""
         return f"{self.name}(" + ", ".join(
             f"{k}={'+'.join(map(str, v)) if isinstance(v, tuple) else v}"
-            for k, v in self.params().items() if v is not None and (k, v) != ("compat", "paper")) + ")"
+            for k, v in self.params().items() if v is not None and (k, v) not in (("compat", "paper"),
+                                                                                 ("prefix", "cache"))) + ")"
 
 
 def _check(cond: bool, param: str, msg: str, value) -> None:
@@ -137,8 +142,9 @@ def _attention_view(attn: torch.Tensor, n_states: int, compat: str) -> tuple[tor
     return attn, n_states
 
 
-def _check_compat(compat) -> None:
+def _check_compat(compat, prefix) -> None:
     _check(compat in ATTN_COMPAT, "compat", f"must be one of {', '.join(ATTN_COMPAT)}", compat)
+    _check(prefix in ATTN_PREFIX, "prefix", f"must be one of {', '.join(ATTN_PREFIX)}", prefix)
 
 
 def _check_layer_heads(layer, heads) -> None:
@@ -211,25 +217,37 @@ class AlignAttPolicy(Policy):
     ``compat="fbk"``: FBK's agent: the last received frame's attention is dropped first, so the rule
     reads ``a_i = argmax_{s < S - 1} A(y_i, s)`` against ``S - 1 - f`` (READ when ``S = 1``).
 
+    The written prefix (greedy decoding, ``prefix``): ``cache`` (default) keeps each written token's decoder
+    states in the incremental cache, computed over the frames received when it was written, so a later
+    candidate attends an old prefix's self-attention keys; ``redecode`` re-decodes the written prefix over all
+    frames received at every new chunk, as FBK's agents do (each chunk they generate the whole hypothesis with
+    the written tokens as a forced prefix, then apply the rule token by token). With ``redecode`` the language
+    decodes like a hypothesis policy, so a continuation that the partial length cap cuts is no hypothesis
+    (READ), where ``cache`` writes token by token up to the cap. Otherwise the two differ only where a written
+    token's decoder states depend on the frames it saw: the default deviates from FBK's agents there. With
+    ``--beam > 1`` the prefix is always re-decoded.
+
     Attributes:
         frames: f >= 1 (FBK's ``--frame-num``).
         layer: 0-based decoder layer (FBK's ``--extract-attn-from-layer``); None = ``L // 2`` for an
             L-layer decoder (FBK's layer 3 of 6).
         heads: 0-based attention heads averaged (``heads=0+2`` on the command line); None = all.
         compat: ``"paper"`` (the rule above, default) or ``"fbk"`` (FBK's agents).
+        prefix: ``"cache"`` (default) or ``"redecode"`` (FBK's agents), greedy decoding only.
     """
 
     frames: int = 4
     layer: int | None = None
     heads: tuple[int, ...] | None = None
     compat: str = "paper"
+    prefix: str = "cache"
     name: ClassVar[str] = "alignatt"
     needs_attn: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         _check(isinstance(self.frames, int) and self.frames >= 1, "frames", "must be an integer >= 1", self.frames)
         _check_layer_heads(self.layer, self.heads)
-        _check_compat(self.compat)
+        _check_compat(self.compat, self.prefix)
 
     def decide(self, st: PolicyState) -> int:
         """Count of leading candidates whose most attended frame lies before the last ``frames``."""
@@ -261,6 +279,7 @@ class EDAttPolicy(Policy):
         layer: 0-based decoder layer (FBK's ``--extract-attn-from-layer``); None = ``L // 2``.
         heads: 0-based attention heads averaged; None = all.
         compat: ``"paper"`` (the rule above, default) or ``"fbk"`` (FBK's agents).
+        prefix: ``"cache"`` (default) or ``"redecode"``, as in :class:`AlignAttPolicy`.
     """
 
     alpha: float = 0.2
@@ -268,6 +287,7 @@ class EDAttPolicy(Policy):
     layer: int | None = None
     heads: tuple[int, ...] | None = None
     compat: str = "paper"
+    prefix: str = "cache"
     name: ClassVar[str] = "edatt"
     needs_attn: ClassVar[bool] = True
 
@@ -275,7 +295,7 @@ class EDAttPolicy(Policy):
         _check(0.0 < float(self.alpha) <= 1.0, "alpha", "must be in (0, 1]", self.alpha)
         _check(isinstance(self.frames, int) and self.frames >= 1, "frames", "must be an integer >= 1", self.frames)
         _check_layer_heads(self.layer, self.heads)
-        _check_compat(self.compat)
+        _check_compat(self.compat, self.prefix)
 
     def decide(self, st: PolicyState) -> int:
         """Count of leading candidates whose attention on the last ``frames`` states is below ``alpha``."""
@@ -309,7 +329,9 @@ class LocalAgreementPolicy(Policy):
 
     After each new source segment the continuation of the written prefix is re-decoded (greedy or
     beam) over everything received. Rule: WRITE the longest common prefix of the last n full
-    hypotheses (this one and the n-1 before), beyond what is written.
+    hypotheses (this chunk's and those of the n-1 chunks before, Polák et al. 2022), beyond what is
+    written. A chunk whose continuation the length cap cut has no hypothesis, so nothing agrees with it:
+    the chunk after it READs too (``PolicyState.history`` starts again).
 
     Attributes:
         n: hypotheses that must agree, >= 1 (LA-2 is the usual choice; LA-1 writes every hypothesis).

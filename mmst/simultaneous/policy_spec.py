@@ -9,7 +9,8 @@
 * :func:`build_policy` makes the policy for a model: the pre-decision ratio of wait-k, the decoder
   layer range of AlignAtt/EDAtt and the CTC head of ``ctcwaitk`` are checked there.
 * ``ctc`` is a deprecated alias of ``ctcwaitk`` (:data:`DEPRECATED`; one warning line on use).
-* String parameters: ``compat=paper|fbk`` (AlignAtt, EDAtt; alias ``attn_compat``).
+* String parameters: ``compat=paper|fbk`` and ``prefix=cache|redecode`` (AlignAtt, EDAtt; aliases
+  ``attn_compat``, ``attn_prefix``).
 
 Errors are ``ValueError`` naming the unknown policy or parameter and listing the valid ones.
 """
@@ -40,6 +41,7 @@ DEPRECATED = {"ctc": "ctcwaitk"}
 #: FBK agent option names -> ours
 ALIASES = {
     "attn_compat": "compat", "attn-compat": "compat",
+    "attn_prefix": "prefix", "attn-prefix": "prefix",
     "frame_num": "frames", "frame-num": "frames",
     "extract_attn_from_layer": "layer", "extract-attn-from-layer": "layer",
     "attn_threshold": "alpha", "attn-threshold": "alpha",
@@ -47,7 +49,7 @@ ALIASES = {
 }
 #: parameters that take numbers; ``_STR_PARAMS`` take strings; the others integers
 _FLOAT_PARAMS = {"alpha"}
-_STR_PARAMS = {"compat"}
+_STR_PARAMS = {"compat", "prefix"}
 logger = logging.getLogger("mmst.simultaneous.policy_spec")
 _warned: set[str] = set()
 
@@ -275,14 +277,15 @@ def build_policy(spec: PolicySpec | Policy | str, model) -> Policy:
 
 def add_policy_arguments(parser, sweep: bool = False) -> None:
     """Add ``--policy``, ``--policy-args``, ``--policy-per-lang`` and FBK's aliases ``--frame-num``,
-    ``--extract-attn-from-layer``, ``--attn-threshold``, ``--attn-compat`` to an ``argparse`` parser (the CLIs and the
-    SimulEval agent share these names)."""
+    ``--extract-attn-from-layer``, ``--attn-threshold``, ``--attn-compat``, ``--attn-prefix`` to an ``argparse``
+    parser (the CLIs and the SimulEval agent share these names)."""
     names = ", ".join(POLICIES)
     parser.add_argument("--policy", default=None,
                         help=f"read/write policy for every language: {names} (default: waitk with --waitk-lagging)")
     parser.add_argument("--policy-args", default=None,
                         help="policy parameters key=value,... e.g. frames=4,layer=1 (waitk: k; alignatt: frames, "
-                             "layer, heads, compat; edatt: alpha, frames, layer, heads, compat; la: n; holdn: n; "
+                             "layer, heads, compat, prefix; edatt: alpha, frames, layer, heads, compat, prefix; "
+                             "la: n; holdn: n; "
                              "ctcwaitk: k)"
                              + ("; several values for ONE key sweep it in one run: frames=2,4,6" if sweep else ""))
     parser.add_argument("--policy-per-lang", action="append", default=None, metavar="LANG=POLICY[:k=v,...]",
@@ -298,6 +301,11 @@ def add_policy_arguments(parser, sweep: bool = False) -> None:
     parser.add_argument("--attn-compat", choices=("paper", "fbk"), default=None,
                         help="alias of the policy parameter compat (AlignAtt, EDAtt): paper = the papers' rule "
                              "(default); fbk = FBK's agents (last frame's attention dropped; EDAtt L2-normalised)")
+    parser.add_argument("--attn-prefix", choices=("cache", "redecode"), default=None,
+                        help="alias of the policy parameter prefix (AlignAtt, EDAtt, greedy): cache = the written "
+                             "prefix's decoder states stay in the incremental cache, computed over the audio received "
+                             "when each token was written (default, cheaper); redecode = the written prefix is "
+                             "re-decoded over all audio received at every new chunk, as FBK's agents do")
 
 
 def specs_from_args(args, default_ks: list[int | None] | None = None) -> tuple[str | None, list[PolicySpec], dict]:
@@ -310,14 +318,15 @@ def specs_from_args(args, default_ks: list[int | None] | None = None) -> tuple[s
             given for a policy that has no such parameter.
     """
     overrides = {"frames": getattr(args, "frame_num", None), "layer": getattr(args, "extract_attn_from_layer", None),
-                 "alpha": getattr(args, "attn_threshold", None), "compat": getattr(args, "attn_compat", None)}
+                 "alpha": getattr(args, "attn_threshold", None), "compat": getattr(args, "attn_compat", None),
+                 "prefix": getattr(args, "attn_prefix", None)}
     per = parse_per_lang(getattr(args, "policy_per_lang", None))
     name = getattr(args, "policy", None)
     if name is None:
         given = [k for k, v in overrides.items() if v is not None]
         if given or getattr(args, "policy_args", None):
             raise ValueError("--policy-args / --frame-num / --extract-attn-from-layer / --attn-threshold / "
-                             "--attn-compat need --policy")
+                             "--attn-compat / --attn-prefix need --policy")
         ks = default_ks or [3]
         specs = [make_spec("waitk", {"k": k}) for k in ks]
         return ("k" if len(ks) > 1 else None), specs, per

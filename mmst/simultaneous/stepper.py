@@ -11,6 +11,10 @@ A language that READs after seeing its candidate must not keep that step's input
 attend it (self-attention mask = valid columns). Rows that are not asked in a step get a pad input
 whose column is invalid for later queries. While every column is valid, no self-attention mask is
 passed at all, so a lockstep wait-k decode runs exactly the computation it always did.
+
+A language that starts a new sentence inside the same utterance (:meth:`LanguageStepper.restart`) has every
+column of its row marked invalid and its position set back to 0; with ``first_visible`` its queries
+cross-attend only the states from its restart point on (the rows of one call may have different windows).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class LanguageStepper:
         states: torch.Tensor,
         n_visible: dict[str, int],
         attn_layers: tuple[int, ...] = (),
+        first_visible: dict[str, int] | None = None,
     ) -> Steps:
         """Feed ``inputs[lang]`` for every ``lang`` in ``want`` (a generator, :mod:`mmst.models.stacked`:
         each decoder call is a yielded :class:`~mmst.models.decoder.DecoderStep`, so the calls of several
@@ -66,13 +71,16 @@ class LanguageStepper:
             want: languages to step.
             inputs: ``{lang: token id}`` (the start token, then the last written token).
             states: ``(1, S, D)`` encoder states received.
-            n_visible: ``{lang: states the new token may attend}`` (a prefix of ``states``).
+            n_visible: ``{lang: states the new token may attend}``: the states before this index.
             attn_layers: decoder layers whose cross-attention to return.
+            first_visible: ``{lang: first state the new token may attend}`` (a restarted sentence's restart
+                point; default 0).
 
         Returns (the generator's value):
             ``({lang: logits (V,)}, {lang: {layer: attention (H, S_vis)}})`` (per head); attention rows
-            cover the first ``n_visible[lang]`` states.
+            cover the states ``first_visible[lang] .. n_visible[lang] - 1``.
         """
+        lows = first_visible or {}
         dev = states.device
         logits: dict[str, torch.Tensor] = {}
         attn: dict[str, dict[int, torch.Tensor]] = {}
@@ -94,13 +102,16 @@ class LanguageStepper:
                 self_mask = torch.cat([prev, torch.ones(len(rows), 1, dtype=torch.bool, device=dev)], 1)[:, None, :]
             vis = {n_visible[lang] for lang in asked}
             s_all = states.size(1)
-            if len(vis) == 1 and next(iter(vis)) >= st.cross_len:  # never shrink the cached cross keys
+            windowed = any(lows.get(lang, 0) for lang in asked)
+            if len(vis) == 1 and next(iter(vis)) >= st.cross_len and not windowed:  # never shrink the cached cross keys
                 n_vis = vis.pop()
                 enc, cross_mask = states[:, :n_vis], None
             else:
                 enc = states
                 lim = torch.tensor([n_visible.get(lang, s_all) for lang in rows], device=dev)
-                cross_mask = (torch.arange(s_all, device=dev)[None, :] < lim[:, None])[:, None, :]  # (rows, 1, S)
+                low = torch.tensor([lows.get(lang, 0) if lang in asked else 0 for lang in rows], device=dev)
+                ar = torch.arange(s_all, device=dev)[None, :]
+                cross_mask = ((ar < lim[:, None]) & (ar >= low[:, None]))[:, None, :]  # (rows, 1, S)
             extra = None
             if hasattr(self.model, "decoder_extra_embed") and len(rows) == 1:
                 extra = self.model.decoder_extra_embed(rows[0])
@@ -110,7 +121,8 @@ class LanguageStepper:
                 if lang not in asked:
                     continue
                 logits[lang] = out[r, -1]
-                attn[lang] = {li: a[r, :, -1, : n_visible[lang]] for li, a in st.cross_attn.items()}
+                lo = lows.get(lang, 0)
+                attn[lang] = {li: a[r, :, -1, lo: n_visible[lang]] for li, a in st.cross_attn.items()}
                 self.pos[lang] += 1
                 self._last_col[lang] = (g, col, r)
         return logits, attn
@@ -122,3 +134,17 @@ class LanguageStepper:
         v[r] = False
         self.valid[g][col] = v
         self.pos[lang] -= 1
+
+    def restart(self, lang: str) -> None:
+        """``lang`` starts a new sentence: its earlier inputs are never attended again and its next input (the
+        start token) takes position 0."""
+        for g, (_, _, rows) in enumerate(self.groups):
+            if lang in rows:
+                r = rows.index(lang)
+                for c, v in enumerate(self.valid[g]):
+                    if bool(v[r]):
+                        v = v.clone()
+                        v[r] = False
+                        self.valid[g][c] = v
+        self.pos[lang] = 0
+        self._last_col.pop(lang, None)

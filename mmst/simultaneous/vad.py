@@ -55,6 +55,8 @@ CUT_WINDOW_MS = 100.0
 _CUT_HOP_SAMPLES = 160
 #: windows scored by one model request at most (2 s): bounds the front end's memory for any push
 VAD_BLOCK_WINDOWS = 64
+#: window probabilities kept for :meth:`StreamingVad.take_window_probs` between two calls (131 s)
+WINDOW_PROBS_KEPT = 4096
 
 
 def _silero():
@@ -169,7 +171,17 @@ class StreamingVad:
         # the recent windows (end sample, speech probability, samples): where a forced cut may fall
         self._recent: deque[tuple[int, float, torch.Tensor]] = deque(
             maxlen=self.cut_lookback_samples // VAD_WINDOW_SAMPLES + 3)
+        # (end sample, speech probability) of the windows not yet taken (:meth:`take_window_probs`)
+        self._window_probs: deque[tuple[int, float]] = deque(maxlen=WINDOW_PROBS_KEPT)
         self._finished = False
+
+    def take_window_probs(self) -> list[tuple[int, float]]:
+        """The ``(end_sample, speech probability)`` of every 32 ms window scored since the last call, in stream
+        order (at most the last :data:`WINDOW_PROBS_KEPT`); the caller's record of how much speech the stream
+        holds (:class:`mmst.simultaneous.restart.SpeechTrack`)."""
+        out = list(self._window_probs)
+        self._window_probs.clear()
+        return out
 
     @property
     def in_speech(self) -> bool:
@@ -220,6 +232,7 @@ class StreamingVad:
         res = it(win)
         now = it.current_sample
         self._recent.append((now, prob, win))
+        self._window_probs.append((now, prob))
         out: list[VadEvent] = []
         if self._resume_at is not None:  # closed at a running silence timer; the iterator is still in speech
             if res is not None and "end" in res:  # the silence became a pause: nothing to resume

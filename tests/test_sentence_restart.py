@@ -1,0 +1,166 @@
+"""Sentence restarts inside a long-form segment and the untranslated-speech measure, on known answers.
+
+The stream: one segment of three "sentences" at 40 ms per encoder state (640 samples): speech in states
+0-19, 24-43 and 48-67, pauses in 20-23, 44-47 and 68-71 (2880 ms). Every boundary falls on a 32 ms VAD
+window edge, so the speech windows cover the speech exactly: 2400 ms of speech.
+
+The scripted model (wait-1, 8 states per chunk) writes sentence ``j`` (the one its attention window starts
+in: ``j = round(lo / 24)``) as tokens ``10+3j, 11+3j, 12+3j`` and then EOS; token ``t`` attends state
+``24j + 6t + 5``. So each sentence's last token attends state ``24j + 17``, the nearest pause is states
+``24j + 20 .. 24j + 23``, and its middle, ``24j + 22``, is where the next sentence starts: 22 (880 ms)
+and 46 (1840 ms).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scripted_model import EOS, SampledFrontEnd, ScriptedModel
+
+from mmst.simultaneous import StreamingTranslator
+from mmst.simultaneous.longform import LongFormTranslator, LongFormWord, SegmentEnd
+from mmst.simultaneous.restart import SpeechTrack, find_restart_point
+from mmst.simultaneous.vad import VadEvent
+
+STATE = 640  # samples per encoder state (40 ms)
+WIN = 512  # samples per VAD window (32 ms)
+SPEECH = [(0, 20), (24, 44), (48, 68)]  # speech states of the three sentences
+N_STATES = 72
+RATIO = 8  # states per chunk: 320 ms
+
+
+def _is_speech(sample: int) -> bool:
+    return any(a * STATE <= sample < b * STATE for a, b in SPEECH)
+
+
+def script(prefix, lo, hi):
+    """Sentence j = round(lo / 24): 3 tokens then EOS; token t attends state 24j + 6t + 5."""
+    j = round(lo / 24)
+    t = len(prefix)
+    probs = {EOS: 1.0} if t >= 3 else {10 + 3 * j + t: 1.0}
+    row = np.zeros(max(0, hi - lo))
+    if hi > lo:
+        row[min(max(24 * j + 6 * min(t, 2) + 5, lo), hi - 1) - lo] = 1.0
+    return probs, row
+
+
+class PieceVocab:
+    """Token i is the word ``w<i>``."""
+
+    def id_to_piece(self, i: int) -> str:
+        return f"\u2581w{i}"
+
+    def decode(self, ids) -> str:
+        return " ".join(f"w{i}" for i in ids)
+
+
+class ScriptedSegmenter:
+    """One segment over the whole stream (start at 0, end at ``N_STATES`` states), and the speech probability
+    of each 32 ms window: 0.9 inside the speech states, 0.05 in the pauses."""
+
+    eager = False
+    threshold = 0.5
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.n = 0
+        self._probs: list[tuple[int, float]] = []
+        self._started = False
+
+    def accept(self, samples):
+        start, self.n = self.n, self.n + len(samples)
+        for end in range((start // WIN + 1) * WIN, self.n + 1, WIN):
+            self._probs.append((end, 0.9 if _is_speech(end - WIN // 2) else 0.05))
+        out = []
+        if not self._started and self.n > 0:
+            out.append(VadEvent("start", 0, self.n))
+            self._started = True
+        if start < N_STATES * STATE <= self.n:
+            out.append(VadEvent("end", N_STATES * STATE, self.n))
+        return out
+
+    def finish(self):
+        return []
+
+    def take_window_probs(self):
+        out, self._probs = self._probs, []
+        return out
+
+
+def _driver(**kw) -> LongFormTranslator:
+    model = ScriptedModel(script, ratio=RATIO, windowed=True)
+    tr = StreamingTranslator(model, PieceVocab(), ["de"], waitk=1)
+    tr.frontend = SampledFrontEnd(RATIO, STATE)
+    tr.reset()
+    return LongFormTranslator(tr, vad=ScriptedSegmenter(), chunk_ms=320.0, measure_state=False, **kw)
+
+
+def _stream(lf: LongFormTranslator):
+    events = lf.push(np.zeros(N_STATES * STATE, np.float32)) + lf.finish()
+    words = [e for e in events if isinstance(e, LongFormWord)]
+    ends = [e for e in events if isinstance(e, SegmentEnd)]
+    return words, ends
+
+
+def test_three_sentences_in_one_segment_are_all_translated():
+    """Without restarts the language stops at the first EOS (chunk 4) and sentences 2 and 3 get no word."""
+    lf = _driver()
+    words, ends = _stream(lf)
+    assert [w.text for w in words] == [f"w{i}" for i in range(10, 19)]
+    assert len(ends) == 1 and ends[0].segment == 0
+    restarts = ends[0].restarts
+    assert [(r.lang, r.reason) for r in restarts] == [("de", "eos"), ("de", "eos")]
+    assert [r.restart_ms for r in restarts] == [22 * 40.0, 46 * 40.0]  # the middle of each pause
+    assert [r.ended_ms for r in restarts] == [1280.0, 2240.0]  # EOS after 4 chunks from each start
+    assert [s.origin for s in lf.translator.sentences["de"]] == [0, 22]
+    assert lf.translator.origin("de") == 46
+    # a word is complete when the next one starts or its sentence ends; sentence 2's first token is written
+    # at chunk 4 (states 22-29 read), sentence 3's at chunk 7 (states 46-53), the rest at the segment's end
+    assert [w.time_ms for w in words] == [640.0, 960.0, 1280.0, 1600.0, 1920.0, 2240.0, 2560.0, 2880.0, 2880.0]
+    assert ends[0].speech_ms == pytest.approx(2400.0)
+    assert ends[0].untranslated_speech_ms == {"de": 0.0}
+    assert lf.untranslated_speech_share() == {"de": 0.0}
+
+
+def test_untranslated_speech_share_without_restarts():
+    """EOS at 1280 ms (20480 samples); speech after it: states 32-43 (480 ms) and 48-67 (800 ms) = 1280 ms of
+    the segment's 2400 ms."""
+    lf = _driver(restart=False)
+    words, ends = _stream(lf)
+    assert [w.text for w in words] == ["w10", "w11", "w12"]
+    assert ends[0].restarts == ()
+    assert ends[0].speech_ms == pytest.approx(2400.0)
+    assert ends[0].untranslated_speech_ms == {"de": pytest.approx(1280.0)}
+    assert lf.untranslated_speech_share()["de"] == pytest.approx(1280.0 / 2400.0)
+
+
+def test_restart_point_from_a_hand_written_attention_matrix():
+    """Three written tokens over 16 states; argmax rows: 2, 6, 9 -> the last two give state 10."""
+    attn = torch.zeros(3, 16)
+    attn[0, 2], attn[1, 6], attn[2, 9] = 0.7, 0.6, 0.5
+    attn[0, 3], attn[1, 5], attn[2, 8] = 0.3, 0.4, 0.5 - 1e-3
+    assert find_restart_point(attn) == 10
+    assert find_restart_point(attn, last_tokens=1) == 10
+    assert find_restart_point(attn[:2], last_tokens=2) == 7
+    # CTC: tokens emitted at states 4-5 (label 7) and 11 (label 3); token ends at 6 and 12: nearest to 10 is 12
+    labels = torch.tensor([0, 0, 0, 0, 7, 7, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0])
+    assert find_restart_point(attn, ctc_labels=labels, blank=0) == 12
+    # VAD: a pause in states 13-15 (middle 14) beats none; the pause nearest to the point wins
+    prob = np.full(16, 0.9)
+    prob[13:16] = 0.1
+    assert find_restart_point(attn, ctc_labels=labels, speech_prob=prob) == 14
+    prob[1:3] = 0.1  # a second pause, farther from 12
+    assert find_restart_point(attn, ctc_labels=labels, speech_prob=prob) == 14
+    assert find_restart_point(torch.zeros(0, 16)) is None
+
+
+def test_speech_track_counts_speech_windows_by_overlap():
+    tr = SpeechTrack(threshold=0.5, window_samples=512, sample_rate=16000)
+    for k, p in enumerate([0.9, 0.2, 0.9, 0.6]):  # windows [0,512) [512,1024) [1024,1536) [1536,2048)
+        tr.add((k + 1) * 512, p)
+    assert tr.speech_ms(0, 2048) == pytest.approx(3 * 32.0)
+    assert tr.speech_ms(256, 1280) == pytest.approx((256 + 256) / 16.0)
+    np.testing.assert_allclose(tr.state_probs(0, 2, 1024), [(0.9 + 0.2) / 2, (0.9 + 0.6) / 2])
