@@ -97,6 +97,22 @@ def test_recipe_old_spellings_warn_and_still_work():
     assert p.returncode == 2 and "unknown option '--eval-kk'" in p.stderr
 
 
+@pytest.mark.parametrize("recipe,old,new", [
+    ("recipes/synthetic/run_backbones.sh", "--asr-updates", "--asr-max-update"),
+    ("recipes/synthetic/run_backbones.sh", "--st-updates", "--st-max-update"),
+    ("recipes/synthetic/run_backbones.sh", "--results", "--copy-to"),
+    ("recipes/synthetic/run_augment.sh", "--results", "--copy-to"),
+    ("recipes/ted_mmst/run.sh", "--asr-checkpoint", "--pretrained-encoder"),
+])
+def test_recipe_option_one_name_per_concept(recipe, old, new):
+    """The recipes share one name per concept (docs/CONTRACTS.md): the old spelling warns and sets the new one."""
+    p = subprocess.run(["bash", recipe, old, "X7", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines() == [f"{recipe}: warning: {old} is deprecated; use {new}"]
+    values = dict(line.split() for line in p.stdout.splitlines()[2:] if len(line.split()) == 2)
+    assert values[new] == "X7" and old not in values
+
+
 def test_console_scripts_and_thin_wrappers():
     """Every console script is ``main`` of an ``mmst`` module that has ``build_parser()``; each script in
     ``eval/`` and ``data_prep/`` runs the ``main`` of one console script (nothing else)."""

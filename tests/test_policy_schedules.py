@@ -81,7 +81,7 @@ def test_ctc_count_is_a_running_maximum_and_ctc_is_a_deprecated_alias(caplog):
         import mmst.simultaneous.policy_spec as ps
 
         ps._warned.discard("ctc")
-        out = stream(m, policy="ctc:k=2", max_len_b=10, after_chunk=lambda c, tr: seen.append(tr._src_tokens))
+        out = stream(m, policy="ctc:k=2", max_len_b=10, after_chunk=lambda c, tr: seen.append(tr._src_tokens["de"]))
     assert seen == [1, 2, 2, 3, 3, 4]  # the raw count on chunk 3 is 1
     assert out == SCHEDULES["ctcwaitk:k=2"]
     assert make_spec("ctc", {"k": "2"}).name == "ctcwaitk"

@@ -69,7 +69,7 @@ def test_backbones_recipe_tiny(tiny_e2e_data, tmp_path):
     exp = tmp_path / "exp"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
     p = subprocess.run(["bash", "recipes/synthetic/run_backbones.sh", "--data", str(data), "--exp-dir", str(exp),
-                        "--asr-updates", "2", "--st-updates", "2", "--train-overrides", TINY,
+                        "--asr-max-update", "2", "--st-max-update", "2", "--train-overrides", TINY,
                         # non-empty hypotheses (a score for every system) of at most 10 tokens (default 200)
                         "--eval-extra", "--max-utterances 2 --min-len 1 --max-len-b 10"],
                        cwd=ROOT, env=env, text=True, capture_output=True, timeout=900)

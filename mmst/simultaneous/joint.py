@@ -40,6 +40,7 @@ the masked batch decoder.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -57,6 +58,42 @@ from .stepper import LanguageStepper
 
 #: policies that may decode with beam search while streaming
 BEAM_POLICIES = ("alignatt", "edatt", "la", "holdn")
+
+#: why a sentence ended: EOS written, the length cap reached, or (adaptive policies) EOS predicted on partial
+#: input for several chunks and ended by the caller (:meth:`StreamingTranslator.end_sentence`)
+END_REASONS = ("eos", "cap", "eos-partial")
+
+
+@dataclass(frozen=True)
+class SentenceEnd:
+    """When a language's current sentence ended.
+
+    Attributes:
+        reason: one of :data:`END_REASONS`.
+        source_ms: audio of the utterance received when it ended, ms (for ``eos-partial``: when EOS was first
+            predicted in the run of chunks that ended it).
+        n_states: encoder states received then (the states its attention evidence covers).
+    """
+
+    reason: str
+    source_ms: float
+    n_states: int
+
+
+@dataclass
+class Sentence:
+    """A finished sentence of one language inside one utterance (kept when the language restarts).
+
+    Attributes:
+        origin: first encoder state it could attend (0, or its restart point).
+        tokens, delays: its written tokens and their delays (ms of the utterance read).
+        end: how it ended.
+    """
+
+    origin: int
+    tokens: list[int] = field(default_factory=list)
+    delays: list[float] = field(default_factory=list)
+    end: SentenceEnd | None = None
 
 
 class StreamingTranslator:
@@ -192,7 +229,13 @@ class StreamingTranslator:
         self._stepper = None if getattr(self.model, "is_async", False) else LanguageStepper(self.model, self.tgt_langs)
         self._read_at = {lang: -1 for lang in self.tgt_langs}  # encoder states when the language last READ
         self._history: dict[str, list[list[int]]] = {lang: [] for lang in self.tgt_langs}
-        self._src_tokens = 0
+        self._src_tokens = {lang: 0 for lang in self.tgt_langs}
+        self._origin = {lang: 0 for lang in self.tgt_langs}  # first state the current sentence attends
+        self.sentences: dict[str, list[Sentence]] = {lang: [] for lang in self.tgt_langs}  # finished, restarted
+        self.ended: dict[str, SentenceEnd | None] = {lang: None for lang in self.tgt_langs}
+        self.eos_chunks = {lang: 0 for lang in self.tgt_langs}  # adaptive: consecutive READs on a predicted EOS
+        self.eos_since: dict[str, float | None] = {lang: None for lang in self.tgt_langs}
+        self._held_words: dict[str, list[Word]] = {lang: [] for lang in self.tgt_langs}
         self._compute_s = 0.0
         self._closed = False
         self.detok = None
@@ -215,7 +258,8 @@ class StreamingTranslator:
             remaining ones).
 
         Raises:
-            ValueError: audio after the source finished (call :meth:`reset`).
+            ValueError: audio after the source finished (call :meth:`reset`); a call without samples after
+                it writes what restarted languages (:meth:`restart`) allow.
         """
         return run_alone(self.accept_audio_steps(samples, finished))
 
@@ -225,9 +269,13 @@ class StreamingTranslator:
         with other streams' (same arguments and value as :meth:`accept_audio`). Other decoding
         (hypothesis policies, beam search, async and offline models, re-encoding) runs inside."""
         t0 = time.perf_counter()
-        yield from self.frontend.accept_audio_steps(samples, finished)
+        if np.asarray(samples).size or (finished and not self.frontend.finished):  # no audio: write only
+            yield from self.frontend.accept_audio_steps(samples, finished)
         new_tokens = yield from self._write(t0)
         words: dict[str, list[Word]] = {lang: [] for lang in self.tgt_langs}
+        for lang, held in self._held_words.items():  # the last words of sentences ended between calls
+            words[lang].extend(held)
+            held.clear()
         if self.detok is not None:
             for lang, toks in new_tokens.items():
                 for tok, delay, comp in toks:
@@ -276,11 +324,16 @@ class StreamingTranslator:
             if fe.finished:
                 self._closed = True
             return out
-        if any(p.needs_ctc for p in self.policies.values()) and fe.num_states:
+        ctc_langs = [lang for lang in self.tgt_langs if self.policies[lang].needs_ctc and not self.done[lang]]
+        if ctc_langs and fe.num_states:
             enc = fe.states()
-            with torch.no_grad():  # a running maximum: a later greedy path may be shorter
-                n_src = ctc_greedy_count(self.model.ctc_proj(enc[0]), blank=int(self.model.cfg.bos_id))
-            self._src_tokens = max(self._src_tokens, n_src)
+            counts: dict[int, int] = {}
+            for lang in ctc_langs:  # over the states of the language's sentence (from its restart point)
+                o = self._origin[lang]
+                if o not in counts:
+                    with torch.no_grad():  # a running maximum: a later greedy path may be shorter
+                        counts[o] = ctc_greedy_count(self.model.ctc_proj(enc[0, o:]), blank=int(self.model.cfg.bos_id))
+                self._src_tokens[lang] = max(self._src_tokens[lang], counts[o])
         yield from self._write_tokens(t0, out, [lang for lang in self.tgt_langs if self._kind(lang) == "token"])
         with torch.no_grad():
             self._write_hypotheses(t0, out, [lang for lang in self.tgt_langs if self._kind(lang) == "hypothesis"])
@@ -315,53 +368,151 @@ class StreamingTranslator:
         n_layers = int(self.model.cfg.decoder_layers)
         while True:
             n_states = fe.num_states
-            cap = self._max_len(n_states)
             want = []
             for lang in langs:
                 if self.done[lang] or (self._read_at[lang] == n_states and not fe.finished):
                     continue
+                o = self._origin[lang]
                 i = len(self.tokens[lang]) + 1
-                if not self.policies[lang].ready(i, fe.num_chunks, fe.finished, self._src_tokens):
-                    continue
-                if i - 1 >= cap:
+                if n_states - o <= 0 or i - 1 >= self._max_len(n_states - o):
                     if fe.finished:
-                        self.done[lang] = True
+                        self._end(lang, "cap")
+                    continue
+                if not self.policies[lang].ready(i, self._rel_chunks(o), fe.finished, self._src_tokens[lang]):
                     continue
                 want.append(lang)
-            if not want or n_states == 0:  # nothing to attend yet
+            if not want:  # nothing to attend yet
                 break
             states = self._states()
             s = states.size(1)
-            n_vis = {lang: self.policies[lang].visible_states(len(self.tokens[lang]) + 1, s) for lang in want}
+            first = {lang: self._origin[lang] for lang in want}
+            n_vis = {lang: first[lang] + self.policies[lang].visible_states(len(self.tokens[lang]) + 1, s - first[lang])
+                     for lang in want}
             layers = tuple(sorted({self._layer(lang, n_layers) for lang in want if self.policies[lang].needs_attn}))
-            logits, attn = yield from self._stepper.step_steps(want, self._last, states, n_vis, layers)
+            logits, attn = yield from self._stepper.step_steps(want, self._last, states, n_vis, layers,
+                                                               first_visible=first)
             for lang in want:
                 pol = self.policies[lang]
                 i = len(self.tokens[lang]) + 1
                 lg = constrain_logits(logits[lang], self._banned.to(dev), eos, i - 1 < self.min_len)
                 tok = int(lg.argmax())
+                if tok != eos:
+                    self.eos_chunks[lang], self.eos_since[lang] = 0, None
                 if fe.finished:
                     write = 1
                 elif tok == eos and pol.adaptive:
                     write = 0
+                    if self.eos_chunks[lang] == 0:
+                        self.eos_since[lang] = fe.source_ms
+                    self.eos_chunks[lang] += 1
                 else:
                     a = attn[lang].get(self._layer(lang, n_layers)) if pol.needs_attn else None  # (H, S)
                     if a is not None:
                         a = (a if pol.heads is None else a[list(pol.heads)]).mean(dim=0)
                     score = float(torch.log_softmax(lg.float(), -1)[tok])
-                    write = pol.decide(PolicyState(i=i, n_chunks=fe.num_chunks, n_states=s, source_finished=False,
-                                                   written=self.tokens[lang], candidates=[tok], scores=[score],
-                                                   attn=None if a is None else a[None], src_tokens=self._src_tokens,
-                                                   eos=eos))
+                    o = first[lang]
+                    write = pol.decide(PolicyState(i=i, n_chunks=self._rel_chunks(o), n_states=s - o,
+                                                   source_finished=False, written=self.tokens[lang], candidates=[tok],
+                                                   scores=[score], attn=None if a is None else a[None],
+                                                   src_tokens=self._src_tokens[lang], eos=eos))
                 if not write:
                     self._stepper.rollback(lang)
                     self._read_at[lang] = n_states
                     continue
                 self._last[lang] = tok
                 if tok == eos:
-                    self.done[lang] = True
+                    self._end(lang, "eos")
                 else:
                     self._emit(lang, tok, t0, out)
+
+    def _rel_chunks(self, origin: int) -> int:
+        """Pre-decision chunks read from state ``origin`` on: complete ones; once finished, a partial last too."""
+        fe = self.frontend
+        n = max(0, fe.num_states - origin)
+        return -(-n // fe.ratio) if fe.finished else n // fe.ratio
+
+    def _end(self, lang: str, reason: str, source_ms: float | None = None) -> None:
+        """The current sentence of ``lang`` ended (it writes nothing more until :meth:`restart`)."""
+        self.done[lang] = True
+        fe = self.frontend
+        self.ended[lang] = SentenceEnd(reason, fe.source_ms if source_ms is None else float(source_ms), fe.num_states)
+
+    # ------------------------------------------------------------------ sentence restarts
+    @property
+    def supports_restart(self) -> bool:
+        """Whether :meth:`restart` works: streaming (not offline) decoding with a sync model."""
+        return not self.offline and not getattr(self.model, "is_async", False)
+
+    def end_sentence(self, lang: str) -> None:
+        """End the current sentence of ``lang`` now (an adaptive policy's EOS predicted on partial input for
+        :attr:`eos_chunks` chunks, decided by the caller): reason ``eos-partial``, at the time EOS was first
+        predicted in that run. Its last word is returned by the next call."""
+        if self.done[lang]:
+            return
+        self._end(lang, "eos-partial", self.eos_since[lang])
+        if self.detok is not None:
+            self._held_words[lang].extend(self.detok[lang].flush())
+
+    @torch.no_grad()
+    def sentence_evidence(self, lang: str) -> tuple[torch.Tensor, torch.Tensor | None, int, int]:
+        """The signals that locate where the current sentence of ``lang`` ended in the source.
+
+        Returns:
+            ``(attn, ctc_labels, origin, n_states)``: ``attn`` ``(T, n_states - origin)``, the cross-attention of
+            each written token of the sentence (decoder layer of its policy, or ``L // 2``; mean over heads;
+            one teacher-forced call) over the states ``[origin, n_states)`` it could attend, ``n_states`` =
+            the states received when it ended (now, if it has not); ``ctc_labels`` ``(n_states - origin,)``,
+            the greedy source-CTC label per state, or None without a CTC head.
+        """
+        fe = self.frontend
+        o = self._origin[lang]
+        end = self.ended[lang]
+        hi = min(fe.num_states, end.n_states if end is not None else fe.num_states)
+        toks = list(self.tokens[lang])
+        if hi <= o or not toks:
+            return torch.zeros(len(toks), max(0, hi - o)), None, o, hi
+        states = self._states()[:, o:hi]
+        layer = self._layer(lang, int(self.model.cfg.decoder_layers))
+        eos = int(self.model.cfg.eos_id)
+        attn = forced_cross_attention(self.model, lang, [], toks + [eos], states, layer)[:-1]  # (T, S')
+        ctc = getattr(self.model, "ctc_proj", None)
+        labels = ctc(states[0]).argmax(dim=-1) if ctc is not None else None
+        return attn.float().cpu(), None if labels is None else labels.cpu(), o, hi
+
+    def restart(self, lang: str, state: int) -> None:
+        """Start a new sentence of ``lang`` that attends the encoder states from ``state`` on (the states of
+        the utterance, 40 ms each). Its earlier sentence moves to :attr:`sentences`; nothing written is
+        revised. The language's decoder starts from its start token, its policy counts chunks and tokens
+        from the restart, and the other languages are untouched.
+
+        Raises:
+            ValueError: offline or async decoding (:attr:`supports_restart`), or ``state`` before the current
+                sentence's first state or after the states received.
+        """
+        if not self.supports_restart:
+            raise ValueError("sentence restarts need streaming decoding with a sync model (not offline, not async)")
+        o, n = self._origin[lang], self.frontend.num_states
+        if not o <= int(state) <= n:
+            raise ValueError(f"{lang}: restart state {state} outside [{o}, {n}] (the current sentence's first "
+                             "state, the states received)")
+        if self.detok is not None:
+            self._held_words[lang].extend(self.detok[lang].flush())
+        self.sentences[lang].append(Sentence(o, self.tokens[lang], self.token_delays[lang], self.ended[lang]))
+        self.tokens[lang], self.token_delays[lang] = [], []
+        self._origin[lang] = int(state)
+        self.done[lang], self.ended[lang] = False, None
+        self._last[lang] = self.model.start_token_id(lang)
+        self._read_at[lang] = -1
+        self._history[lang] = []
+        self._src_tokens[lang] = 0
+        self.eos_chunks[lang], self.eos_since[lang] = 0, None
+        if self._stepper is not None:
+            self._stepper.restart(lang)
+        self._closed = False
+
+    def origin(self, lang: str) -> int:
+        """First encoder state the current sentence of ``lang`` attends (0 until it restarts)."""
+        return self._origin[lang]
 
     def _layer(self, lang: str, n_layers: int) -> int:
         layer = getattr(self.policies[lang], "layer", None)
@@ -369,26 +520,32 @@ class StreamingTranslator:
 
     def _write_hypotheses(self, t0: float, out, langs: list[str]) -> None:
         """Hypothesis policies: re-decode each continuation once per new encoder states (greedy: all
-        languages in one batched decode); write the prefix the policy picks."""
+        languages with the same restart point in one batched decode, over the states from that point);
+        write the prefix the policy picks."""
         fe = self.frontend
         n_states = fe.num_states
-        todo = []
+        groups: dict[int, list[str]] = {}
         for lang in langs:
             if self.done[lang] or n_states == 0 or (self._read_at[lang] == n_states and not fe.finished):
                 continue
             self._read_at[lang] = n_states
-            if len(self.tokens[lang]) >= self._max_len(n_states):
+            o = self._origin[lang]
+            if n_states - o <= 0 or len(self.tokens[lang]) >= self._max_len(n_states - o):
                 if fe.finished:
-                    self.done[lang] = True
+                    self._end(lang, "cap")
                 self._history[lang].clear()  # no hypothesis on this chunk
                 continue
-            todo.append(lang)
-        if not todo:
-            return
+            groups.setdefault(o, []).append(lang)
+        for o, todo in groups.items():
+            self._write_hypotheses_from(t0, out, todo, o)
+
+    def _write_hypotheses_from(self, t0: float, out, todo: list[str], o: int) -> None:
+        """:meth:`_write_hypotheses` for the languages ``todo``, whose sentences attend the states from ``o``."""
+        fe = self.frontend
         eos = int(self.model.cfg.eos_id)
-        states = self._states()
+        states = self._states()[:, o:]
         banned = self._banned.to(states.device)
-        cap = self._max_len(n_states)
+        cap = self._max_len(states.size(1))
         if self.beam == 1:
             conts = decode_continuations_greedy(
                 self.model, {lang: self.tokens[lang] for lang in todo}, states,
@@ -403,6 +560,12 @@ class StreamingTranslator:
             cont, scores = conts[lang]
             written = list(self.tokens[lang])
             pol = self.policies[lang]
+            if cont[:1] == [eos] and not fe.finished:  # the model would end the sentence here
+                if self.eos_chunks[lang] == 0:
+                    self.eos_since[lang] = fe.source_ms
+                self.eos_chunks[lang] += 1
+            else:
+                self.eos_chunks[lang], self.eos_since[lang] = 0, None
             if fe.finished:
                 n = len(cont)
             elif len(cont) - int(bool(cont) and cont[-1] == eos) >= cap - len(written) or eos not in cont:
@@ -413,20 +576,20 @@ class StreamingTranslator:
                 if pol.needs_attn:
                     layer = self._layer(lang, int(self.model.cfg.decoder_layers))
                     attn = forced_cross_attention(self.model, lang, written, cont, states, layer, pol.heads)
-                n = pol.decide(PolicyState(i=len(written) + 1, n_chunks=fe.num_chunks, n_states=states.size(1),
+                n = pol.decide(PolicyState(i=len(written) + 1, n_chunks=self._rel_chunks(o), n_states=states.size(1),
                                            source_finished=False, written=written, candidates=cont, scores=scores,
-                                           attn=attn, history=self._history[lang], src_tokens=self._src_tokens,
+                                           attn=attn, history=self._history[lang], src_tokens=self._src_tokens[lang],
                                            eos=eos))
                 if eos in cont[:n]:
                     n = cont.index(eos)
                 self._history[lang].append(written + list(cont))
             for tok in cont[:n]:
                 if tok == eos:
-                    self.done[lang] = True
+                    self._end(lang, "eos")
                     break
                 self._emit(lang, tok, t0, out)
-            if fe.finished:
-                self.done[lang] = True
+            if fe.finished and not self.done[lang]:
+                self._end(lang, "cap")
 
     def _write_async(self, t0: float, out) -> None:
         """Async unified model: write elements in (t, j) order, t = j * delta + i; language
@@ -463,7 +626,7 @@ class StreamingTranslator:
             self._last[lang] = tok
             self._pos[lang] = p + 1
             if tok == eos:
-                self.done[lang] = True
+                self._end(lang, "eos")
             else:
                 delay = fe.source_ms
                 comp = (self._compute_s + time.perf_counter() - t0) * 1000.0
@@ -495,5 +658,5 @@ class StreamingTranslator:
             self.tokens[lang] = list(toks)
             self.token_delays[lang] = [fe.source_ms] * len(toks)
             out[lang].extend((tok, fe.source_ms, comp) for tok in toks)
-            self.done[lang] = True
+            self._end(lang, "eos")
         self._closed = True

@@ -41,10 +41,10 @@ nproc=1
 eval_waitk_lagging=3
 eval_threads=""
 source_segment_size=320          # ms
-results=""                       # also write the report here as <results>.{md,json} (docs/results/augment), then
+copy_to=""                       # also write the report here as <copy-to>.{md,json} (docs/results/augment), then
                                  # re-render the docs' results tables (tools/render_docs.py)
 RECIPE_OPTIONS=(stage stop_stage force data exp_dir systems seeds config asr_config specaugment speed_factors
-  st_budget train_overrides jobs nproc eval_waitk_lagging eval_threads source_segment_size results)
+  st_budget train_overrides jobs nproc eval_waitk_lagging eval_threads source_segment_size copy_to)
 recipe_args=""                   # the command line as typed (quoted where needed), recorded in the report
 for a in "$@"; do
   if [[ "$a" =~ ^[A-Za-z0-9_./,:=+-]*$ ]]; then recipe_args+=" $a"; else recipe_args+=" ${a@Q}"; fi
@@ -132,9 +132,9 @@ stage5() {
     --describe "speed=speed perturbation $speed_factors (prep-time copies, soxr)" \
     --describe "both=SpecAugment $specaugment + speed perturbation $speed_factors" \
     --describe "both_asr=both, encoder pretrained on English ASR with the same augmentation ($asr_config)" \
-    --out "$exp_dir/augment" ${results:+--copy-to "$results"}
-  if [ -n "$results" ]; then
-    [ -f "$work_data/speed_perturb_train.json" ] && cp "$work_data/speed_perturb_train.json" "${results}_speed_prep.json"
+    --out "$exp_dir/augment" ${copy_to:+--copy-to "$copy_to"}
+  if [ -n "$copy_to" ]; then
+    [ -f "$work_data/speed_perturb_train.json" ] && cp "$work_data/speed_perturb_train.json" "${copy_to}_speed_prep.json"
     python tools/render_docs.py
   fi
   cat "$exp_dir/augment.md"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Speech-encoder backbones on the quickstart setting (easy synthetic corpus, unified multi-k wait-k):
 # does a pretrained Hugging Face encoder folder transfer what it holds? Systems, at equal training updates
-# (--asr-updates of ASR pretraining + --st-updates of ST; the scratch system trains ST for their sum):
+# (--asr-max-update of ASR pretraining + --st-max-update of ST; the scratch system trains ST for their sum):
 #   hf_pretrained  a tiny wav2vec 2.0-style encoder (mmst-hf-encoder init --size wav2vec2-tiny) pretrained
 #                  on English ASR (CTC + attention, conf/asr_hf_tiny.yaml), written as a Hugging Face folder
 #                  (mmst-hf-encoder extract: save_pretrained, safetensors), then ST from it (conf/train_hf_tiny.yaml)
@@ -14,7 +14,7 @@
 #   2  English ASR view of DATA, ASR pretraining of both encoders; the pretrained wav2vec 2.0-style encoder as a Hugging Face folder
 #   3  train the three ST systems
 #   4  evaluate checkpoint_best.pt on both test sets
-#   5  table and summary JSON (--results PREFIX also copies it (committed results: under docs/results/) and re-renders
+#   5  table and summary JSON (--copy-to PREFIX also copies it (committed results: under docs/results/) and re-renders
 #      the docs)
 # Stages 2-4 skip finished items.
 set -euo pipefail
@@ -30,8 +30,8 @@ data=exp/synthetic/data          # prepared easy corpus (with tst-unseen)
 exp_dir=exp/backbones
 encoder=hf-wav2vec2-tiny         # the Hugging Face encoder: hf-<named size of mmst-hf-encoder init>
 seed=1
-asr_updates=300
-st_updates=600
+asr_max_update=300
+st_max_update=600
 hf_asr_config=recipes/synthetic/conf/asr_hf_tiny.yaml
 hf_config=recipes/synthetic/conf/train_hf_tiny.yaml
 xs_asr_config=recipes/synthetic/conf/asr_xs.yaml
@@ -41,9 +41,9 @@ nproc=1
 eval_waitk_lagging=3
 eval_extra=""                    # extra mmst-eval options, space separated
 source_segment_size=320          # ms
-results=""                       # also write the report as <results>.{md,json}, then re-render the docs
-RECIPE_OPTIONS=(stage stop_stage force data exp_dir encoder seed asr_updates st_updates hf_asr_config hf_config
-  xs_asr_config xs_config train_overrides nproc eval_waitk_lagging eval_extra source_segment_size results)
+copy_to=""                       # also write the report as <copy-to>.{md,json}, then re-render the docs
+RECIPE_OPTIONS=(stage stop_stage force data exp_dir encoder seed asr_max_update st_max_update hf_asr_config hf_config
+  xs_asr_config xs_config train_overrides nproc eval_waitk_lagging eval_extra source_segment_size copy_to)
 recipe_args=""                   # the command line as typed (quoted where needed), recorded in the report
 for a in "$@"; do
   if [[ "$a" =~ ^[A-Za-z0-9_./,:=+-]*$ ]]; then recipe_args+=" $a"; else recipe_args+=" ${a@Q}"; fi
@@ -67,20 +67,20 @@ stage1() {
 }
 stage2() {
   asr_pretrain "$data" "$exp_dir/data_asr" "$models_dir/asr_hf" "$hf_asr_config" \
-    "seed=$seed optim.max_update=$asr_updates model.overrides.hf_encoder_path=$hf_init $train_overrides"
+    "seed=$seed optim.max_update=$asr_max_update model.overrides.hf_encoder_path=$hf_init $train_overrides"
   if [ ! -f "$hf_pretrained/config.json" ] || [ "$force" = "true" ]; then
     mmst-hf-encoder extract --model "$models_dir/asr_hf/checkpoint_best.pt" --out "$hf_pretrained"
   fi
   asr_pretrain "$data" "$exp_dir/data_asr" "$models_dir/asr_xs" "$xs_asr_config" \
-    "seed=$seed optim.max_update=$asr_updates $train_overrides"
+    "seed=$seed optim.max_update=$asr_max_update $train_overrides"
 }
 # overrides_of SYSTEM: its config and mmst-train overrides
 config_of() { case "$1" in xs_asr) echo "$xs_config" ;; *) echo "$hf_config" ;; esac; }
 overrides_of() {
   case "$1" in
-    hf_pretrained) echo "optim.max_update=$st_updates model.overrides.hf_encoder_path=$hf_pretrained" ;;
-    hf_scratch) echo "optim.max_update=$((asr_updates + st_updates)) model.overrides.hf_encoder_path=$hf_init" ;;
-    xs_asr) echo "optim.max_update=$st_updates valid.interval_updates=200 checkpoint.save_interval_updates=200 checkpoint.load_pretrained_encoder_from=$models_dir/asr_xs/checkpoint_best.pt" ;;
+    hf_pretrained) echo "optim.max_update=$st_max_update model.overrides.hf_encoder_path=$hf_pretrained" ;;
+    hf_scratch) echo "optim.max_update=$((asr_max_update + st_max_update)) model.overrides.hf_encoder_path=$hf_init" ;;
+    xs_asr) echo "optim.max_update=$st_max_update valid.interval_updates=200 checkpoint.save_interval_updates=200 checkpoint.load_pretrained_encoder_from=$models_dir/asr_xs/checkpoint_best.pt" ;;
   esac
 }
 stage3() {
@@ -118,11 +118,11 @@ stage4() {
 stage5() {
   mmst-backbones --evals-dir "$evals_dir" --seeds "$seed" --waitk-lagging "$eval_waitk_lagging" \
     --command "bash recipes/synthetic/run_backbones.sh${recipe_args}" \
-    --describe "hf_pretrained=$encoder pretrained on English ASR ($asr_updates updates), ST $st_updates updates" \
-    --describe "hf_scratch=$encoder from random weights, ST $((asr_updates + st_updates)) updates" \
-    --describe "xs_asr=mmst's xs encoder pretrained on English ASR ($asr_updates updates), ST $st_updates updates" \
-    --out "$exp_dir/backbones" ${results:+--copy-to "$results"}
-  [ -n "$results" ] && python tools/render_docs.py
+    --describe "hf_pretrained=$encoder pretrained on English ASR ($asr_max_update updates), ST $st_max_update updates" \
+    --describe "hf_scratch=$encoder from random weights, ST $((asr_max_update + st_max_update)) updates" \
+    --describe "xs_asr=mmst's xs encoder pretrained on English ASR ($asr_max_update updates), ST $st_max_update updates" \
+    --out "$exp_dir/backbones" ${copy_to:+--copy-to "$copy_to"}
+  [ -n "$copy_to" ] && python tools/render_docs.py
   cat "$exp_dir/backbones.md"
 }
 

@@ -37,7 +37,7 @@ async_order=""               # unified_async: language order (default: tgt_langs
 seeds=1                      # comma list; several seeds -> mean ± std in the table
 min_langs=""                 # prep: keep utterances with >= K translations (default: all languages)
 jobs=2                       # processes for synthesis and feature extraction
-asr_checkpoint=""            # use this ASR/encoder checkpoint (mmst or fairseq) instead of stage 2 training
+pretrained_encoder=""        # use this ASR/encoder checkpoint (mmst or fairseq) instead of stage 2 training
 max_update=""                # override optim.max_update of both ASR and ST configs
 asr_max_update=""            # override optim.max_update of the ASR config (wins over --max-update)
 st_max_update=""             # override optim.max_update of the ST config (wins over --max-update)
@@ -64,7 +64,7 @@ synth_num_test=40
 synth_segments_per_talk=6,12
 synth_seed=1
 RECIPE_OPTIONS=(stage stop_stage force exp_dir mustc_root tgt_langs size systems async_delta async_order seeds
-  min_langs jobs asr_checkpoint max_update asr_max_update st_max_update train_overrides asr_overrides
+  min_langs jobs pretrained_encoder max_update asr_max_update st_max_update train_overrides asr_overrides
   st_overrides specaugment speed_perturb speed_factors nproc avg_last eval_split eval_waitk_lagging eval_max_utterances eval_threads eval_extra source_segment_size longform_waitk_lagging longform_systems longform_extra
   synth_num_train synth_num_dev synth_num_test synth_segments_per_talk synth_seed)
 parse_options "$@"
@@ -84,7 +84,7 @@ data_asr=$exp_dir/data_asr
 asr_dir=$exp_dir/asr
 models_dir=$exp_dir/models
 evals_dir=$exp_dir/eval
-asr_ckpt=${asr_checkpoint:-$asr_dir/checkpoint_avg.pt}
+asr_ckpt=${pretrained_encoder:-$asr_dir/checkpoint_avg.pt}
 mkdir -p "$exp_dir"
 
 # optim.max_update overrides: specific > general > config
@@ -121,8 +121,8 @@ stage1() {
 }
 stage2() {
   [ -n "$sp_factors" ] && ensure_speed_perturbed "$data" "$sp_factors" "$jobs"
-  if [ -n "$asr_checkpoint" ]; then
-    echo "--asr-checkpoint $asr_checkpoint given: ST encoders start from it; no ASR training"; return 0
+  if [ -n "$pretrained_encoder" ]; then
+    echo "--pretrained-encoder $pretrained_encoder given: ST encoders start from it; no ASR training"; return 0
   fi
   python data_prep/make_asr_view.py --data "$data" --out "$data_asr"
   # shellcheck disable=SC2086
