@@ -238,12 +238,14 @@ def test_softsegmenter_and_mwer_put_a_boundary_word_in_different_sentences(tmp_p
 
 
 # ------------------------------------------------------------------ a stream decoded by the suite's tiny model
-def test_longform_evaluation_of_a_tiny_model_stream_equals_the_command(tiny_system, tmp_path):
+def test_longform_evaluation_of_a_tiny_model_stream_equals_the_command(tiny_system, tmp_path, capsys):
     """A talk of four of the tiny system's utterances with pauses, streamed by ``evaluate_talks`` (what
     ``mmst-eval-longform`` runs) with the gold segments: its words are poor, its delays and both
     resegmentations real. scores.json's LongYAAL, LongYAAL_CA, LongAL, LongLAAL, BLEU and chrF after
     SoftSegmenter equal the ``omnisteval longform`` command recorded in it, run on the files it wrote, for de
-    and es; scores.md leads with LongYAAL, next to StreamLAAL."""
+    and es; scores.md leads with LongYAAL, next to StreamLAAL. ``mmst-score --hypothesis-file`` on the written
+    omnisteval.jsonl, the talk's yaml and references gives the same numbers both ways (mWER ones to 1e-3 ms: the
+    file keeps times to 1 us)."""
     import shlex
 
     import torch
@@ -282,3 +284,30 @@ def test_longform_evaluation_of_a_tiny_model_stream_equals_the_command(tiny_syst
         assert mine == (tmp_path / f"cli_{lang}" / "instances.resegmented.jsonl").read_text()
     header = next(ln for ln in (tmp_path / "out" / "scores.md").read_text().splitlines() if ln.startswith("| lang"))
     assert header.split(" | ")[1] == "LongYAAL" and "StreamLAAL" in header
+    from mmst.cli.score import main as score_main
+
+    capsys.readouterr()
+    assert score_main(["--hypothesis-file", str(tmp_path / "out" / "es" / "omnisteval.jsonl"), "--segments", str(p["yaml"]),
+                       "--refs", str(p["es"]), "--tgt-langs", "es", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    m = obj["per_lang"]["es"]
+    assert set(again) == {k for k in m if k.startswith(("Long", "SoftSeg", "Stream")) or k == "BLEU"}
+    for k, v in again.items():
+        assert v == pytest.approx(m[k], abs=1e-3 if k.startswith("Stream") else 1e-9), k
+
+
+def test_a_bad_hypothesis_line_is_an_error_naming_file_and_line(tmp_path, capsys):
+    from mmst.cli.score import main as score_main
+
+    (tmp_path / "t.yaml").write_text("- {duration: 2.0, offset: 1.0, speaker_id: s, wav: t.wav}\n")
+    (tmp_path / "t.de").write_text("Der Hund bellt.\n")
+    h = tmp_path / "h.jsonl"
+    h.write_text('{"source": "t.wav", "prediction": "Der Hund", "delays": [1500.0, 1600.0]}\n'
+                 '{"source": "u.wav", "prediction": "a b", "delays": [1.0]}\n')
+    argv = ["--hypothesis-file", str(h), "--segments", str(tmp_path / "t.yaml"), "--refs", str(tmp_path / "t.de"),
+            "--tgt-langs", "de"]
+    assert score_main(argv) == 1
+    assert f"{h}:2: 2 words in prediction but 1 delays" in capsys.readouterr().err
+    h.write_text('{"source": "u.wav", "prediction": "Der Hund", "delays": [1500.0, 1600.0]}\n')
+    assert score_main(argv) == 1
+    assert "no hypothesis for t; no segments for u" in capsys.readouterr().err

@@ -1,9 +1,11 @@
-"""Score a SimulEval 1.1 ``instances.log``: sacrebleu BLEU and SimulEval-1.1 latency metrics.
+"""Score a SimulEval 1.1 ``instances.log`` (sacrebleu BLEU and SimulEval-1.1 latency metrics), or a long-form
+``omnisteval.jsonl`` (LongYAAL after SoftSegmenter and StreamLAAL after mWER).
 
 Usage::
 
     mmst-score --instances OUT/de/instances.log --tgt-langs de --computation-aware
     mmst-score --instances simuleval_out/instances.log --tgt-langs ja --json
+    mmst-score --hypothesis-file OUT/de/omnisteval.jsonl --segments talk.yaml --refs talk.de --tgt-langs de
 
 Prints BLEU (with the sacrebleu signature), chrF, YAAL, AL, LAAL, AP, DAL, ATD, StartOffset, EndOffset,
 OmniSTEval's degeneracy diagnostics (SWF, EFSW, DSPTV and "likely degenerate" when |DSPTV| > 20) and, with
@@ -16,6 +18,13 @@ reference length in AL/LAAL/AP is its number of whitespace-separated words; Simu
 warnings go to stderr.  Empty hypotheses are reported, counted as "" in BLEU and left out of latency
 (as SimulEval does); a file where every hypothesis is empty is an error (exit status 1).
 Definitions: see ``mmst/evaluation/latency.py`` and ``docs/evaluation.md``.
+
+Long form (``--hypothesis-file``, one JSON line per recording with ``source``, ``prediction``, ``delays``,
+``elapsed`` and ``source_length`` in ms, as ``mmst-eval-longform`` writes it; ``--segments``, a MuST-C yaml with
+each reference sentence's position; ``--refs``, the sentences, one a line): prints LongYAAL, LongYAAL_CA,
+LongAL, LongLAAL, BLEU and chrF after SoftSegmenter resegmentation (OmniSTEval's, the numbers ``omnisteval
+longform`` gives on the same files), and BLEU, StreamLAAL, StreamLAAL_CA and StreamAL after mWER
+resegmentation (mmst's, as ``mmst-eval-longform`` computes them). See ``docs/longform.md``.
 """
 
 from __future__ import annotations
@@ -35,7 +44,16 @@ from mmst.evaluation.scorer import ScoringError, score_instances
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options of ``mmst-score``."""
     p = ArgumentParser(prog="mmst-score", description=__doc__)
-    p.add_argument("--instances", required=True, help="SimulEval 1.1 instances.log (one JSON per line)")
+    p.add_argument("--instances", default=None, help="SimulEval 1.1 instances.log (one JSON per line)")
+    p.add_argument("--hypothesis-file", default=None,
+                   help="instead of --instances: a long-form hypothesis, one JSON line per recording with source, "
+                        "prediction, delays, elapsed and source_length in ms (mmst-eval-longform's "
+                        "<lang>/omnisteval.jsonl); needs --segments and --refs")
+    p.add_argument("--segments", default=None,
+                   help="with --hypothesis-file: MuST-C yaml with each reference sentence's offset and duration "
+                        "(seconds) and wav (the recording)")
+    p.add_argument("--refs", default=None,
+                   help="with --hypothesis-file: the reference sentences, one a line, in the order of --segments")
     p.add_argument(
         "--tgt-langs",
         default=None,
@@ -88,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.tgt_langs is not None and "," in args.tgt_langs:
         p.error(f"--tgt-langs {args.tgt_langs}: give one language (an instances.log holds one)")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    if (args.instances is None) == (args.hypothesis_file is None):
+        p.error("give --instances (segmented) or --hypothesis-file with --segments and --refs (long form)")
+    if args.hypothesis_file is not None:
+        if not (args.segments and args.refs):
+            p.error("--hypothesis-file needs --segments and --refs")
+        return _main_longform(args)
     try:
         instances = read_instances(args.instances)
         res = score_instances(
@@ -121,6 +145,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"likely degenerate policy (|DSPTV| > 20, OmniSTEval): {'YES' if res.metrics['likely_degenerate'] else 'no'}")
     return 0
 
+
+
+def _main_longform(args: argparse.Namespace) -> int:
+    """``--hypothesis-file``: both resegmentations of a long-form hypothesis, printed side by side."""
+    from mmst.evaluation.longform_files import score_longform_files
+
+    try:
+        res = score_longform_files(args.hypothesis_file, args.segments, args.refs, args.tgt_langs,
+                                   args.eval_latency_unit, args.sacrebleu_tokenizer)
+    except (OSError, ValueError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(res))
+        return 0
+    soft = ["LongYAAL", "LongAL", "LongLAAL", "SoftSeg_BLEU", "SoftSeg_chrF"]
+    rows = {m: {"value": res.get(m), "computation-aware": res.get(f"{m}_CA")} for m in soft}
+    rows.update({m: {"value": res.get(m), "computation-aware": res.get(f"{m}_CA")}
+                 for m in ("BLEU", "StreamLAAL", "StreamAL")})
+    print("SoftSegmenter (OmniSTEval): LongYAAL, LongAL, LongLAAL, SoftSeg_BLEU, SoftSeg_chrF; "
+          "mWER (mmst): BLEU, StreamLAAL, StreamAL")
+    print(format_metrics_table(rows, ["value", "computation-aware"], ca=False, row_header="metric"))
+    return 0
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -62,6 +62,7 @@ from typing import Any
 from mmst.atomic import atomic_write_lines
 from mmst.evaluation.latency import join_units
 from mmst.evaluation.quality import NO_SPACE_LANGS, bleu_tokenizer_for
+from mmst.evaluation.resegment import TimedUnit
 
 logger = logging.getLogger("mmst.evaluation.omnisteval_adapter")
 
@@ -273,7 +274,7 @@ def cli_command(files: LongformFiles, lang: str | None, unit: str = "word", bleu
 
 
 def longform_scores(files: LongformFiles, lang: str | None, unit: str = "word",
-                    bleu_tokenizer: str | None = None) -> dict[str, Any]:
+                    bleu_tokenizer: str | None = None, write_resegmented: bool = True) -> dict[str, Any]:
     """SoftSegmenter resegmentation and OmniSTEval's long-form scores of :func:`write_longform_files`'s
     files, as ``omnisteval longform`` computes them (:func:`cli_command`); writes OmniSTEval's
     ``instances.resegmented.jsonl`` beside them (one line per reference sentence: its hypothesis words,
@@ -284,6 +285,7 @@ def longform_scores(files: LongformFiles, lang: str | None, unit: str = "word",
         lang: target language: Moses tokenizer for the alignment (none for ja/zh) and BLEU tokenizer.
         unit: ``word`` or ``char`` (``--word_level`` / ``--char_level``).
         bleu_tokenizer: sacrebleu tokenizer; default :func:`mmst.evaluation.quality.bleu_tokenizer_for`.
+        write_resegmented: write ``instances.resegmented.jsonl`` beside ``files.hypothesis``.
 
     Returns:
         ``{"LongYAAL", "LongYAAL_CA", "LongAL", "LongAL_CA", "LongLAAL", "LongLAAL_CA", "SoftSeg_BLEU",
@@ -311,8 +313,9 @@ def longform_scores(files: LongformFiles, lang: str | None, unit: str = "word",
         scores, _, _ = om.evaluate_instances(instances, is_longform=True, bleu_tokenizer=tok)
     except (AssertionError, ValueError, KeyError) as e:
         raise OmniSTEvalError(f"omnisteval rejected {files.hypothesis} with {files.segments}: {e}") from None
-    atomic_write_lines(files.hypothesis.parent / RESEGMENTED_FILE,
-                       (json.dumps(d, ensure_ascii=False) for d in dicts))
+    if write_resegmented:
+        atomic_write_lines(files.hypothesis.parent / RESEGMENTED_FILE,
+                           (json.dumps(d, ensure_ascii=False) for d in dicts))
     out: dict[str, Any] = _finite(scores, LONGFORM_KEYS)
     out["n_empty_sentences"] = sum(1 for ins in instances if not ins.prediction.strip())
     return out
@@ -342,6 +345,42 @@ def score_recordings(out_dir: str | os.PathLike, recordings: Sequence[Recording]
         return {}, {"omnisteval_error": str(e)}
     info["n_empty_sentences_softseg"] = m.pop("n_empty_sentences")
     return m, info
+
+
+def read_hypothesis_jsonl(path: str | os.PathLike, unit: str = "word") -> dict[str, list[TimedUnit]]:
+    """An ``omnisteval.jsonl`` (one line per recording, :func:`write_longform_files`; or any OmniSTEval JSONL
+    hypothesis file with ``delays`` and ``elapsed``) as ``{recording file name: [TimedUnit, ...]}``.
+
+    Units as OmniSTEval splits them: ``prediction.split()`` for words, ``list(prediction)`` for characters;
+    ``elapsed`` defaults to ``delays``. ``source`` may be a name or a list whose first item is the name (as
+    SimulEval writes it); the key is its file name.
+
+    Raises:
+        ValueError: a line that is not a JSON object, lacks ``source``, ``prediction`` or ``delays``, whose
+            delays do not match its units in number, or repeats a recording (the message names the file and line).
+    """
+    p = Path(path)
+    out: dict[str, list[TimedUnit]] = {}
+    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            h = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}:{i}: not valid JSON ({e.msg})") from None
+        if not isinstance(h, dict) or not all(k in h for k in ("source", "prediction", "delays")):
+            raise ValueError(f"{p}:{i}: expected an object with source, prediction and delays")
+        src = h["source"][0] if isinstance(h["source"], list) else h["source"]
+        name = Path(str(src)).name
+        units = list(h["prediction"]) if unit == "char" else h["prediction"].split()
+        delays, elapsed = h["delays"], h.get("elapsed", h["delays"])
+        if not len(units) == len(delays) == len(elapsed):
+            raise ValueError(f"{p}:{i}: {len(units)} {unit}s in prediction but {len(delays)} delays and "
+                             f"{len(elapsed)} elapsed")
+        if name in out:
+            raise ValueError(f"{p}:{i}: recording {name} repeats")
+        out[name] = [TimedUnit(u, float(d), float(e)) for u, d, e in zip(units, delays, elapsed)]
+    return out
 
 
 def read_scores_tsv(path: str | os.PathLike) -> dict[str, float]:
