@@ -148,7 +148,30 @@ class DataSection:
     num_workers: int = _f(0, doc="DataLoader worker processes for feature loading (0 = in-process)",
                           min=0)
     cache_features: bool = _f(False, doc="keep loaded fbank matrices in memory (small corpora)")
+    concat_utterances: int = _f(1, doc="multi-sentence training (long-form streams): each training item joins "
+                                "1..N consecutive utterances of one talk or speaker (concat_group), N drawn "
+                                "uniformly per item from the seed, their audio joined as concat_pause_ms says and "
+                                "each language's sentences joined; validation stays per utterance; 1 = off",
+                                min=1)
+    concat_group: str = _f("talk", doc="what concat_utterances joins: 'talk' = utterances of one recording "
+                           "(manifest wav), in offset order; 'speaker' = utterances of one speaker (manifest "
+                           "speaker), in manifest order", choices=["talk", "speaker"])
+    concat_pause_ms: list[float] | None = _f(None, doc="pause between joined utterances: null = the recording's "
+                                             "own audio between them (utterances in different recordings, or "
+                                             "overlapping, are not joined); [lo, hi] = digital silence of a length "
+                                             "drawn uniformly from lo..hi ms")
     augment: AugmentSection = field(default_factory=AugmentSection)
+
+    def __post_init__(self) -> None:
+        """Validate the multi-sentence keys (a pause range; no speed perturbation with concat_utterances > 1)."""
+        p = self.concat_pause_ms
+        if p is not None and not (len(p) == 2 and 0 <= p[0] <= p[1]):
+            raise ConfigError(f"data.concat_pause_ms: expected [lo, hi] with 0 <= lo <= hi (ms), got {p}")
+        sp = self.augment.speed_perturb if isinstance(self.augment, AugmentSection) else None
+        if self.concat_utterances > 1 and sp is not None and sorted(sp) != [1.0]:
+            raise ConfigError("data.concat_utterances > 1 reads each joined span's audio from its recording; the "
+                              "speed-perturbed copies (data.augment.speed_perturb) exist as features only: set one "
+                              "of them back (concat_utterances: 1 or speed_perturb: null)")
 
 
 @dataclass

@@ -744,7 +744,15 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
     optimizer = build_optimizer(groups, cfg.optim.lr, cfg.optim.betas, cfg.optim.eps,
                                 cfg.optim.weight_decay, cfg.optim.implementation)
     scheduler = InverseSqrtSchedule(optimizer, cfg.optim.lr, cfg.optim.warmup_updates, cfg.optim.warmup_init_lr)
-    train_iter = EpochBatchIterator(train_ds, train_ds.n_frames, train_ds.collater, cfg.data.max_tokens,
+    train_items = train_ds
+    if cfg.data.concat_utterances > 1:  # multi-sentence training: items are spans of consecutive utterances
+        from mmst.data.spans import build_span_dataset, describe_spans
+
+        train_items = build_span_dataset(train_ds, cfg.data.concat_utterances, cfg.seed, group=cfg.data.concat_group,
+                                         pause_ms=cfg.data.concat_pause_ms,
+                                         max_frames=min(cfg.data.max_frames, cfg.data.max_tokens))
+        logger.info("multi-sentence training: %s", describe_spans(train_items.spans))
+    train_iter = EpochBatchIterator(train_items, train_items.n_frames, train_items.collater, cfg.data.max_tokens,
                                     cfg.data.max_sentences, seed=cfg.seed, num_workers=cfg.data.num_workers)
     vocab_info = train_ds.vocab_info()
     extra = {"data_dir": str(data_dir.resolve()), "vocab": vocab_info, "tgt_langs": list(model.tgt_langs),
