@@ -164,3 +164,17 @@ def test_speech_track_counts_speech_windows_by_overlap():
     assert tr.speech_ms(0, 2048) == pytest.approx(3 * 32.0)
     assert tr.speech_ms(256, 1280) == pytest.approx((256 + 256) / 16.0)
     np.testing.assert_allclose(tr.state_probs(0, 2, 1024), [(0.9 + 0.2) / 2, (0.9 + 0.6) / 2])
+
+
+def test_serve_summary_and_stats_read_the_drivers_share():
+    """mmst-serve reads the measure from its drivers: a stream's summary has its own share, the stats pool the
+    open streams' speech (0 ms and 1280 ms untranslated of 2400 ms each: 1280 / 4800)."""
+    from mmst.serve.protocol import StartRequest
+    from mmst.serve.session import StreamSession
+    from mmst.simultaneous.longform import pooled_untranslated_share
+
+    on, off = _driver(), _driver(restart=False)
+    _stream(on), _stream(off)
+    summary = StreamSession(off, StartRequest(("de",), 16000, "f32")).summary()
+    assert summary["untranslated_speech_share"] == {"de": round(1280.0 / 2400.0, 4)}
+    assert pooled_untranslated_share([on, off]) == {"de": pytest.approx(1280.0 / 4800.0)}

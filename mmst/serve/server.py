@@ -45,6 +45,8 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from mmst.simultaneous.longform import pooled_untranslated_share
+
 from .batching import (
     DEFAULT_MAX_STEP_SAMPLES,
     DEFAULT_MIN_GROUP,
@@ -286,9 +288,12 @@ class TranslationServer:
     def stats(self) -> dict:
         """Open streams, connections so far, refusals, scheduler ticks/steps and compute seconds; in tick
         mode, ``stacked``: per kind of model call (``VadWindows``, ``EncoderBlock``, ``DecoderStep``) the
-        calls made and the stream requests they served (requests / calls = mean streams per call)."""
+        calls made and the stream requests they served (requests / calls = mean streams per call);
+        ``untranslated_speech_share`` per language over the open streams' closed segments (docs/longform.md)."""
         s = self.scheduler
+        drivers = [c.session.driver for c in self.clients if c.session is not None]
         return {"streams": len(self.clients), "connections": self.n_connections, "refused": self.refused,
+                "untranslated_speech_share": pooled_untranslated_share(drivers),
                 "health": s.health() if s else {"loop": "not started"},
                 "ticks": s.ticks if s else 0, "steps": s.steps if s else 0,
                 "compute_s": round(s.busy_s, 3) if s else 0.0, "batching": self.config.batching,

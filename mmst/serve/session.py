@@ -221,7 +221,13 @@ class StreamSession:
         return {"type": "summary", "words": dict(self.words), "segments": self.segments,
                 "audio_ms": round(audio_ms, 1), "compute_ms": round(self.compute_s * 1000.0, 1),
                 "rtf": round(self.compute_s * 1000.0 / audio_ms, 4) if audio_ms else None,
-                "added_latency_ms": pct}
+                "added_latency_ms": pct, "untranslated_speech_share": self.untranslated_speech_share()}
+
+    def untranslated_speech_share(self) -> dict[str, float | None]:
+        """Per language, the driver's untranslated speech / speech of the closed segments (rounded to 4 places;
+        None without speech; docs/longform.md); ``{}`` for a driver that does not measure it."""
+        share = getattr(self.driver, "untranslated_speech_share", None)
+        return {lang: (None if v is None else round(v, 4)) for lang, v in (share() if share else {}).items()}
 
     def _write_saved(self, x: np.ndarray) -> None:
         """Append ``x`` (16 kHz float32) to ``<save_path>.part`` (opened on the first call)."""

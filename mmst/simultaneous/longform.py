@@ -278,6 +278,19 @@ def state_numel(obj: Any) -> int:
     return total
 
 
+def pooled_untranslated_share(drivers: Sequence[Any]) -> dict[str, float | None]:
+    """Untranslated speech / speech per language over several :class:`LongFormTranslator` s (e.g. a server's
+    open streams; each counts its closed segments): the sums of their ``untranslated_speech_ms`` over the sum
+    of their ``speech_ms`` (None for a language without speech)."""
+    speech: dict[str, float] = {}
+    lost: dict[str, float] = {}
+    for d in drivers:
+        for lang, ms in getattr(d, "untranslated_speech_ms", {}).items():
+            lost[lang] = lost.get(lang, 0.0) + ms
+            speech[lang] = speech.get(lang, 0.0) + float(getattr(d, "speech_ms", 0.0))
+    return {lang: (lost[lang] / speech[lang] if speech[lang] > 0 else None) for lang in sorted(lost)}
+
+
 class LongFormTranslator:
     """Streams a whole talk through a :class:`~mmst.simultaneous.joint.StreamingTranslator`, segment by
     segment (see the module docstring for the behaviour and what callers may rely on).
