@@ -19,7 +19,18 @@ import urllib.request
 
 import numpy as np
 import pytest
-from serve_fixtures import driver_factory, offline_words, speech
+from serve_fixtures import (
+    END,
+    START,
+    FakeClock,
+    FakeDriver,
+    closed_code,
+    driver_factory,
+    offline_words,
+    serve_with,
+    speech,
+    until,
+)
 
 from mmst.serve.client import encode_audio, stream_audio
 from mmst.serve.protocol import (
@@ -30,89 +41,10 @@ from mmst.serve.protocol import (
     CLOSE_TOO_FAST,
     CLOSE_UNSUPPORTED,
 )
-from mmst.serve.server import RateLimitedLog, ServerConfig, TranslationServer
-from mmst.simultaneous.longform import LongFormWord, SegmentEnd
+from mmst.serve.server import RateLimitedLog
 
 websockets_client = pytest.importorskip("websockets.asyncio.client")
 from websockets.exceptions import InvalidStatus  # noqa: E402
-
-
-class FakeClock:
-    """A clock that only moves when told (compute time charged by :class:`FakeDriver`)."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-        self._lock = threading.Lock()
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, dt: float) -> None:
-        with self._lock:
-            self.t += dt
-
-
-class FakeDriver:
-    """A long-form driver double: each push writes one word ``w<samples so far>`` at the end of the audio
-    pushed, and costs ``cost`` seconds of the fake clock per second of audio; ``gate`` (a threading.Event)
-    makes its first push wait for the test (the compute thread is then busy with it)."""
-
-    def __init__(self, clock: FakeClock | None = None, cost: float = 0.0, gate: threading.Event | None = None):
-        self.clock, self.cost, self.gate = clock, cost, gate
-        self.entered = threading.Event()
-        self.n = 0
-        self.pushes: list[int] = []
-
-    def push(self, x):
-        self.entered.set()
-        if self.gate is not None:
-            assert self.gate.wait(60), "the test did not release the push"
-            self.gate = None
-        self.n += x.size
-        self.pushes.append(x.size)
-        if self.clock is not None:
-            self.clock.advance(self.cost * x.size / 16000)
-        return [LongFormWord("de", f"w{self.n}", 0, self.n / 16.0, 0.0)]
-
-    def finish(self):
-        return [SegmentEnd(0, 0.0, self.n / 16.0)]
-
-
-def serve_with(make_driver, fn, langs=("de",), clock=None, **cfg):
-    """``fn(url, port, server)`` against an in-process server; returns its result."""
-
-    async def main():
-        server = TranslationServer(make_driver, ServerConfig(langs=list(langs), **cfg),
-                                   **({"clock": clock} if clock is not None else {}))
-        async with server.running("127.0.0.1", 0) as srv:
-            port = srv.sockets[0].getsockname()[1]
-            return await fn(f"ws://127.0.0.1:{port}/ws", port, server)
-
-    return asyncio.run(main())
-
-
-START = json.dumps({"type": "start", "sample_rate": 16000, "sample_format": "int16"})
-END = json.dumps({"type": "end"})
-
-
-async def _until(cond, what: str, tries: int = 6000):
-    for _ in range(tries):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-async def _closed(ws, timeout_s: float = 30.0):
-    """Read until the server closes (at most ``timeout_s``); ``(code, reason)``."""
-    async def drain():
-        try:
-            async for _ in ws:
-                pass
-        except Exception:  # noqa: BLE001 - closed abnormally
-            pass
-    await asyncio.wait_for(drain(), timeout_s)
-    return ws.close_code, ws.close_reason
 
 
 # ---------------------------------------------------------------------------------------------- pacing
@@ -131,8 +63,8 @@ def test_a_client_far_ahead_of_real_time_is_closed():
                     sent += 1
             except Exception:  # noqa: BLE001 - closed while sending
                 pass
-            code, reason = await _closed(ws)
-        await _until(lambda: not server.clients, "the stream to be freed")
+            code, reason = await closed_code(ws)
+        await until(lambda: not server.clients, "the stream to be freed")
         return code, reason, sent
 
     code, reason, _ = serve_with(lambda langs: FakeDriver(), fn, clock=clock)
@@ -140,25 +72,30 @@ def test_a_client_far_ahead_of_real_time_is_closed():
 
 
 def test_declared_rate_paces_the_stream():
-    """``rate`` 4: after 2 s of wall time 8 s of audio are on pace (0 s ahead); above --max-rate: 4415."""
+    """``rate`` 4, --max-ahead-s 10: the bucket is full (10 s) at start and stays full while silent, so
+    after 2 s of silence 8 s at once are 8 s ahead (not 0: credit is capped); 1 s later 4 s are back;
+    above --max-rate: 4415."""
     from mmst.serve.protocol import StartRequest, parse_start
     from mmst.serve.session import StreamSession
 
     clock = FakeClock()
     req = parse_start({"type": "start", "rate": 4}, ["de"], max_rate=10)
-    s = StreamSession(FakeDriver(), req, clock=clock)
+    s = StreamSession(FakeDriver(), req, clock=clock, max_ahead_s=10.0)
     clock.advance(2.0)
     for _ in range(8):
+        assert s.pace.charge(1.0, clock()) <= 10.0
         s.add_audio(np.zeros(16000, np.float32))
-    assert req.rate == 4.0 and s.ahead_s() == pytest.approx(0.0)
+    assert req.rate == 4.0 and s.ahead_s() == pytest.approx(8.0)
+    clock.advance(1.0)
+    assert s.ahead_s() == pytest.approx(4.0)
     s2 = StreamSession(FakeDriver(), StartRequest(("de",), 8000, "int16"), clock=clock)
-    s2.add_audio(np.zeros(24000, np.float32))  # 3 s at 8 kHz, real time, at once
+    s2.pace.charge(3.0, clock())  # 3 s at 8 kHz, real time, at once
     assert s2.ahead_s() == pytest.approx(3.0)
 
     async def fn(url, port, server):
         async with websockets_client.connect(url) as ws:
             await ws.send(json.dumps({"type": "start", "rate": 50}))
-            return await _closed(ws)
+            return await closed_code(ws)
 
     code, reason = serve_with(lambda langs: FakeDriver(), fn, max_rate=20)
     assert code == CLOSE_UNSUPPORTED and "--max-rate" in reason and "20" in reason
@@ -188,9 +125,9 @@ def test_a_flooding_client_does_not_delay_a_normal_stream():
                 await flooder.send(START)
                 await flooder.recv()
                 await flooder.send(encode_audio(np.full(9 * 16000, 0.1, np.float32), "int16"))
-                await _until(lambda: drivers[0].entered.is_set(), "the flooder's first push")
+                await until(lambda: drivers[0].entered.is_set(), "the flooder's first push")
             normal = asyncio.ensure_future(stream_audio(url, np.full(2 * 16000, 0.1, np.float32), realtime=False))
-            await _until(lambda: sum(s.received_s for s in server.scheduler.sessions) >= (11.0 if flood else 2.0),
+            await until(lambda: sum(s.received_s for s in server.scheduler.sessions) >= (11.0 if flood else 2.0),
                          "the normal stream's audio")
             gate.set()
             if held is not None:
@@ -229,12 +166,12 @@ def test_batching_off_keeps_no_task_per_frame():
             await ws.recv()
             for _ in range(60):
                 await ws.send(encode_audio(np.zeros(160, np.float32), "int16"))
-            await _until(lambda: any(s.received_s >= 0.6 - 1e-9 for s in server.scheduler.sessions), "the frames")
+            await until(lambda: any(s.received_s >= 0.6 - 1e-9 for s in server.scheduler.sessions), "the frames")
             tasks = len(asyncio.all_tasks()) - tasks0
             gate.set()
             await held
             await ws.send(END)
-            await _closed(ws)
+            await closed_code(ws)
         return tasks
 
     extra_tasks = serve_with(make_driver, fn, batching="off")
@@ -296,7 +233,7 @@ def test_an_idle_client_is_closed():
             await ws.send(START)
             await ws.recv()
             await ws.send(encode_audio(np.zeros(1600, np.float32), "int16"))
-            return await _closed(ws)  # and then nothing
+            return await closed_code(ws)  # and then nothing
 
     code, reason = serve_with(lambda langs: FakeDriver(), fn, idle_timeout_s=0.3)
     assert code == CLOSE_IDLE and "--idle-timeout-s" in reason
@@ -348,7 +285,7 @@ def test_malformed_start_is_a_client_error_logged_once_without_traceback(caplog)
         for text in bad:
             async with websockets_client.connect(url) as ws:
                 await ws.send(text)
-                out.append(await _closed(ws))
+                out.append(await closed_code(ws))
         return out
 
     got = serve_with(lambda langs: FakeDriver(), fn)
@@ -413,40 +350,59 @@ def factory(tiny_system):
     return driver_factory(tiny_system)
 
 
-def test_a_stream_whose_encoder_fails_fails_alone(factory, monkeypatch, caplog):
-    """Three streams stepped together; every encoder call with a block of the second stream raises (a
-    stacked one after it has appended every stream's keys to their caches). The stacked calls are
-    recomputed one by one with the caches restored: the second stream is closed with 1011 and one log
-    line, the others get exactly the long-form driver's words."""
+def _request_class(name: str):
+    from mmst.models.decoder import DecoderStep
     from mmst.models.encoder import EncoderBlock
+    from mmst.simultaneous.frontend_request import FrontEndFrames
+    from mmst.simultaneous.vad import VadWindows
 
+    return {"VadWindows": VadWindows, "FrontEndFrames": FrontEndFrames, "EncoderBlock": EncoderBlock,
+            "DecoderStep": DecoderStep}[name]
+
+
+@pytest.fixture(scope="module")
+def three_streams(factory):
+    """Three overlapping cuts of the speech and the long-form driver's words on each."""
     make_driver, langs = factory
     x = speech()
     audios = [x[:len(x) // 2], x[len(x) // 4:], x[len(x) // 2:]]
-    want = [[(lang, t, s, round(ms, 1)) for lang, t, s, ms in offline_words(make_driver, langs, a)] for a in audios]
-    orig_run, orig_stacked = EncoderBlock.run, EncoderBlock.run_stacked.__func__
+    return audios, [[(lang, t, s, round(ms, 1)) for lang, t, s, ms in offline_words(make_driver, langs, a)]
+                    for a in audios]
+
+
+@pytest.mark.parametrize("kind", ["VadWindows", "FrontEndFrames", "EncoderBlock", "DecoderStep"])
+def test_a_stream_whose_model_call_fails_fails_alone(factory, three_streams, monkeypatch, caplog, kind):
+    """Three streams stepped together; every call of one kind (Silero VAD windows, front-end frames,
+    encoder block, decoder step) with a request of the second stream raises (a stacked one after it has
+    changed every stream's state: VAD state, conv buffers, key/value caches). The stacked calls are
+    recomputed one by one with each request's ``save_state`` restored: the second stream is closed with
+    1011 and one log line, the others get exactly the long-form driver's words."""
+    cls = _request_class(kind)
+    make_driver, langs = factory
+    audios, want = three_streams
+    orig_run, orig_stacked = cls.run, cls.run_stacked.__func__
 
     def run(self):
         if getattr(self, "poisoned", False):
-            raise RuntimeError("poisoned encoder block")
+            raise RuntimeError(f"poisoned {kind}")
         return orig_run(self)
 
-    def run_stacked(cls, blocks):
-        out = orig_stacked(cls, blocks)
-        if any(getattr(b, "poisoned", False) for b in blocks):
-            raise RuntimeError("poisoned encoder block")
+    def run_stacked(klass, reqs):
+        out = orig_stacked(klass, reqs)
+        if any(getattr(r, "poisoned", False) for r in reqs):
+            raise RuntimeError(f"poisoned {kind}")
         return out
 
-    monkeypatch.setattr(EncoderBlock, "run", run)
-    monkeypatch.setattr(EncoderBlock, "run_stacked", classmethod(run_stacked))
+    monkeypatch.setattr(cls, "run", run)
+    monkeypatch.setattr(cls, "run_stacked", classmethod(run_stacked))
     made = []
 
     def poisoning(gen):
-        """Marks the encoder blocks a driver's step yields."""
+        """Marks the requests of the poisoned kind that a driver's step yields."""
         try:
             req = next(gen)
             while True:
-                if isinstance(req, EncoderBlock):
+                if isinstance(req, cls):
                     req.poisoned = True
                 try:
                     res = yield req
@@ -473,8 +429,8 @@ def test_a_stream_whose_encoder_fails_fails_alone(factory, monkeypatch, caplog):
         clients = []
         for a in audios:  # connected one after the other: the second driver is the poisoned one
             clients.append(asyncio.ensure_future(stream_audio(url, a, realtime=False, sample_format="float32")))
-            await _until(lambda n=len(clients): len(made) == n, "the stream's driver")
-        await _until(lambda: len(server.scheduler.sessions) == 3 and all(s.ended for s in server.scheduler.sessions),
+            await until(lambda n=len(clients): len(made) == n, "the stream's driver")
+        await until(lambda: len(server.scheduler.sessions) == 3 and all(s.ended for s in server.scheduler.sessions),
                      "all audio of the three streams")
         gate.set()
         await held
@@ -488,7 +444,7 @@ def test_a_stream_whose_encoder_fails_fails_alone(factory, monkeypatch, caplog):
             d.__dict__.pop("finish_steps", None)
     assert res[1].close_code == CLOSE_INTERNAL_ERROR and "RuntimeError" in res[1].close_reason
     for i in (0, 2):
-        assert res[i].close_code == 1000
+        assert res[i].close_code == 1000, (i, res[i].close_code, res[i].close_reason)
         assert [(w["lang"], w["text"], w["segment"], w["start_ms"]) for w in res[i].words] == want[i], f"stream {i}"
     assert retried >= 1
     failed = [r for r in caplog.records if "translation failed" in r.getMessage()]
@@ -526,12 +482,12 @@ def test_saved_audio_is_written_as_it_comes_under_unique_names(tmp_path):
             await ws.send(START)
             await ws.recv()
             await ws.send(encode_audio(x, "int16"))
-            await _until(lambda: server.scheduler.steps >= 1 and list(tmp_path.glob("*.wav.part")), "a step")
+            await until(lambda: server.scheduler.steps >= 1 and list(tmp_path.glob("*.wav.part")), "a step")
             part = next(tmp_path.glob("*.wav.part"))
             size = part.stat().st_size
             await ws.send(END)
-            await _closed(ws)
-        await _until(lambda: not server.clients, "the stream to be freed")
+            await closed_code(ws)
+        await until(lambda: not server.clients, "the stream to be freed")
         return size
 
     sizes = [serve_with(lambda langs: FakeDriver(), fn, save_audio_dir=tmp_path) for _ in range(2)]

@@ -61,8 +61,11 @@ splitting one operator over cores costs more than it gains. Two modes:
   frame), with the same bounds as ``"tick"`` (no ``tick_ms`` wait: a frame is computed when it comes).
 
 The loop is supervised: an exception outside a stream's own step (a stream's error closes that stream
-only) is logged once with its traceback, the streams of that tick are closed (1011) and the loop goes
-on; :meth:`TickScheduler.health` reports its state (``GET /healthz``).
+only) is logged once with its traceback (through the server's rate limiter), the streams of that tick
+whose steps had not finished are closed (1011; those whose steps finished got their events and go on)
+and the loop goes on. :meth:`TickScheduler.health` reports its state (``GET /healthz``), including a
+heartbeat of the compute threads: a tick that has been running, or waiting for a compute thread, for
+longer than the server's stall timeout makes it ``"stalled"``.
 
 The words are the same in both modes: the long-form driver cuts the audio it is given into its own
 fixed chunks (``chunk_ms``), so how audio was grouped into calls does not change what is written, and
@@ -82,6 +85,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from mmst.models.stacked import StackStats, run_stacked
 
+from .limits import RateLimitedLog
 from .session import StreamSession
 
 logger = logging.getLogger("mmst.serve")
@@ -127,6 +131,9 @@ class TickScheduler:
             ``tick_streams`` streams have audio waiting before it is over.
         tick_streams: streams with audio waiting that start a tick before ``tick_ms`` is over (>= 1).
         min_group: fewest streams per group when a tick is split over the workers (>= 1).
+        clock: monotonic clock (s) of the tick intervals.
+        log: where warnings and errors go (the server's rate limiter; default: one of its own).
+        health_clock: monotonic clock (s) of the heartbeat (default ``clock``; tests pass a fake one).
 
     Raises:
         ValueError: unknown mode, ``max_step_samples < 1``, ``workers < 1``, ``tick_ms < 0``,
@@ -135,7 +142,8 @@ class TickScheduler:
 
     def __init__(self, deliver: Deliver, mode: str = "tick", max_step_samples: int = DEFAULT_MAX_STEP_SAMPLES,
                  *, workers: int | None = 1, tick_ms: float = 0.0, tick_streams: int = DEFAULT_TICK_STREAMS,
-                 min_group: int = DEFAULT_MIN_GROUP, clock: Callable[[], float] = time.monotonic) -> None:
+                 min_group: int = DEFAULT_MIN_GROUP, clock: Callable[[], float] = time.monotonic,
+                 log: RateLimitedLog | None = None, health_clock: Callable[[], float] | None = None) -> None:
         if mode not in BATCHING_MODES:
             raise ValueError(f"batching mode must be one of {BATCHING_MODES}, got {mode!r}")
         if max_step_samples < 1:
@@ -157,6 +165,10 @@ class TickScheduler:
         self.tick_streams = int(tick_streams)
         self.tick_s = float(tick_ms) / 1000.0 if mode == "tick" else 0.0
         self.clock = clock
+        self.health_clock = health_clock or clock
+        self.log = log if log is not None else RateLimitedLog(logger)
+        self._tick_started: float | None = None  # health_clock time the tick in flight was submitted
+        self._tick_done: set[StreamSession] = set()  # sessions whose step of the tick in flight finished
         self.sessions: set[StreamSession] = set()
         # the coordinator: runs each tick (and its first group) and ``run``; helpers: the other groups
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmst-compute")
@@ -191,17 +203,24 @@ class TickScheduler:
         if self._helpers is not None:
             self._helpers.shutdown(wait=True)
 
-    def health(self) -> dict:
-        """``{"loop": "running" | "stopped" | "dead" | "not started", "ticks", "steps", "errors",
-        "last_error"}``: ``dead`` = the loop task ended on its own (it should never)."""
+    def health(self, stall_s: float | None = None) -> dict:
+        """``{"loop": "running" | "stalled" | "stopped" | "dead" | "not started", "ticks", "steps",
+        "errors", "last_error", "tick_running_s"}``: ``dead`` = the loop task ended on its own (it should
+        never); ``stalled`` = a tick (work that waits) was handed to the compute threads more than
+        ``stall_s`` seconds ago and has not finished (a compute thread stuck or far too slow);
+        ``tick_running_s``: how long the tick in flight has been (None when none is)."""
+        started = self._tick_started
+        running_s = None if started is None else round(self.health_clock() - started, 3)
         if self._task is None:
             state = "stopped" if self._stopping else "not started"
         elif self._task.done():
             state = "stopped" if self._stopping else "dead"
+        elif stall_s is not None and running_s is not None and running_s > stall_s:
+            state = "stalled"
         else:
             state = "running"
         return {"loop": state, "ticks": self.ticks, "steps": self.steps, "errors": self.errors,
-                "last_error": self.last_error}
+                "last_error": self.last_error, "tick_running_s": running_s}
 
     def add(self, session: StreamSession) -> None:
         """Register a session (its audio is computed from now on)."""
@@ -230,6 +249,8 @@ class TickScheduler:
             return session.step(session.take_pending(1, self.max_step_samples)), None
         except Exception as e:  # noqa: BLE001 - a failing stream must not stop the others
             return [], e
+        finally:
+            self._tick_done.add(session)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -247,7 +268,13 @@ class TickScheduler:
                     continue
                 last_start = self.clock()
                 fn = self._compute if self.mode == "tick" else self._compute_off
-                await loop.run_in_executor(self._executor, fn, batch, loop)
+                self._tick_done = set()
+                self._tick_started = self.health_clock()
+                try:
+                    await loop.run_in_executor(self._executor, fn, batch, loop)
+                finally:
+                    self._tick_started = None
+                self._tick_done = set()  # holds no session beyond its tick
                 self.ticks += 1
                 if any(s.has_work() for s in self.sessions):
                     self._wake.set()
@@ -256,9 +283,11 @@ class TickScheduler:
                     return
                 self.errors += 1
                 self.last_error = f"{type(e).__name__}: {e}"[:200]
-                logger.exception("scheduling loop: unexpected error; closing the %d stream(s) of this tick",
-                                 len(batch))
-                for s in batch:
+                failed = [s for s in batch if s not in self._tick_done]
+                self._tick_done = set()
+                self.log.log(logging.ERROR, "scheduling loop: unexpected error; closing the %d of %d stream(s) "
+                             "of this tick whose steps had not finished", len(failed), len(batch), exc_info=True)
+                for s in failed:
                     self._deliver_if_open(s, [], e)
                     self.remove(s)
                 if any(s.has_work() for s in self.sessions):
@@ -322,6 +351,7 @@ class TickScheduler:
 
             def done(j: int, events: list | None, err: BaseException | None) -> None:
                 s = sessions[j]
+                self._tick_done.add(s)
                 s.compute_s += costs[j]
                 loop.call_soon_threadsafe(self._deliver_if_open, s, events or [], err)
 

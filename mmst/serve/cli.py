@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         DEFAULT_TICK_STREAMS,
         MAX_DEFAULT_WORKERS,
     )
+    from .limits import DEFAULT_IPV6_PREFIX, DEFAULT_READ_BUFFER_BYTES, DEFAULT_STALL_TIMEOUT_S
     from .protocol import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_RATE
 
     p = argparse.ArgumentParser(prog="mmst-serve", description=__doc__, formatter_class=HelpFormatter)
@@ -57,10 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0 = all; explicit on purpose)")
     p.add_argument("--port", type=int, default=8765, help="TCP port (0 = any free port, printed at start)")
     p.add_argument("--max-clients", type=int, default=8, help="concurrent streams; more are refused (close 1013)")
-    p.add_argument("--token", default=None, help="shared secret clients must send (?token= or Authorization: "
-                   "Bearer) for the WebSocket, /stats.json and /config.json; default: none")
+    p.add_argument("--token", default=None, help="shared secret clients must send for the WebSocket, /stats.json "
+                   "and /config.json: the header Authorization: Bearer SECRET (the page sends it as the WebSocket "
+                   "subprotocol mmst.bearer.<base64url>; ?token= in the URL is accepted too, but proxies log "
+                   "URLs); default: none")
     p.add_argument("--max-clients-per-ip", type=int, default=4,
-                   help="streams open at once from one address (loopback exempt); more are refused (close 1013)")
+                   help="streams open at once from one address (loopback exempt; IPv6 counted per --ipv6-prefix "
+                   "network); more are refused (close 1013)")
+    p.add_argument("--ipv6-prefix", type=int, default=DEFAULT_IPV6_PREFIX,
+                   help="--max-clients-per-ip counts IPv6 clients per network of this prefix length (64: one "
+                   "site; 128: each address)")
     p.add_argument("--trusted-proxy", default=None, metavar="ADDR",
                    help="address of a reverse proxy: connections from it are counted per the last "
                    "X-Forwarded-For entry (other peers' X-Forwarded-For is ignored)")
@@ -68,15 +75,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="browser origin allowed to open the WebSocket besides the server's own page, e.g. "
                    "https://translate.example.org behind a reverse proxy (repeatable); other origins get 403")
     p.add_argument("--max-ahead-s", type=float, default=10.0,
-                   help="seconds of audio a stream may be ahead of real time (times its declared rate) since "
-                   "its start; more closes it (close 4429)")
+                   help="seconds of audio a stream may be ahead of its declared rate: a token bucket of this many "
+                   "seconds, refilled at the rate, so credit saved while silent is capped; more closes the "
+                   "stream (close 4429)")
     p.add_argument("--max-rate", type=float, default=DEFAULT_MAX_RATE,
                    help="fastest pace a client may declare in its start message (audio seconds per second; "
                    "a file translated faster than real time)")
     p.add_argument("--idle-timeout-s", type=float, default=30.0,
-                   help="a stream that sends no audio for this long before its end is closed (close 4410)")
+                   help="a stream that sends no audio for this long before its end is closed (close 4410); "
+                   "frames count once 20 ms of audio has come (empty frames do not)")
+    p.add_argument("--start-timeout-s", type=float, default=10.0,
+                   help="a connection that sends no start message this long after its handshake is closed "
+                   "(close 4411)")
+    p.add_argument("--stall-timeout-s", type=float, default=DEFAULT_STALL_TIMEOUT_S,
+                   help="/healthz answers 503 when a tick has been computing (or waiting for a compute thread) "
+                   "this long")
     p.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES,
                    help="largest WebSocket message in bytes (close 1009 above)")
+    p.add_argument("--read-buffer-bytes", type=int, default=DEFAULT_READ_BUFFER_BYTES,
+                   help="received messages one connection may hold unread, in bytes: the server stops reading "
+                   "its socket above max(1, this // --max-message-bytes) messages")
     p.add_argument("--send-queue", type=int, default=256,
                    help="events queued for one client before it counts as a slow reader (close 4408)")
     p.add_argument("--batching", choices=BATCHING_MODES, default="tick",
@@ -110,10 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for name in ("max_clients", "max_clients_per_ip", "send_queue", "max_message_bytes", "threads", "beam",
-                 "worker_min_streams", "tick_streams"):
+                 "worker_min_streams", "tick_streams", "read_buffer_bytes"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
-    for name in ("max_ahead_s", "max_rate", "idle_timeout_s"):
+    if not 0 <= args.ipv6_prefix <= 128:
+        p.error("--ipv6-prefix must be in 0..128")
+    for name in ("max_ahead_s", "max_rate", "idle_timeout_s", "start_timeout_s", "stall_timeout_s"):
         if not getattr(args, name) > 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")
     bad = [o for o in args.allow_origin if not o.startswith(("http://", "https://"))]
@@ -173,6 +193,8 @@ async def _serve(args: argparse.Namespace, make_driver, langs: list[str]) -> Non
                        save_audio_dir=Path(args.save_audio) if args.save_audio else None, batching=args.batching,
                        max_ahead_s=args.max_ahead_s, max_rate=args.max_rate, idle_timeout_s=args.idle_timeout_s,
                        max_clients_per_ip=args.max_clients_per_ip, trusted_proxy=args.trusted_proxy,
+                       start_timeout_s=args.start_timeout_s, ipv6_prefix=args.ipv6_prefix,
+                       read_buffer_bytes=args.read_buffer_bytes, stall_timeout_s=args.stall_timeout_s,
                        allow_origins=list(args.allow_origin),
                        max_step_samples=max(1, int(round(args.source_segment_size * 16))),
                        compute_workers=args.compute_workers, tick_ms=args.tick_ms,

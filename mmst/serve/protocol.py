@@ -7,9 +7,11 @@ One connection = one audio stream. The client speaks first:
    ``sample_format`` is ``"int16"`` (little-endian PCM) or ``"float32"`` (little-endian, in [-1, 1]);
    ``rate`` optional, default 1: how many seconds of audio per wall-clock second the client will send at
    most; a file client may declare up to the server's ``--max-rate`` to be translated faster than real
-   time);
-2. binary messages of mono audio in that format and rate (any length, a whole number of samples), no
-   more than ``rate`` times real time since ``start`` plus ``--max-ahead-s`` seconds ahead (else 4429);
+   time), within ``--start-timeout-s`` of the handshake (else 4411);
+2. binary messages of mono audio in that format and rate (any length, a whole number of samples; float32
+   finite and within ±:data:`MAX_FLOAT_SAMPLE`, else 4400), paced by a token bucket of
+   ``--max-ahead-s`` seconds refilled at ``rate`` (:class:`mmst.serve.limits.PaceBucket`; else 4429),
+   at least every ``--idle-timeout-s`` seconds (else 4410);
 3. ``{"type": "end"}``: the source is finished.
 
 The server answers ``{"type": "ready", "stream", "langs", "sample_rate", "sample_format", "rate",
@@ -45,6 +47,9 @@ MODEL_SAMPLE_RATE = 16000
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 #: default ``--max-rate``: the fastest pace (audio seconds per wall second) a client may declare
 DEFAULT_MAX_RATE = 10.0
+#: largest magnitude of a float32 sample (2.0 = 6 dB over full scale, room for a resampler's overshoot);
+#: more, or NaN/Inf, is refused (4400)
+MAX_FLOAT_SAMPLE = 2.0
 
 CLOSE_NORMAL = 1000
 CLOSE_TOO_BIG = 1009  # RFC 6455 "message too big" (sent by the websockets library itself)
@@ -54,6 +59,7 @@ CLOSE_BAD_MESSAGE = 4400
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_SLOW_READER = 4408
 CLOSE_IDLE = 4410
+CLOSE_START_TIMEOUT = 4411
 CLOSE_UNSUPPORTED = 4415
 CLOSE_TOO_FAST = 4429
 #: code -> meaning, as documented in docs/serving.md
@@ -62,10 +68,12 @@ CLOSE_CODES = {
     CLOSE_TOO_BIG: "a message exceeded --max-message-bytes",
     CLOSE_SERVER_FULL: "server full (--max-clients streams already open)",
     CLOSE_INTERNAL_ERROR: "the translator failed on this stream (logged by the server)",
-    CLOSE_BAD_MESSAGE: "malformed JSON, unknown message type, audio before start, or a partial sample",
+    CLOSE_BAD_MESSAGE: "malformed JSON, unknown message type, audio before start, a partial sample, or "
+                       "non-finite or out-of-range audio",
     CLOSE_UNAUTHORIZED: "missing or wrong token",
     CLOSE_SLOW_READER: "the client did not read its events (send queue full)",
     CLOSE_IDLE: "no audio for --idle-timeout-s seconds",
+    CLOSE_START_TIMEOUT: "no start message within --start-timeout-s seconds",
     CLOSE_UNSUPPORTED: "unsupported sample rate, sample format, language or rate",
     CLOSE_TOO_FAST: "audio more than --max-ahead-s seconds ahead of the declared rate",
 }
@@ -156,7 +164,9 @@ def decode_audio(data: bytes, sample_format: str) -> np.ndarray:
     """Binary message -> float32 samples ``(n,)`` in [-1, 1] (int16 is divided by 32768).
 
     Raises:
-        ProtocolError: a byte count that is not a whole number of samples (4400).
+        ProtocolError: a byte count that is not a whole number of samples; a float32 sample that is NaN,
+            infinite or of magnitude above :data:`MAX_FLOAT_SAMPLE` (4400, the reason names the first
+            such sample's index).
     """
     dtype, width = SAMPLE_FORMATS[sample_format]
     if len(data) % width:
@@ -165,7 +175,13 @@ def decode_audio(data: bytes, sample_format: str) -> np.ndarray:
     x = np.frombuffer(data, dtype=dtype)
     if sample_format == "int16":
         return x.astype(np.float32) / np.float32(32768.0)
-    return x.astype(np.float32)
+    x = x.astype(np.float32)
+    bad = ~(np.abs(x) <= MAX_FLOAT_SAMPLE)  # also NaN
+    if bad.any():
+        i = int(np.argmax(bad))
+        what = "not finite" if not np.isfinite(x[i]) else f"outside [-{MAX_FLOAT_SAMPLE:g}, {MAX_FLOAT_SAMPLE:g}]"
+        raise ProtocolError(CLOSE_BAD_MESSAGE, f"audio frame: float32 sample {i} is {what} ({str(x[i])[:12]})")
+    return x
 
 
 def clip_reason(reason: str) -> str:

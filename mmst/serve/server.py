@@ -12,18 +12,27 @@ thread. Faults close ONE connection with a code and a reason (:mod:`mmst.serve.p
 server: malformed or unknown messages (any JSON value in any field), audio before ``start``, partial
 samples, unsupported rates, oversized messages, a full server (``max_clients``), too many streams from
 one address (``max_clients_per_ip``), a wrong token, a slow reader (bounded send queue), a client
-sending faster than its declared pace (``max_ahead_s``), an idle client (``idle_timeout_s``), a
-translator error. Client errors are logged on one line each, rate-limited, never with a traceback.
+sending faster than its declared pace (``max_ahead_s``), non-finite or out-of-range audio, a client
+that sends no ``start`` (``start_timeout_s``) or no audio (``idle_timeout_s``), a translator error.
+Every warning and error line goes through one rate limiter (:class:`~mmst.serve.limits.RateLimitedLog`);
+client errors are logged on one line each, never with a traceback. A connection's unread input is
+bounded (``max_queue`` from ``max_message_bytes`` and ``read_buffer_bytes``), and a connection closed
+for a fault frees its stream, slot and address count before the closing handshake.
 
 On an open network: WebSocket handshakes from a browser page of another origin are refused (403)
-unless the origin is allowed (``allow_origins``; the server's own origins always are, and clients that
+unless the origin is allowed (``allow_origins``; the server's own origins always are, on a server
+listening on every interface also the origin of the ``Host`` the request was sent to, and clients that
 send no ``Origin``, i.e. programs, too); ``token`` guards the WebSocket, ``/stats.json`` and
-``/config.json``; ``GET /healthz`` (no token) says whether the scheduling loop runs.
+``/config.json`` (``Authorization: Bearer``, the WebSocket subprotocol ``mmst.bearer.<base64url>``
+that the page uses, or ``?token=``); ``GET /healthz`` (no token) says whether the scheduling loop runs
+and the compute threads finish their ticks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import hmac
 import ipaddress
@@ -31,7 +40,6 @@ import itertools
 import json
 import logging
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +62,14 @@ from .batching import (
     DEFAULT_TICK_STREAMS,
     TickScheduler,
 )
+from .limits import (
+    DEFAULT_IPV6_PREFIX,
+    DEFAULT_READ_BUFFER_BYTES,
+    DEFAULT_STALL_TIMEOUT_S,
+    RateLimitedLog,
+    address_key,
+    max_queue_frames,
+)
 from .protocol import (
     CLOSE_BAD_MESSAGE,
     CLOSE_IDLE,
@@ -61,6 +77,7 @@ from .protocol import (
     CLOSE_NORMAL,
     CLOSE_SERVER_FULL,
     CLOSE_SLOW_READER,
+    CLOSE_START_TIMEOUT,
     CLOSE_TOO_FAST,
     CLOSE_UNAUTHORIZED,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -89,6 +106,13 @@ STATIC_FILES = {
 #: the page may load and connect only to its own origin (no CDN, no external request)
 CSP = "default-src 'self'; connect-src 'self' ws: wss:; media-src 'self' blob:; img-src 'self' data:"
 
+#: the WebSocket subprotocol the server speaks; a client that offers it may also offer
+#: ``mmst.bearer.<token, base64url>`` to send the token (a browser cannot set the Authorization header)
+SUBPROTOCOL = "mmst"
+TOKEN_SUBPROTOCOL_PREFIX = "mmst.bearer."
+#: how often (s) the start and idle deadlines of the open connections are checked
+WATCH_INTERVAL_S = 0.1
+
 _END = object()  # send queue: summary, then close
 _STREAM_COUNTER = itertools.count(1)  # stream ids: unique within a process, time-stamped across processes
 
@@ -100,42 +124,6 @@ def new_stream_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}-{next(_STREAM_COUNTER):06d}"
 
 
-class RateLimitedLog:
-    """At most ``burst`` log lines per ``window_s`` seconds (client errors: a client cannot flood the
-    log); the count of lines dropped is added to the next line that passes.
-
-    Args:
-        logger: where the lines go.
-        burst: lines allowed per window.
-        window_s: window length (s).
-        clock: monotonic clock (s).
-    """
-
-    def __init__(self, logger: logging.Logger, burst: int = 20, window_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.logger, self.burst, self.window_s, self.clock = logger, int(burst), float(window_s), clock
-        self._start = -float("inf")
-        self._n = 0
-        self.dropped = 0
-        self._lock = threading.Lock()
-
-    def log(self, level: int, msg: str, *args: Any) -> bool:
-        """Log ``msg % args`` at ``level`` unless this window's lines are used up; True when logged."""
-        with self._lock:
-            now = self.clock()
-            if now - self._start >= self.window_s:
-                self._start, self._n = now, 0
-            if self._n >= self.burst:
-                self.dropped += 1
-                return False
-            self._n += 1
-            dropped, self.dropped = self.dropped, 0
-        if dropped:
-            msg += f" ({dropped} similar line(s) not logged)"
-        self.logger.log(level, msg, *args)
-        return True
-
-
 @dataclass
 class ServerConfig:
     """Server settings (the ``mmst-serve`` options of the same names).
@@ -143,20 +131,27 @@ class ServerConfig:
     Attributes:
         langs: languages the server decodes (a client may ask for a subset).
         max_clients: concurrent streams; more are refused with close code 1013.
-        token: shared secret; when set, a client must send it (``?token=`` or
-            ``Authorization: Bearer``), else close code 4401.
+        token: shared secret; when set, a client must send it (``Authorization: Bearer``, the
+            subprotocol ``mmst.bearer.<base64url>``, or ``?token=``), else close code 4401.
         max_message_bytes: largest WebSocket message (close code 1009 above).
         send_queue: events waiting for one client; a client that lets it fill is a slow reader (4408).
-        start_timeout_s: the ``start`` message must arrive within this time (4400).
+        start_timeout_s: the ``start`` message must arrive within this time after the handshake (4411).
         save_audio_dir: write each stream's received 16 kHz PCM to ``DIR/<stream id>.wav``, as it is
             computed (``.wav.part`` until the stream closes).
         batching: ``"tick"`` or ``"off"`` (:mod:`mmst.serve.batching`).
         max_ahead_s: seconds of audio a stream may be ahead of its declared pace (``rate`` times the
             wall-clock time since its ``start``); more closes it with 4429.
         max_rate: the fastest pace a client may declare in ``start`` (audio seconds per second).
-        idle_timeout_s: a stream that sends nothing for this long (before its ``end``) is closed (4410).
+        idle_timeout_s: a stream that sends no audio for this long (before its ``end``) is closed (4410);
+            frames count once :data:`~mmst.serve.limits.IDLE_MIN_AUDIO_MS` of audio has come.
         max_clients_per_ip: streams open at once from one address (loopback addresses exempt); more are
             refused with 1013.
+        ipv6_prefix: IPv6 clients are counted per network of this prefix length (64: a site; 128: each
+            address).
+        read_buffer_bytes: received messages a connection may hold unread; websockets' ``max_queue`` is
+            ``max(1, read_buffer_bytes // max_message_bytes)`` messages.
+        stall_timeout_s: ``/healthz`` answers 503 when a tick has been running (or waiting for a
+            compute thread) this long.
         trusted_proxy: address of a reverse proxy whose ``X-Forwarded-For`` names the client (its last
             entry); other peers' headers are ignored.
         allow_origins: browser origins (``https://host[:port]``) allowed besides the server's own.
@@ -181,6 +176,9 @@ class ServerConfig:
     max_rate: float = DEFAULT_MAX_RATE
     idle_timeout_s: float = 30.0
     max_clients_per_ip: int = 4
+    ipv6_prefix: int = DEFAULT_IPV6_PREFIX
+    read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES
+    stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S
     trusted_proxy: str | None = None
     allow_origins: list[str] = field(default_factory=list)
     max_step_samples: int = DEFAULT_MAX_STEP_SAMPLES
@@ -194,10 +192,14 @@ class ServerConfig:
 class _Client:
     """One open connection: its session, send queue and sender task."""
 
-    def __init__(self, ws: ServerConnection, send_queue: int, stream_id: str, address: str) -> None:
+    def __init__(self, ws: ServerConnection, send_queue: int, stream_id: str, address: str, t_open: float) -> None:
         self.ws = ws
         self.stream_id = stream_id
         self.address = address  # the client's address (X-Forwarded-For behind the trusted proxy)
+        self.limit_key: str | None = None  # the key counted for --max-clients-per-ip (None: exempt)
+        self.t_open = t_open  # clock time of the handshake: the start deadline counts from it
+        self.started = False  # a valid start message arrived
+        self.dropped = False
         self.session: StreamSession | None = None
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=send_queue)
         self.sender: asyncio.Task | None = None
@@ -228,7 +230,9 @@ class TranslationServer:
         self.refused = 0
         self._per_ip: dict[str, int] = {}
         self._origins: set[str] = {_norm_origin(o) for o in config.allow_origins}
+        self._any_host = False  # listening on every interface: the request's Host is an own origin
         self.client_log = RateLimitedLog(logger)
+        self.watch_s = WATCH_INTERVAL_S
 
     # ------------------------------------------------------------------ lifecycle
     @contextlib.asynccontextmanager
@@ -238,15 +242,29 @@ class TranslationServer:
         self.scheduler = TickScheduler(self._deliver, self.config.batching, self.config.max_step_samples,
                                        workers=self.config.compute_workers, tick_ms=self.config.tick_ms,
                                        tick_streams=self.config.tick_streams,
-                                       min_group=self.config.worker_min_streams)
+                                       min_group=self.config.worker_min_streams,
+                                       health_clock=self.clock, log=self.client_log)
         self.scheduler.start()
+        self._any_host = host in ("", "0.0.0.0", "::")
+        # warnings of the libraries a client can trigger (a stacked call retried, a failed handshake)
+        # share the rate limit of the server's own lines
+        limited = [logging.getLogger(n) for n in ("mmst.models.stacked", "websockets.server")]
+        for lg in limited:
+            lg.addFilter(self.client_log)
+        watch = asyncio.get_running_loop().create_task(self._watch(), name="mmst-deadlines")
         try:
             async with serve(self._handler, host, port, process_request=self._process_request,
                              max_size=self.config.max_message_bytes, compression=None,
-                             max_queue=64) as server:
+                             max_queue=max_queue_frames(self.config.max_message_bytes, self.config.read_buffer_bytes),
+                             select_subprotocol=_select_subprotocol) as server:
                 self._origins |= own_origins(host, server.sockets[0].getsockname()[1])
                 yield server
         finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+            for lg in limited:
+                lg.removeFilter(self.client_log)
             await self.scheduler.stop()
 
     # ------------------------------------------------------------------ HTTP
@@ -254,7 +272,7 @@ class TranslationServer:
         path = urlsplit(request.path).path
         if path == "/ws":
             origin = request.headers.get("Origin")
-            if origin is not None and _norm_origin(origin) not in self._origins:
+            if origin is not None and not self._origin_allowed(origin, request):
                 self.refused += 1
                 self.client_log.log(logging.WARNING, "refused a WebSocket handshake from origin %r (peer %s); "
                                     "allow it with --allow-origin", origin[:100], _peer(connection))
@@ -262,12 +280,13 @@ class TranslationServer:
                                  "text/plain; charset=utf-8")
             return None  # WebSocket handshake
         if path == "/healthz":
-            h = self.scheduler.health() if self.scheduler else {"loop": "not started"}
-            body = {"loop": h["loop"], "errors": h.get("errors", 0), "streams": len(self.clients)}
+            h = self.scheduler.health(self.config.stall_timeout_s) if self.scheduler else {"loop": "not started"}
+            body = {"loop": h["loop"], "errors": h.get("errors", 0), "streams": len(self.clients),
+                    "tick_running_s": h.get("tick_running_s")}
             return _response(HTTPStatus.OK if h["loop"] == "running" else HTTPStatus.SERVICE_UNAVAILABLE,
                              json.dumps(body).encode(), "application/json")
         if path in ("/config.json", "/stats.json") and not self._authorized(request):
-            return _response(HTTPStatus.UNAUTHORIZED, b"missing or wrong token (?token= or Authorization: Bearer)\n",
+            return _response(HTTPStatus.UNAUTHORIZED, b"missing or wrong token (Authorization: Bearer, or ?token=)\n",
                              "text/plain; charset=utf-8")
         if path == "/config.json":
             from mmst.simultaneous.detok import CHAR_LANGS
@@ -285,6 +304,16 @@ class TranslationServer:
             return _response(HTTPStatus.OK, (STATIC_DIR / name).read_bytes(), ctype)
         return _response(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8")
 
+    def _origin_allowed(self, origin: str, request: Request) -> bool:
+        """``origin`` is allowed: one of the server's own or ``allow_origins``, or, on a server listening
+        on every interface, the ``http(s)://`` origin of the ``Host`` the request was sent to (its own
+        page opened by any of the machine's addresses or names)."""
+        o = _norm_origin(origin)
+        if o in self._origins:
+            return True
+        host = (request.headers.get("Host") or "").strip().lower()
+        return self._any_host and bool(host) and o in (_norm_origin(f"http://{host}"), _norm_origin(f"https://{host}"))
+
     def stats(self) -> dict:
         """Open streams, connections so far, refusals, scheduler ticks/steps and compute seconds; in tick
         mode, ``stacked``: per kind of model call (``VadWindows``, ``EncoderBlock``, ``DecoderStep``) the
@@ -294,7 +323,7 @@ class TranslationServer:
         drivers = [c.session.driver for c in self.clients if c.session is not None]
         return {"streams": len(self.clients), "connections": self.n_connections, "refused": self.refused,
                 "untranslated_speech_share": pooled_untranslated_share(drivers),
-                "health": s.health() if s else {"loop": "not started"},
+                "health": s.health(self.config.stall_timeout_s) if s else {"loop": "not started"},
                 "ticks": s.ticks if s else 0, "steps": s.steps if s else 0,
                 "compute_s": round(s.busy_s, 3) if s else 0.0, "batching": self.config.batching,
                 "compute_workers": s.workers if s else None,
@@ -302,13 +331,12 @@ class TranslationServer:
 
     # ------------------------------------------------------------------ WebSocket
     def _authorized(self, req: Request | None) -> bool:
-        """The request carries the token (``?token=`` or ``Authorization: Bearer``), or none is set."""
+        """The request carries the token, or none is set. Looked for in ``Authorization: Bearer``, then
+        the subprotocol ``mmst.bearer.<base64url>``, then the URL's ``?token=`` (kept for old clients:
+        proxies log URLs)."""
         if not self.config.token:
             return True
-        given = (parse_qs(urlsplit(req.path).query).get("token") or [""])[0] if req else ""
-        auth = req.headers.get("Authorization", "") if req else ""
-        if not given and auth.lower().startswith("bearer "):
-            given = auth[7:].strip()
+        given = _request_token(req) if req is not None else ""
         return hmac.compare_digest(given.encode(), self.config.token.encode())
 
     def client_address(self, ws: ServerConnection) -> str:
@@ -336,80 +364,70 @@ class TranslationServer:
                 f"server full: {len(self.clients)} streams open (--max-clients {self.config.max_clients}); "
                 "try again later"))
             return
-        limited = not _is_loopback(address)
-        if limited and self._per_ip.get(address, 0) >= self.config.max_clients_per_ip:
+        key = None if _is_loopback(address) else address_key(address, self.config.ipv6_prefix)
+        if key is not None and self._per_ip.get(key, 0) >= self.config.max_clients_per_ip:
             self.refused += 1
-            self.client_log.log(logging.INFO, "%s: refused: too many streams from this address", address)
+            self.client_log.log(logging.INFO, "%s: refused: too many streams from this address (%s)", address, key)
             await ws.close(CLOSE_SERVER_FULL, clip_reason(
-                f"{self._per_ip[address]} streams already open from your address "
+                f"{self._per_ip[key]} streams already open from your address "
                 f"(--max-clients-per-ip {self.config.max_clients_per_ip}); try again later"))
             return
-        client = _Client(ws, self.config.send_queue, new_stream_id(), address)
+        client = _Client(ws, self.config.send_queue, new_stream_id(), address, self.clock())
         self.clients.add(client)
-        if limited:
-            self._per_ip[address] = self._per_ip.get(address, 0) + 1
+        if key is not None:
+            client.limit_key = key
+            self._per_ip[key] = self._per_ip.get(key, 0) + 1
         try:
             await self._serve_client(client)
         except ProtocolError as e:
             self.client_log.log(logging.INFO, "%s: closed (%d): %s", client.stream_id, e.code, e.reason)
-            await self._close(client, e.code, e.reason)
+            client.closing = True
+            await self._drop(client)  # free the stream, its slot and address count before the handshake
+            closing = asyncio.get_running_loop().create_task(self._close(client, e.code, e.reason))
+            await self._discard_until_closed(client)
+            await closing
         except ConnectionClosed:
             pass
         except Exception:  # noqa: BLE001 - e.g. a driver that cannot be built: this stream only
-            logger.exception("%s: internal error", client.stream_id)
+            self.client_log.log(logging.ERROR, "%s: internal error", client.stream_id, exc_info=True)
             await self._close(client, CLOSE_INTERNAL_ERROR, "internal server error (logged)")
         finally:
-            if limited:
-                n = self._per_ip.get(address, 1) - 1
-                if n > 0:
-                    self._per_ip[address] = n
-                else:
-                    self._per_ip.pop(address, None)
             await self._drop(client)
 
     async def _serve_client(self, client: _Client) -> None:
         ws = client.ws
-        try:
-            first = await asyncio.wait_for(ws.recv(), self.config.start_timeout_s)
-        except asyncio.TimeoutError:  # noqa: UP041 - not the builtin TimeoutError on Python 3.10
-            raise ProtocolError(CLOSE_BAD_MESSAGE,
-                                f"no start message within {self.config.start_timeout_s:g} s") from None
+        first = await ws.recv()  # the start deadline is kept by _watch
+        if client.closing:
+            return
         if isinstance(first, bytes):
             raise ProtocolError(CLOSE_BAD_MESSAGE, "audio before the start message")
         msg = parse_text(first)
         if msg["type"] != "start":
             raise ProtocolError(CLOSE_BAD_MESSAGE, f"expected a start message, got type {msg['type'][:30]!r}")
         req = parse_start(msg, self.config.langs, self.config.max_rate)
+        client.started = True
         driver = await asyncio.get_running_loop().run_in_executor(None, self.make_driver, list(req.langs))
         save = (self.config.save_audio_dir / f"{client.stream_id}.wav") if self.config.save_audio_dir else None
-        session = StreamSession(driver, req, save_path=save, clock=self.clock)
+        session = StreamSession(driver, req, save_path=save, clock=self.clock, max_ahead_s=self.config.max_ahead_s)
         client.session = session
+        if client.closing:  # closed while the driver was built
+            return
         self._by_session[session] = client
         client.sender = asyncio.get_running_loop().create_task(self._sender(client))
         await ws.send(json.dumps({"type": "ready", "stream": client.stream_id, "langs": list(req.langs),
                                   "sample_rate": req.sample_rate, "sample_format": req.sample_format,
                                   "rate": req.rate, "max_ahead_s": self.config.max_ahead_s}))
         self.scheduler.add(session)
-        idle = self.config.idle_timeout_s
         while True:
             try:
-                # before ``end`` a client must keep sending; after it, it only waits for its results
-                message = await (ws.recv() if session.ended else asyncio.wait_for(ws.recv(), idle))
-            except asyncio.TimeoutError:  # noqa: UP041 - not the builtin TimeoutError on Python 3.10
-                raise ProtocolError(CLOSE_IDLE, f"idle: no audio for {idle:g} s (--idle-timeout-s)") from None
+                message = await ws.recv()  # the idle deadline is kept by _watch
             except ConnectionClosed:
                 return  # closed by the sender after the summary, or by the client: _drop frees it
             if client.closing:
+                await self._discard_until_closed(client)
                 return
             if isinstance(message, bytes):
-                if session.ended:
-                    raise ProtocolError(CLOSE_BAD_MESSAGE, "audio after the end message")
-                x = decode_audio(message, req.sample_format)
-                ahead = session.ahead_s() + x.size / req.sample_rate
-                if ahead > self.config.max_ahead_s:
-                    raise ProtocolError(CLOSE_TOO_FAST, f"too fast: audio {ahead:.1f} s ahead of {req.rate:g}x real "
-                                                        f"time (--max-ahead-s {self.config.max_ahead_s:g})")
-                session.add_audio(x)
+                self.accept_audio(session, message)
                 await self.scheduler.notify(session)
                 continue
             msg = parse_text(message)
@@ -422,13 +440,57 @@ class TranslationServer:
             else:
                 raise ProtocolError(CLOSE_BAD_MESSAGE, f"unknown message type {msg['type'][:40]!r}")
 
+    async def _discard_until_closed(self, client: _Client) -> None:
+        """Read and drop what a connection being closed still sends, until the peer's close frame (or
+        websockets' close timeout): nothing of it is kept, and the closing handshake can complete (a
+        connection whose unread messages reached ``max_queue`` would no longer be read at all)."""
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                await client.ws.recv()
+
+    def accept_audio(self, session: StreamSession, message: bytes, now: float | None = None) -> None:
+        """Queue a binary message of a started stream, received at ``now`` (default: the clock).
+
+        Raises:
+            ProtocolError: audio after ``end``, a partial sample, non-finite or out-of-range samples
+                (4400); more than ``--max-ahead-s`` seconds ahead of the stream's pace (4429).
+        """
+        req = session.request
+        if session.ended:
+            raise ProtocolError(CLOSE_BAD_MESSAGE, "audio after the end message")
+        x = decode_audio(message, req.sample_format)
+        now = self.clock() if now is None else now
+        ahead = session.pace.charge(x.size / req.sample_rate, now)
+        if ahead > self.config.max_ahead_s + 1e-9:
+            raise ProtocolError(CLOSE_TOO_FAST, f"too fast: audio {ahead:.1f} s ahead of {req.rate:g}x real "
+                                                f"time (--max-ahead-s {self.config.max_ahead_s:g})")
+        session.add_audio(x, recv_time=now)
+
+    async def _watch(self) -> None:
+        """Every :attr:`watch_s` seconds: close the connections past their start deadline (4411) or idle
+        (no audio for ``idle_timeout_s`` before ``end``, 4410), by the server's clock."""
+        while True:
+            await asyncio.sleep(self.watch_s)
+            now = self.clock()
+            for c in list(self.clients):
+                if c.closing:
+                    continue
+                s = c.session
+                if not c.started and now - c.t_open > self.config.start_timeout_s:
+                    self._close_soon(c, CLOSE_START_TIMEOUT, f"no start message within "
+                                     f"{self.config.start_timeout_s:g} s (--start-timeout-s)")
+                elif s is not None and not s.ended and now - s.last_audio_t > self.config.idle_timeout_s:
+                    self._close_soon(c, CLOSE_IDLE, f"idle: no audio for {self.config.idle_timeout_s:g} s "
+                                     "(--idle-timeout-s)")
+
     def _deliver(self, session: StreamSession, events: list, error: BaseException | None) -> None:
         """Scheduler callback (event loop): queue a step's events; close on error or a full queue."""
         client = self._by_session.get(session)
         if client is None or client.closing:
             return
         if error is not None:
-            logger.error("%s: translation failed: %s: %s", client.stream_id, type(error).__name__, str(error)[:200])
+            self.client_log.log(logging.ERROR, "%s: translation failed: %s: %s", client.stream_id,
+                                type(error).__name__, str(error)[:200])
             logger.debug("%s: traceback", client.stream_id, exc_info=error)
             self._close_soon(client, CLOSE_INTERNAL_ERROR, f"translation failed: {type(error).__name__}", log=False)
             return
@@ -476,9 +538,19 @@ class TranslationServer:
             await client.ws.close(code, clip_reason(reason))
 
     async def _drop(self, client: _Client) -> None:
-        """Free everything of a connection that ended (normally, by a fault or by disconnecting)."""
+        """Free everything of a connection that ended (normally, by a fault or by disconnecting): its
+        slot, its count under its address, its stream. Runs once per connection."""
+        if client.dropped:
+            return
+        client.dropped = True
         client.closing = True
         self.clients.discard(client)
+        if client.limit_key is not None:
+            n = self._per_ip.get(client.limit_key, 1) - 1
+            if n > 0:
+                self._per_ip[client.limit_key] = n
+            else:
+                self._per_ip.pop(client.limit_key, None)
         if client.sender is not None and not client.sender.done():
             client.sender.cancel()
             with contextlib.suppress(asyncio.CancelledError, ConnectionClosed, Exception):
@@ -491,7 +563,9 @@ class TranslationServer:
                 try:
                     await self.scheduler.run(session.close_save)
                 except (OSError, RuntimeError) as e:
-                    logger.warning("%s: cannot save audio: %s", client.stream_id, e)
+                    self.client_log.log(logging.WARNING, "%s: cannot save audio: %s", client.stream_id, e)
+            else:
+                session.take_pending()  # the queued audio is freed now, not when the handshake ends
             release = getattr(self.make_driver, "release", None)
             if release is not None:  # after any step of this driver still running on the compute thread
                 await self.scheduler.run(release, session.driver)
@@ -506,6 +580,30 @@ def _response(status: HTTPStatus, body: bytes, content_type: str) -> Response:
                        ("Content-Security-Policy", CSP), ("Cache-Control", "no-store"),
                        ("X-Content-Type-Options", "nosniff")])
     return Response(status.value, status.phrase, headers, body)
+
+
+def _select_subprotocol(connection: ServerConnection, offered) -> str | None:
+    """``mmst`` when the client offers it (a browser that sends its token as a subprotocol needs one
+    chosen), else none: programs offer no subprotocol."""
+    return SUBPROTOCOL if SUBPROTOCOL in offered else None
+
+
+def _request_token(req: Request) -> str:
+    """The token a handshake or GET carries: ``Authorization: Bearer``, else the subprotocol
+    ``mmst.bearer.<base64url>``, else ``?token=``; "" when none."""
+    auth = req.headers.get("Authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    for header in req.headers.get_all("Sec-WebSocket-Protocol"):
+        for proto in header.split(","):
+            proto = proto.strip()
+            if proto.startswith(TOKEN_SUBPROTOCOL_PREFIX):
+                b64 = proto[len(TOKEN_SUBPROTOCOL_PREFIX):]
+                try:
+                    return base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).decode("utf-8")
+                except (binascii.Error, UnicodeDecodeError, ValueError):
+                    return ""
+    return (parse_qs(urlsplit(req.path).query).get("token") or [""])[0]
 
 
 def _peer(connection: ServerConnection) -> str:

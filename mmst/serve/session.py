@@ -11,6 +11,12 @@ dropping the session frees the stream. It does no I/O: the server feeds it audio
 Added latency (the server's own delay on a word): a word written at source time ``t`` ms could be
 written once the audio frame that brought the stream past ``t`` had arrived; its added latency is the
 time from receiving that frame to sending the word's event (see :meth:`StreamSession.recv_time_for`).
+
+Memory per stream does not grow with the number of frames or the length of the stream: frames shorter
+than :data:`MARK_MIN_SAMPLES` are merged (in the queue and in the receive-time marks), a word's mark
+and those before it are dropped once it is sent (the driver's words never go back in time), marks more
+than :data:`MARK_KEEP_S` of audio behind the computed audio are dropped, and the added latencies kept
+for the summary are the last :data:`LATENCY_WORDS`.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from bisect import bisect_left
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +33,15 @@ import numpy as np
 from mmst.models.stacked import Steps, run_alone, steps_of
 from mmst.simultaneous.longform import LongFormWord, SegmentEnd
 
+from .limits import IDLE_MIN_AUDIO_MS, PaceBucket
 from .protocol import MODEL_SAMPLE_RATE, StartRequest, segment_end_event, word_event
+
+#: 16 kHz samples under which a received frame is merged with the frame before it (10 ms)
+MARK_MIN_SAMPLES = 160
+#: seconds of audio behind the computed audio for which receive times are kept
+MARK_KEEP_S = 30.0
+#: the most recent words whose added latency the summary's percentiles cover
+LATENCY_WORDS = 10000
 
 
 class StreamSession:
@@ -40,17 +55,22 @@ class StreamSession:
             takes it (the file is ``<save_path>.part`` until :meth:`close_save` renames it; None = keep
             nothing).
         clock: monotonic clock in seconds (tests pass a fake one).
+        max_ahead_s: the pace's burst (``--max-ahead-s``): seconds of audio the stream may be ahead of
+            its declared rate (:class:`~mmst.serve.limits.PaceBucket`).
 
     Attributes:
         t_start: clock time of the ``start`` message (the session's creation): the origin of pacing.
         t0: clock time of the first audio frame (None before it).
         received_s: seconds of audio received (at the client's rate, before resampling).
-        last_audio_t: clock time of the last audio frame (or of ``start``), for the idle timeout.
-        latencies_ms: added latency of every word sent so far (filled by the server's sender).
+        last_audio_t: clock time at which the audio received since the previous reset reached
+            :data:`~mmst.serve.limits.IDLE_MIN_AUDIO_MS` (or of ``start``), for the idle timeout.
+        pace: the stream's :class:`~mmst.serve.limits.PaceBucket`.
+        latencies_ms: added latency of the last :data:`LATENCY_WORDS` words sent (filled by the
+            server's sender).
     """
 
     def __init__(self, driver: Any, request: StartRequest, save_path: str | Path | None = None,
-                 clock=time.monotonic) -> None:
+                 clock=time.monotonic, max_ahead_s: float = 10.0) -> None:
         self.driver = driver
         self.request = request
         self.clock = clock
@@ -68,14 +88,18 @@ class StreamSession:
         self.n_samples = 0  # 16 kHz samples received (after resampling)
         self._mark_samples: list[int] = []  # per received frame: samples received up to its end
         self._mark_times: list[float] = []  # per received frame: its receive time (clock)
+        self._mark_start = 0  # samples received before the last mark's first frame
+        self._taken = 0  # 16 kHz samples taken by the compute
         self._save_file = None  # soundfile.SoundFile, opened on the first write
         self.t_start = clock()
         self.last_audio_t = self.t_start
+        self._idle_audio_s = 0.0  # audio since the idle clock was last reset
+        self.pace = PaceBucket(request.rate, max_ahead_s, self.t_start)
         self._in_samples = 0  # samples received at the client's rate
         self.compute_s = 0.0
         self.words: dict[str, int] = {lang: 0 for lang in request.langs}
         self.segments = 0
-        self.latencies_ms: list[float] = []
+        self.latencies_ms: deque[float] = deque(maxlen=LATENCY_WORDS)
 
     # ------------------------------------------------------------------ event-loop side
     def add_audio(self, samples: np.ndarray, recv_time: float | None = None) -> None:
@@ -89,20 +113,33 @@ class StreamSession:
         t = self.clock() if recv_time is None else recv_time
         if self.t0 is None:
             self.t0 = t
-        self.last_audio_t = t
         x = np.asarray(samples, dtype=np.float32).reshape(-1)
+        self._idle_audio_s += x.size / self.request.sample_rate
+        if self._idle_audio_s * 1000.0 >= IDLE_MIN_AUDIO_MS - 1e-9:
+            self.last_audio_t, self._idle_audio_s = t, 0.0
         self._in_samples += x.size
         if self._resampler is not None:
             x = self._resampler.resample_chunk(x)
         self._queue(x, t)
 
     def _queue(self, x: np.ndarray, recv_time: float | None) -> None:
-        """Queue 16 kHz samples; mark the frame's end and receive time (None: no new frame)."""
+        """Queue 16 kHz samples; mark the frame's end and receive time (None: no new frame). A frame
+        shorter than :data:`MARK_MIN_SAMPLES` joins the previous queued array and the previous mark when
+        those are short too (the mark keeps the earlier receive time)."""
+        small = x.size < MARK_MIN_SAMPLES
         with self._lock:
             if x.size:
-                self._pending.append(x)
+                if small and self._pending and self._pending[-1].size < MARK_MIN_SAMPLES:
+                    self._pending[-1] = np.concatenate([self._pending[-1], x])
+                else:
+                    self._pending.append(x)
             self.n_samples += x.size
-            if recv_time is not None:
+            if recv_time is None:
+                return
+            if small and self._mark_samples and self._mark_samples[-1] - self._mark_start < MARK_MIN_SAMPLES:
+                self._mark_samples[-1] = self.n_samples
+            else:
+                self._mark_start = self._mark_samples[-1] if self._mark_samples else 0
                 self._mark_samples.append(self.n_samples)
                 self._mark_times.append(recv_time)
 
@@ -125,10 +162,19 @@ class StreamSession:
         return self._in_samples / self.request.sample_rate
 
     def ahead_s(self, now: float | None = None) -> float:
-        """How far the received audio is ahead of the declared pace: ``received_s - rate * (now -
-        t_start)`` seconds (negative = behind; the server closes a stream past ``--max-ahead-s``)."""
-        now = self.clock() if now is None else now
-        return self.received_s - self.request.rate * (now - self.t_start)
+        """How far the received audio is ahead of the declared pace, in seconds (0 on pace or behind:
+        credit saved while silent is capped; the server refuses a frame past ``--max-ahead-s``)."""
+        return self.pace.ahead_s(self.clock() if now is None else now)
+
+    def marks(self) -> int:
+        """Receive-time marks held (bounded: see the module docstring)."""
+        with self._lock:
+            return len(self._mark_samples)
+
+    def queued_arrays(self) -> int:
+        """Arrays in the queue of audio not yet computed (bounded by its samples)."""
+        with self._lock:
+            return len(self._pending)
 
     def has_work(self) -> bool:
         """Audio is waiting, or the stream ended and is not finished yet."""
@@ -143,6 +189,13 @@ class StreamSession:
             if not self._mark_times:
                 return self.clock()
             return self._mark_times[min(i, len(self._mark_times) - 1)]
+
+    def _drop_marks(self, keep_from: int) -> None:
+        """Forget the marks before index ``keep_from`` (never the last one). Lock held."""
+        n = min(keep_from, len(self._mark_samples) - 1)
+        if n > 0:
+            del self._mark_samples[:n]
+            del self._mark_times[:n]
 
     # ------------------------------------------------------------------ compute side (scheduler thread)
     def take_pending(self, max_frames: int | None = None, max_samples: int | None = None) -> np.ndarray:
@@ -165,6 +218,9 @@ class StreamSession:
                     kept.append(p)
                     total += p.size
                 parts = kept
+            self._taken += sum(p.size for p in parts)
+            # receive times of audio far behind the computed audio are never asked again
+            self._drop_marks(bisect_left(self._mark_samples, self._taken - int(MARK_KEEP_S * MODEL_SAMPLE_RATE)))
         if not parts:
             return np.zeros(0, np.float32)
         x = parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -204,6 +260,9 @@ class StreamSession:
             self.words[ev.lang] = self.words.get(ev.lang, 0) + 1
             d = word_event(ev.lang, ev.text, ev.segment, ev.time_ms, 0.0)
             d["_recv_t"] = self.recv_time_for(ev.time_ms)
+            with self._lock:  # later words are not earlier (LongFormTranslator's contract)
+                need = int(np.ceil(ev.time_ms * MODEL_SAMPLE_RATE / 1000.0 - 1e-6))
+                self._drop_marks(bisect_left(self._mark_samples, need))
             return d
         if isinstance(ev, SegmentEnd):
             self.segments += 1

@@ -10,7 +10,18 @@ const state = { langs: [], charLangs: [], sampleRates: [], ws: null, ctx: null, 
 const FINAL_CODES = [1000, 1009, 4400, 4401, 4415, 4429];
 window.mmstState = state;  // read by the browser test
 const $ = (id) => document.getElementById(id);
-const token = new URLSearchParams(location.search).get("token");
+// the token: from the page address's fragment (#token=..., never sent to a server or a proxy's log), or
+// its query (?token=..., older links); sent as the Authorization header and the WebSocket subprotocol
+const token = new URLSearchParams(location.hash.slice(1)).get("token")
+  || new URLSearchParams(location.search).get("token");
+
+function tokenSubprotocol(t) {
+  // "mmst.bearer." + base64url(UTF-8 bytes), no padding: a valid subprotocol name for any token
+  const bytes = new TextEncoder().encode(t);
+  let bin = "";
+  for (const b of bytes) bin += String.fromCharCode(b);
+  return "mmst.bearer." + btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
 
 function setStatus(text, live) {
   $("status").textContent = text;
@@ -88,8 +99,7 @@ function segmentEnd() {
 function connect(onReady) {
   const url = new URL("ws", location.href);
   url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
-  if (token) url.searchParams.set("token", token);
-  const ws = new WebSocket(url);
+  const ws = token ? new WebSocket(url, ["mmst", tokenSubprotocol(token)]) : new WebSocket(url);
   ws.binaryType = "arraybuffer";
   state.ws = ws;
   state.onReady = onReady;
@@ -217,9 +227,9 @@ function setButtons(live) {
 
 async function init() {
   try {
-    const resp = await fetch(token ? `config.json?token=${encodeURIComponent(token)}` : "config.json");
+    const resp = await fetch("config.json", token ? { headers: { Authorization: `Bearer ${token}` } } : {});
     if (resp.status === 401) {
-      setStatus("this server needs ?token=… in the page address", false);
+      setStatus("this server needs #token=… at the end of the page address", false);
       return;
     }
     const cfg = await resp.json();
