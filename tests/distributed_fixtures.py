@@ -133,6 +133,44 @@ def ddp_rank(argv: list[str]) -> dict[str, Any]:
         shutdown(env)
 
 
+def ddp_compute_rank(argv: list[str]) -> dict[str, Any]:
+    """One DDP step (world size 1, this rank's :data:`DDP_LENGTHS` batches) on a virtual clock that the test
+    scripts: ``argv = [FWD_S, BWD_S, WAIT_S]``: each forward takes FWD_S, each backward BWD_S (a hook on the model
+    output) and each gradient all-reduce WAIT_S (as if waiting for a slower rank). Returns the straggler
+    injector's running mean of the compute it observed and the step time."""
+    import torch.distributed as dist
+
+    from mmst.distributed.ddp import DDPStrategy
+    from mmst.distributed.env import init_distributed, shutdown
+    from mmst.distributed.stragglers import StragglerInjector, VirtualClock
+
+    fwd_s, bwd_s, wait_s = (float(x) for x in argv)
+    torch.set_num_threads(1)
+    vc = VirtualClock()
+    real = dist.all_reduce
+
+    def waiting_all_reduce(*args: Any, **kwargs: Any) -> Any:
+        vc.sleep(wait_s)
+        return real(*args, **kwargs)
+
+    def loss_fn(model: torch.nn.Module, mb: ScriptedBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        vc.sleep(fwd_s)
+        out = model(mb.fbank, mb.fbank_lengths, None)
+        out.register_hook(lambda grad: vc.sleep(bwd_s))  # None: the gradient is unchanged
+        return criterion(out, mb)
+
+    env = init_distributed("gloo", 30.0)
+    try:
+        strat = DDPStrategy(env, StragglerInjector("none", clock=vc.now, sleep=vc.sleep))
+        model = strat.wrap(FrameModel(seed=0))
+        dist.all_reduce = waiting_all_reduce
+        st = strat.step(model, ddp_batches(env.rank), loss_fn)
+        return {"compute_mean_s": strat.injector._ema, "step_time_s": st.step_time_s}
+    finally:
+        dist.all_reduce = real
+        shutdown(env)
+
+
 #: what the tests' fork server imports besides :mod:`mmst.simulation.run` and ``torch._dynamo``: mmst-train
 FORKSERVER_PRELOAD = ("mmst.training.cli", "mmst.training.trainer", "mmst.training.distributed")
 

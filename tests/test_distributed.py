@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from distributed_fixtures import launch
+from distributed_fixtures import ddp_compute_rank, launch
 
 from mmst.distributed.env import find_free_port
 from mmst.distributed.param_server import flat_params
@@ -102,6 +102,15 @@ def test_dropcompute_drops_slow_rank_without_hanging_and_never_cuts_a_micro_batc
     for step in micro[0]:
         assert step[:3] == pytest.approx([0.010] * 3, abs=1e-9)
     assert res[0]["drop_rate"] == pytest.approx(0.5, abs=1e-12)  # 1 - (3 + 1) / 8, every step
+
+
+def test_ddp_feeds_the_injector_pure_compute_not_the_wait_for_a_slower_rank():
+    # scripted clock: forward 1 s, backward 2 s, all-reduce 5 s (waiting for the slowest rank); two micro-batches.
+    # Micro-batch 1 (no_sync): 1 + 2; micro-batch 2 (the all-reduce): 1 + 2, its backward's 5 s wait left out,
+    # so the running mean stays 3 (it was 0.9 * 3 + 0.1 * 8 = 3.5 with the wait); the step still takes 3 + 8 s
+    res = launch(["1.0", "2.0", "5.0"], 1, target=ddp_compute_rank)
+    _ok(res)
+    assert res[0]["compute_mean_s"] == pytest.approx(3.0) and res[0]["step_time_s"] == pytest.approx(11.0)
 
 
 @pytest.mark.slow

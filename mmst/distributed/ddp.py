@@ -11,6 +11,13 @@ each rank divided by its own weight, which is exact only when every rank has the
 
 The step time is therefore ``max_n sum_m t_nm + T_comm`` (every rank waits for the slowest one), which
 is what :mod:`mmst.distributed.straggler_model` predicts.
+
+The last micro-batch's ``backward()`` returns only once the all-reduce has finished, so it includes the wait
+for the slowest rank. The compute time fed to the straggler injector's running mean
+(:meth:`~mmst.distributed.stragglers.StragglerInjector.observe_compute`) stops where the backward's compute
+ends: when the communication hook receives the last gradient bucket. So an injected delay proportional to
+compute (``straggler_fraction``) does not grow with this rank's own waiting, as in DropCompute and the
+parameter server, whose all-reduce or push comes after the compute.
 """
 
 from __future__ import annotations
@@ -29,16 +36,21 @@ from mmst.distributed.stragglers import StragglerInjector
 
 
 class _WeightState:
-    """The hook's state: this rank's weight of the current step, and the global weight it received."""
+    """The hook's state: this rank's weight of the current step, the global weight it received, and when (on
+    ``clock``, seconds) the last gradient bucket reached the hook (the end of the backward's compute)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock=None) -> None:
         self.weight = 0.0
         self.global_weight = 0.0
+        self.clock = clock
+        self.t_ready: float | None = None
 
 
 def _weighted_sum_hook(state: _WeightState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: all-reduce ``[bucket gradients, this rank's weight]`` (SUM) and return the
     gradients divided by the global weight (:func:`~mmst.distributed.common.normalise_`)."""
+    if state.clock is not None:
+        state.t_ready = state.clock()  # this bucket's gradients are computed; the wait for other ranks starts here
     buf = bucket.buffer()
     flat = torch.cat([buf, torch.tensor([state.weight], dtype=buf.dtype, device=buf.device)])
     fut = dist.all_reduce(flat, op=dist.ReduceOp.SUM, async_op=True).get_future()
@@ -76,7 +88,7 @@ class DDPStrategy:
         self.injector = injector or StragglerInjector()
         self.find_unused_parameters = find_unused_parameters
         self.weight_key = weight_key
-        self._hook_state = _WeightState()
+        self._hook_state = _WeightState(self.injector.clock)
 
     def wrap(self, model: torch.nn.Module) -> DistributedDataParallel:
         """Wrap ``model`` (already on ``env.device``) in DDP with the weighted-sum communication hook; DDP
@@ -117,12 +129,15 @@ class DDPStrategy:
                 st.delay_s += self.injector.delay(compute_estimate_s=3.0 * fwd)
                 tb = clock()
                 if last:
+                    self._hook_state.t_ready = None
                     with guard(f"DDP gradient all-reduce (micro-batch {m + 1}/{n})", self.env):
                         loss.backward()
                 else:
                     loss.backward()
                 bwd = clock() - tb
-            self.injector.observe_compute(fwd + bwd)
+            # pure compute: the last backward's wait for the slowest rank (after the last bucket) left out
+            t_ready = self._hook_state.t_ready if last else None
+            self.injector.observe_compute(fwd + (bwd if t_ready is None else max(0.0, t_ready - tb)))
             st.micro_times_s.append(clock() - t0)
             st.loss_sum += float(loss.detach())
             st.n_samples += samples_of(stats)
