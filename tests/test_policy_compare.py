@@ -48,7 +48,8 @@ def test_equal_latency_and_summary():
     la = _sweep("la", "n", [(2, {"de": (18, 1400, 2000), "ja": (30, 1500, 1700)})])
     eq = equal_latency({"waitk": waitk, "alignatt": aa, "la": la}, ["de", "ja"], (3, 5), "AL")
     de3 = eq["k3"]["de"]
-    assert de3["waitk"] == {"latency": 1500.0, "BLEU": 20.0, "AL": 1500, "length_ratio": None, "flagged": False}
+    assert de3["waitk"] == {"latency": 1500.0, "BLEU": 20.0, "AL": 1500, "length_ratio": None, "flagged": False,
+                            "degenerate": False}
     assert de3["adaptive"]["alignatt"] == pytest.approx(26.0)  # 22 + 8 * 500 / 1000
     assert de3["adaptive"]["la"] is None  # a single point at 1400 ms: 1500 is outside its range
     assert de3["best"] == "alignatt" and de3["beats_waitk"] == ["alignatt"]
@@ -58,6 +59,7 @@ def test_equal_latency_and_summary():
     s = summary(eq)
     assert s == {"metric": "LAAL", "correction": {"method": "holm", "family_wise_level": 0.05, "tests": 0},
                  "langs_adaptive_beats_waitk_offline_model": {"k3": 1, "k5": 0},
+                 "comparisons_excluded": {"k3": 0, "k5": 0},
                  "best_policy_per_lang": {"de": {"k3": "alignatt", "k5": "waitk"}, "ja": {"k3": "waitk", "k5": "waitk"}}}
     eq_ca = equal_latency({"waitk": waitk, "alignatt": aa}, ["de"], (3,), "AL_CA")
     assert eq_ca["k3"]["de"]["waitk"]["latency"] == 1700.0
@@ -146,27 +148,28 @@ def test_policy_results_summary_on_a_synthetic_results_tree(tmp_path):
     import policy_results
 
     _results_tree(tmp_path / "root")
-    docs = tmp_path / "doc.md"
-    docs.write_text("<!-- policies-results:start -->\nold\n<!-- policies-results:end -->\n")
     out = tmp_path / "out"
     rc = policy_results.main(["--root", str(tmp_path / "root"), "--models", "offline", "--bootstrap", "200",
                               "--out-json", str(out / "r.json"), "--out-md", str(out / "r.md"),
-                              "--plot-dir", str(out / "img"), "--docs", str(docs)])
+                              "--plot-dir", str(out / "img")])
     assert rc == 0
     res = json.loads((out / "r.json").read_text())
     s = res["summary"]
-    # de: alignatt at LAAL 1500 interpolates 90 and wins outside the noise; es: 21 > 20 but a tie
-    assert s["langs_adaptive_beats_waitk_offline_model"] == {"k3": 1, "k5": 0}
-    assert s["best_policy_per_lang"] == {"de": {"k3": "alignatt", "k5": "waitk"}, "es": {"k3": "waitk", "k5": "waitk"}}
+    # de: alignatt at LAAL 1500 interpolates 90 and wins outside the noise, but between a point of length ratio
+    # 1.6 (an outlier) and one of 1.0: the win is shown, not counted; es: 21 > 20 but a tie
+    assert s["langs_adaptive_beats_waitk_offline_model"] == {"k3": 0, "k5": 0}
+    assert s["comparisons_excluded"] == {"k3": 2, "k5": 0}
+    assert s["best_policy_per_lang"] == {"de": {"k3": "waitk", "k5": "waitk"}, "es": {"k3": "waitk", "k5": "waitk"}}
     assert s["metric"] == "LAAL" and s["min_laal_ms"] == 700 and s["points_per_policy_min"] == 2
     assert s["max_length_ratio"] == 1.6 and s["min_length_ratio"] == 0.65
     eq = res["equal_latency"]["offline"]["LAAL"]["k3"]
     assert eq["de"]["waitk"]["AL"] == 1400 and eq["de"]["ci"]["alignatt"]["verdict"] == "beats"
     assert eq["de"]["flagged"] == ["alignatt"] and eq["es"]["flagged"] == ["alignatt"]
+    assert eq["de"]["excluded"] == ["alignatt"] and eq["de"]["beats_waitk"] == []
     assert eq["es"]["ci"]["alignatt"]["verdict"] == "tie" and eq["es"]["beats_waitk"] == []
     assert res["equal_latency"]["offline"]["LAAL_CA"]["k3"]["de"]["waitk"]["latency"] == 1600
     md = (out / "r.md").read_text()
-    assert "1.60 ⚑" in md and "0.65 ⚑" in md and "tie" in md and "best at k=3 LAAL" in docs.read_text()
+    assert "1.60 ⚑" in md and "0.65 ⚑" in md and "tie" in md and "best at k=3 LAAL" in md
     # the sweeps were decoded with the cap floor(0.45 S + 5): every row and column says so
     assert "| alignatt[a=0.45,b=5] | frames=2 |" in md and "| wait-k BLEU | alignatt[a=0.45,b=5] | best |" in md
     assert "p_holm 0.02 beats" in md and res["summary"]["correction"]["tests"] == 2
@@ -219,4 +222,41 @@ def test_a_win_that_holm_does_not_confirm_is_a_tie(tmp_path):
     assert eq["k5"]["de"]["ci"]["alignatt"] is None  # outside the sweep's range: not a test
     assert summary(eq)["correction"] == {"method": "holm", "family_wise_level": 0.05, "tests": 2}
     eq = equal_latency(sweeps, ["de", "es"], (3, 5), "LAAL", bootstrap=200)  # p = 2/201, p_holm = 4/201
-    assert eq["k3"]["de"]["ci"]["alignatt"]["verdict"] == "beats" and eq["k3"]["de"]["beats_waitk"] == ["alignatt"]
+    assert eq["k3"]["de"]["ci"]["alignatt"]["verdict"] == "beats"
+    # ... but interpolated from a length-ratio outlier (1.6): shown, not counted
+    assert eq["k3"]["de"]["excluded"] == ["alignatt"] and eq["k3"]["de"]["beats_waitk"] == []
+
+
+# ---------------------------------------------------------------- degenerate points and outliers are not wins
+def test_a_win_on_a_degenerate_or_outlier_point_is_not_counted():
+    """At wait-k's AL (k=3: 1500 ms, BLEU 20) every policy interpolates a higher BLEU (point estimates decide: no
+    hypotheses on disk). alignatt's points are sound: it beats wait-k. la's lower point is likely degenerate
+    (OmniSTEval's |DSPTV| > 20: its words came in one burst at the end), edatt's upper point has a length ratio of
+    1.8: both are shown and marked, and left out of beats_waitk. At k=5 wait-k's own point is degenerate: no
+    policy is counted. Before degenerate points and outliers were left out, la and edatt counted as wins."""
+    from mmst.evaluation.policy_compare import render_markdown
+
+    waitk = _sweep("waitk", "k", [(3, {"de": (20, 1500, 1600)}), (5, {"de": (25, 2200, 2300)})])
+    waitk["points"][1]["per_lang"]["de"]["likely_degenerate"] = True
+    aa = _sweep("alignatt", "frames", [(2, {"de": (22, 1000, 1100)}), (8, {"de": (30, 2500, 2600)})])
+    la = _sweep("la", "n", [(2, {"de": (24, 1000, 1100)}), (4, {"de": (32, 2500, 2600)})])
+    la["points"][0]["per_lang"]["de"].update(DSPTV=48.2)  # only DSPTV recorded: |48.2| > 20
+    ed = _sweep("edatt", "alpha", [(1, {"de": (23, 1000, 1100)}), (2, {"de": (31, 2500, 2600)})])
+    ed["points"][1]["per_lang"]["de"].update(length_ratio=1.8, likely_degenerate=False)
+    eq = equal_latency({"waitk": waitk, "alignatt": aa, "la": la, "edatt": ed}, ["de"], (3, 5), "AL")
+    r3 = eq["k3"]["de"]
+    assert r3["adaptive"]["la"] == pytest.approx(24 + 8 * 500 / 1500) and r3["adaptive"]["edatt"] > 20
+    assert r3["degenerate"] == ["la"] and r3["flagged"] == ["edatt"] and r3["excluded"] == ["edatt", "la"]
+    assert r3["beats_waitk"] == ["alignatt"] and r3["best"] == "alignatt"
+    r5 = eq["k5"]["de"]
+    assert r5["waitk"]["degenerate"] is True and r5["excluded"] == ["alignatt", "edatt", "la"]
+    assert r5["beats_waitk"] == [] and r5["best"] == "waitk"
+    s = summary(eq)
+    assert s["langs_adaptive_beats_waitk_offline_model"] == {"k3": 1, "k5": 1 - 1}
+    assert s["comparisons_excluded"] == {"k3": 2, "k5": 3}
+    md = render_markdown({"summary": s, "title": "t", "langs": ["de"], "split": "x", "n_utterances": 1,
+                          "segment_ms": 320, "provenance": {"command": "c", "date": "d", "git_commit": "g",
+                                                            "machine": {"cpu": "c", "cores": 2, "torch": "t"}},
+                          "models": {"m": {}}, "equal_latency": {"m": {"AL": eq}},
+                          "sweeps": {"m": {"waitk": waitk, "alignatt": aa, "la": la, "edatt": ed}}})
+    assert "k=3: 2, k=5: 3" in md and "†" in md and "| la | n=2 | de | 24.0 |" in md

@@ -22,7 +22,11 @@ with the same weight as the point estimate; its two-sided p-value is
 tests can only reject with ``n >= 2 m / (1 - CI_LEVEL)`` or so. Without hypotheses on disk
 (``<point>/<lang>/instances.log``) the point estimates decide and the row says so.
 
-A point whose length ratio ``|Y| / |Y*|`` lies outside :data:`LENGTH_RATIO_RANGE` is flagged.
+A point whose length ratio ``|Y| / |Y*|`` lies outside :data:`LENGTH_RATIO_RANGE` is flagged (⚑), one that
+OmniSTEval's degeneracy test calls likely degenerate (``likely_degenerate``, ``|DSPTV| > 20``;
+:mod:`mmst.evaluation.omnisteval_adapter`) is marked †. A comparison that involves such a point (wait-k's, or
+either point a policy is interpolated between) is shown but left out of ``beats_waitk`` and of the summary's
+count: a win on an artifact is not a win.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mmst.evaluation.omnisteval_adapter import DEGENERATE_DSPTV
 from mmst.provenance import run_record
 
 #: length ratios |Y| / |Y*| outside this range are flagged in the tables and plots
@@ -118,6 +123,14 @@ def flagged(d: Mapping[str, Any]) -> bool:
     """True when the per-language scores ``d`` have a length ratio outside :data:`LENGTH_RATIO_RANGE`."""
     lr = d.get("length_ratio")
     return lr is not None and not LENGTH_RATIO_RANGE[0] <= float(lr) <= LENGTH_RATIO_RANGE[1]
+
+
+def degenerate(d: Mapping[str, Any]) -> bool:
+    """True when the per-language scores ``d`` say OmniSTEval's degeneracy test flags the point
+    (``likely_degenerate``, or ``|DSPTV| > 20`` where only DSPTV is recorded)."""
+    if d.get("likely_degenerate") is not None:
+        return bool(d["likely_degenerate"])
+    return d.get("DSPTV") is not None and abs(float(d["DSPTV"])) > DEGENERATE_DSPTV
 
 
 def bracket(sweep: Mapping[str, Any], lang: str, metric: str, x: float) -> tuple[dict, dict, float] | None:
@@ -235,12 +248,14 @@ def equal_latency(
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """For one model's ``{policy: sweep}``: ``{f"k{k}": {lang: {"waitk": {"latency", "BLEU", "AL",
     "length_ratio"}, "adaptive": {policy: BLEU or None}, "ci": {policy: bootstrap_difference or None},
-    "flagged": [policies whose neighbouring points have a length ratio outside the range],
-    "best": policy, "beats_waitk": [policies]}}}``.
+    "flagged": [policies whose neighbouring points have a length ratio outside the range], "degenerate":
+    [policies with a likely degenerate neighbouring point], "excluded": [policies whose comparison is left out:
+    flagged, degenerate, or every policy when wait-k's own point is], "best": policy, "beats_waitk": [policies]}}}``
+    (``waitk`` also has ``flagged`` and ``degenerate``).
 
     ``beats_waitk``: a higher BLEU, significant after Holm's correction over every test of this table
     (``bootstrap`` paired resamples, module docstring; with 0, or without hypotheses on disk, a higher point
-    estimate); ``best``: the highest BLEU among them, else ``waitk``.
+    estimate), leaving out the ``excluded`` policies; ``best``: the highest BLEU among them, else ``waitk``.
 
     Raises:
         CompareError: no wait-k sweep, or wait-k lacks a k.
@@ -256,7 +271,7 @@ def equal_latency(
                 raise CompareError(f"wait-k sweep has no k={k} {metric} for {lang}")
             d = wk[0]["per_lang"][lang]
             lat, bleu = float(d[metric]), float(d["BLEU"])
-            ada, ci, flags = {}, {}, []
+            ada, ci, flags, degen = {}, {}, [], []
             for pol, sw in sweeps.items():
                 if pol == "waitk":
                     continue
@@ -265,12 +280,16 @@ def equal_latency(
                 ci[pol] = bootstrap_difference(lang, wk[0], br[0], br[1], br[2], bootstrap) if br and bootstrap else None
                 if br and (flagged(br[0]["per_lang"][lang]) or flagged(br[1]["per_lang"][lang])):
                     flags.append(pol)
-            beats = sorted(p for p, b in ada.items() if b is not None
+                if br and (degenerate(br[0]["per_lang"][lang]) or degenerate(br[1]["per_lang"][lang])):
+                    degen.append(pol)
+            excluded = sorted(ada if flagged(d) or degenerate(d) else set(flags) | set(degen))
+            beats = sorted(p for p, b in ada.items() if b is not None and p not in excluded
                            and (ci[p]["verdict"] == "beats" if ci[p] is not None else b > bleu))
             best = max(beats, key=lambda p: ada[p]) if beats else "waitk"
             row[lang] = {"waitk": {"latency": lat, "BLEU": bleu, "AL": d.get("AL"), "length_ratio": d.get("length_ratio"),
-                                   "flagged": flagged(d)},
-                         "adaptive": ada, "ci": ci, "flagged": sorted(flags), "best": best, "beats_waitk": beats}
+                                   "flagged": flagged(d), "degenerate": degenerate(d)},
+                         "adaptive": ada, "ci": ci, "flagged": sorted(flags), "degenerate": sorted(degen),
+                         "excluded": excluded, "best": best, "beats_waitk": beats}
         out[f"k{k}"] = row
     _correct_table(out)
     return out
@@ -279,7 +298,7 @@ def equal_latency(
 def summary(eq_offline: Mapping[str, Mapping[str, Any]],
             sweeps: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None, metric: str = "LAAL") -> dict[str, Any]:
     """The headline object from the offline model's comparison at equal ``metric``: languages (of all)
-    where some adaptive policy beats wait-k, per k, and the best policy per language and k; with
+    where some adaptive policy beats wait-k, per k, the comparisons left out of that count (on a ⚑ or † point), and the best policy per language and k; with
     ``sweeps`` (``{model: {policy: sweep}}``), over every reported point of every policy and language
     (``correction``: Holm's, its family-wise level and the number of bootstrap tests in the table):
     ``min_laal_ms``, ``max_length_ratio``, ``min_length_ratio`` and ``points_per_policy_min`` (the fewest
@@ -291,6 +310,8 @@ def summary(eq_offline: Mapping[str, Mapping[str, Any]],
         "correction": {"method": "holm", "family_wise_level": round(1.0 - CI_LEVEL, 10), "tests": n_tests},
         "langs_adaptive_beats_waitk_offline_model": {
             kk: sum(1 for lang in row if row[lang]["beats_waitk"]) for kk, row in eq_offline.items()},
+        "comparisons_excluded": {kk: sum(len(row[lang].get("excluded", [])) for lang in row)
+                                 for kk, row in eq_offline.items()},
         "best_policy_per_lang": {lang: {kk: row[lang]["best"] for kk, row in eq_offline.items()} for lang in langs},
     }
     if sweeps is not None:
@@ -367,7 +388,7 @@ def _cell(r: Mapping[str, Any], pol: str) -> str:
     ci = (r.get("ci") or {}).get(pol)
     holm_p = f" p_holm {ci['p_holm']:.2g}" if ci and ci.get("p_holm") is not None else ""
     txt = _f(b) + (f" ({ci['delta']:+.1f} [{ci['low']:+.1f}, {ci['high']:+.1f}]{holm_p} {ci['verdict']})" if ci else "")
-    return txt + (" ⚑" if pol in r.get("flagged", []) else "")
+    return txt + (" ⚑" if pol in r.get("flagged", []) else "") + (" †" if pol in r.get("degenerate", []) else "")
 
 
 def render_markdown(res: Mapping[str, Any]) -> str:
@@ -387,7 +408,10 @@ def render_markdown(res: Mapping[str, Any]) -> str:
            f"{metric0} (offline-trained model; a win not significant after Holm's correction over the "
            f"{(s.get('correction') or {}).get('tests', 0)} paired bootstrap tests of the table is a tie): "
            f"k=3: **{s['langs_adaptive_beats_waitk_offline_model']['k3']}**, "
-           f"k=5: **{s['langs_adaptive_beats_waitk_offline_model']['k5']}**.", ""]
+           f"k=5: **{s['langs_adaptive_beats_waitk_offline_model']['k5']}**"
+           + ("; comparisons left out for a length-ratio outlier (⚑) or a likely degenerate point (†): "
+              + ", ".join(f"k={kk[1:]}: {v}" for kk, v in s["comparisons_excluded"].items())
+              if any((s.get("comparisons_excluded") or {}).values()) else "") + ".", ""]
     if s.get("points_per_policy_min") is not None:
         md += [f"Over every point of every sweep: lowest LAAL {_f(s['min_laal_ms'], 0)} ms, length ratio "
                f"{_f(s['min_length_ratio'], 2)} to {_f(s['max_length_ratio'], 2)}, at least "
@@ -416,7 +440,7 @@ def render_markdown(res: Mapping[str, Any]) -> str:
                     r = row[lang]
                     w = r["waitk"]
                     md.append(f"| {lang} | {kk[1:]} | {_f(w['latency'], 0)} | {_f(w.get('AL'), 0)} | "
-                              f"{_f(w.get('length_ratio'), 2)}{' ⚑' if w.get('flagged') else ''} | {_f(w['BLEU'])} | "
+                              f"{_f(w.get('length_ratio'), 2)}{' ⚑' if w.get('flagged') else ''}{' †' if w.get('degenerate') else ''} | {_f(w['BLEU'])} | "
                               + " | ".join(_cell(r, p) for p in pols) + f" | {r['best']} |")
             md.append("")
         md += ["### Sweeps", "", "| policy | parameters | lang | BLEU | LAAL | AL | LAAL_CA | |Y|/|Y*| | RTF |",
@@ -428,7 +452,7 @@ def render_markdown(res: Mapping[str, Any]) -> str:
                     d = p["per_lang"].get(lang, {})
                     md.append(f"| {policy_label(pol, sw)} | {par} | {lang} | {_f(d.get('BLEU'))} | {_f(d.get('LAAL'), 0)} | "
                               f"{_f(d.get('AL'), 0)} | {_f(d.get('LAAL_CA'), 0)} | "
-                              f"{_f(d.get('length_ratio'), 2)}{' ⚑' if flagged(d) else ''} | {_f(p.get('rtf'), 3)} |")
+                              f"{_f(d.get('length_ratio'), 2)}{' ⚑' if flagged(d) else ''}{' †' if degenerate(d) else ''} | {_f(p.get('rtf'), 3)} |")
         md.append("")
         if info.get("plot"):
             md += [f"![{model}: BLEU vs LAAL, LAAL_CA and AL per policy]({info['plot']})", ""]
@@ -438,5 +462,6 @@ def render_markdown(res: Mapping[str, Any]) -> str:
            f"{int(CI_LEVEL * 100)}% interval, its p-value after Holm's correction over every test of the table "
            f"(p_holm) and the verdict at family-wise level {1 - CI_LEVEL:.2f}. "
            f"⚑: a length ratio |Y|/|Y*| outside [{lo}, {hi}] "
-           "(for a policy cell: at one of the two points interpolated).", ""]
+           "(for a policy cell: at one of the two points interpolated); †: likely degenerate (OmniSTEval, |DSPTV| > "
+           f"{DEGENERATE_DSPTV:g}). A comparison with ⚑ or † (wait-k's point or a policy's) never counts as a win.", ""]
     return "\n".join(md)
