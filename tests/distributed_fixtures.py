@@ -171,6 +171,39 @@ def ddp_compute_rank(argv: list[str]) -> dict[str, Any]:
         shutdown(env)
 
 
+def dropcompute_warmup_rank(argv: list[str]) -> dict[str, Any]:
+    """DropCompute with ``--compute-threshold auto`` (world size 1, :data:`DDP_LENGTHS` batches, two micro-batches a
+    step) on a virtual clock where each micro-batch takes 10 s in the first two steps and 1 s after them; ``argv =
+    [AUTO_WARMUP_STEPS, AUTO_STEPS, STEPS]``. Returns, per step, whether tau had been chosen after it, and the
+    chosen ``tau_info``."""
+    from mmst.distributed.dropcompute import DropComputeStrategy
+    from mmst.distributed.env import init_distributed, shutdown
+    from mmst.distributed.stragglers import StragglerInjector, VirtualClock
+
+    warmup, rec, steps = (int(x) for x in argv)
+    torch.set_num_threads(1)
+    vc = VirtualClock()
+    step = {"n": 0}
+
+    def loss_fn(model: torch.nn.Module, mb: ScriptedBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        vc.sleep(10.0 if step["n"] <= 2 else 1.0)
+        return criterion(model(mb.fbank, mb.fbank_lengths, None), mb)
+
+    env = init_distributed("gloo", 30.0)
+    try:
+        strat = DropComputeStrategy(env, "auto", rec, StragglerInjector("none", clock=vc.now, sleep=vc.sleep),
+                                    auto_warmup_steps=warmup)
+        model = strat.wrap(FrameModel(seed=0))
+        chosen = []
+        for step["n"] in range(1, steps + 1):
+            model.zero_grad()
+            strat.step(model, ddp_batches(env.rank), loss_fn)
+            chosen.append(bool(strat.tau_info))
+        return {"chosen": chosen, "tau_info": strat.tau_info}
+    finally:
+        shutdown(env)
+
+
 #: what the tests' fork server imports besides :mod:`mmst.simulation.run` and ``torch._dynamo``: mmst-train
 FORKSERVER_PRELOAD = ("mmst.training.cli", "mmst.training.trainer", "mmst.training.distributed")
 

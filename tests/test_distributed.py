@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from distributed_fixtures import ddp_compute_rank, launch
+from distributed_fixtures import ddp_compute_rank, dropcompute_warmup_rank, launch
 
 from mmst.distributed.env import find_free_port
 from mmst.distributed.param_server import flat_params
@@ -113,6 +113,16 @@ def test_ddp_feeds_the_injector_pure_compute_not_the_wait_for_a_slower_rank():
     assert res[0]["compute_mean_s"] == pytest.approx(3.0) and res[0]["step_time_s"] == pytest.approx(11.0)
 
 
+def test_auto_tau_skips_the_warm_up_steps():
+    # micro-batches take 10 s in steps 1-2 and 1 s after (two a step, no communication time on the virtual clock):
+    # with a warm-up of 2 steps, steps 3-5 are recorded and tau is chosen after step 5 from their synchronous step of
+    # 2 x 1 s; recording from step 1 (no warm-up) would choose after step 3 from (20 + 20 + 2) / 3 s
+    res = launch(["2", "3", "6"], 1, target=dropcompute_warmup_rank)
+    _ok(res)
+    assert res[0]["chosen"] == [False] * 4 + [True] * 2
+    assert res[0]["tau_info"]["sync_step_s"] == pytest.approx(2.0)
+
+
 @pytest.mark.slow
 def test_dropcompute_auto_threshold_is_finite_agreed_and_respects_max_drop_rate():
     # W = 4 ranks, lognormal delays with CV 0.5, in simulated time (--virtual-clock): tau and the drops
@@ -120,7 +130,7 @@ def test_dropcompute_auto_threshold_is_finite_agreed_and_respects_max_drop_rate(
     """A job of four gloo ranks that records step times, picks tau and trains with it."""
     cap, m, steps, rec = 0.15, 4, 16, 4
     res = launch(["--distributed", "dropcompute", "--compute-threshold", "auto", "--auto-steps", str(rec),
-                  "--update-freq", str(m), "--steps", str(steps), "--straggler-delay", "lognormal:cv=0.5",
+                  "--auto-warmup-steps", "0", "--update-freq", str(m), "--steps", str(steps), "--straggler-delay", "lognormal:cv=0.5",
                   "--straggler-base-ms", "15", "--max-drop-rate", str(cap), "--virtual-clock", *COMMON], 4,
                  timeout_s=120)
     _ok(res)

@@ -78,7 +78,7 @@ def test_dropcompute_logs_its_numbers_once(tiny_feature_data, tmp_path):
     extra = ["optim.update_freq=2", "optim.max_update=4", "logging.log_interval=2", "valid.interval_updates=2",
              "checkpoint.save_interval_updates=0", "--straggler-delay", "lognormal:cv=0.5",
              "distributed.options.straggler_base_ms=5", "--compute-threshold", "auto",
-             "distributed.options.auto_steps=2", "logging.tensorboard=true"]
+             "distributed.options.auto_steps=2", "distributed.options.auto_warmup_steps=0", "logging.tensorboard=true"]
     out = _outputs(_launch_by_hand(2, _cli(tiny_feature_data, save, "dropcompute", *extra), timeout=600))
     assert out.count("mmst-train: done at update 4") == 1  # rank 1 stays quiet
     assert out.count("valid @2:") == 1 and out.count("valid @4:") == 1

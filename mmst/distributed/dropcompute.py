@@ -29,7 +29,10 @@ divide by the global weight), so with ``tau = inf`` the gradients are bit-identi
 The extra numbers ride in the same message, so logging the global drop rate and every rank's compute
 time costs no extra message. The only other communication is the one-off all-gather of ``--compute-threshold auto``.
 
-``--compute-threshold auto``: the first ``S`` steps run with ``tau = inf`` and record each rank's
+``--compute-threshold auto``: after a warm-up of ``auto_warmup_steps`` steps (default
+:data:`AUTO_WARMUP_STEPS` = 5, as the paper's reference code, which records from step 6 on:
+``MIN_DROP_STEP = 5`` in its ``deepspeed-bert/run_pretraining.py``; first steps are slow: allocation,
+caches, thread pools), the next ``S`` steps run with ``tau = inf`` and record each rank's
 micro-batch times ``t_{n,s,m}``, the share of each spent before the forward/backward check, and the
 all-reduce times; after step ``S`` one all-gather shares them and every rank computes the same ``tau``
 with :func:`mmst.distributed.straggler_model.choose_tau`, which maximises the expected effective speed
@@ -51,6 +54,8 @@ from mmst.distributed.common import LossFn, StepStats, normalise_, samples_of, w
 from mmst.distributed.env import DistEnv, all_gather_tensor, all_reduce_sum_, broadcast_module_
 from mmst.distributed.stragglers import StragglerInjector
 
+#: steps of ``--compute-threshold auto`` run with tau = inf and NOT recorded before the ``S`` recorded ones
+AUTO_WARMUP_STEPS = 5
 N_SUMS = 5  # weight, n_computed, n_samples, loss_sum, compute_s appended to the gradient bucket (then 2N per-rank slots)
 
 
@@ -79,6 +84,8 @@ class DropComputeStrategy:
         env: the :class:`~mmst.distributed.env.DistEnv`.
         threshold: ``tau`` in seconds, ``math.inf`` (never drop; = DDP), or ``"auto"``.
         auto_steps: S, steps recorded before choosing ``tau`` automatically.
+        auto_warmup_steps: steps before those S, run with ``tau = inf`` and not recorded (default
+            :data:`AUTO_WARMUP_STEPS`).
         injector: optional straggler injector; its delays are whole (never cut at the deadline).
         max_drop_rate: optional cap on the expected drop rate for ``auto`` (None = paper's pure argmax).
         seed: Monte-Carlo seed of ``auto`` (identical on all ranks, so all choose the same tau).
@@ -90,13 +97,17 @@ class DropComputeStrategy:
 
     def __init__(self, env: DistEnv, threshold: float | str = "auto", auto_steps: int = 10,
                  injector: StragglerInjector | None = None, max_drop_rate: float | None = None,
-                 seed: int = 0, weight_key: str | None = None) -> None:
+                 seed: int = 0, weight_key: str | None = None, auto_warmup_steps: int = AUTO_WARMUP_STEPS) -> None:
         self.env = env
         self.weight_key = weight_key
         thr = parse_threshold(threshold) if isinstance(threshold, str) else float(threshold)
         self.auto = thr == "auto"
         self.tau_s: float = math.inf if self.auto else float(thr)
         self.auto_steps = max(1, int(auto_steps))
+        if int(auto_warmup_steps) < 0:
+            raise ValueError(f"auto_warmup_steps must be >= 0, got {auto_warmup_steps}")
+        self.auto_warmup_steps = int(auto_warmup_steps)
+        self._auto_seen = 0  # steps run while tau is still to be chosen
         self.injector = injector or StragglerInjector()
         self.max_drop_rate = max_drop_rate
         self.seed = seed
@@ -170,7 +181,9 @@ class DropComputeStrategy:
         st.global_total = float(n * w)
         st.step_time_s = clock() - t_start
         if self.auto and not self._chosen:
-            self._record(st)
+            self._auto_seen += 1
+            if self._auto_seen > self.auto_warmup_steps:  # warm-up steps are run, not recorded
+                self._record(st)
         return st
 
     def _all_reduce_grads(self, model: torch.nn.Module, st: StepStats) -> torch.Tensor:

@@ -43,7 +43,7 @@ import torch
 from mmst.atomic import atomic_path
 from mmst.cli_help import HelpFormatter
 from mmst.distributed.ddp import DDPStrategy
-from mmst.distributed.dropcompute import DropComputeStrategy, parse_threshold
+from mmst.distributed.dropcompute import AUTO_WARMUP_STEPS, DropComputeStrategy, parse_threshold
 from mmst.distributed.env import (
     DistEnv,
     DistributedError,
@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--update-freq", type=int, default=4, help="M: micro-batches per rank per update")
     p.add_argument("--compute-threshold", default="auto", help="DropCompute tau: seconds, 'inf' or 'auto'")
     p.add_argument("--auto-steps", type=int, default=5, help="S: steps recorded before choosing tau (auto)")
+    p.add_argument("--auto-warmup-steps", type=int, default=AUTO_WARMUP_STEPS,
+                   help="steps run before the S recorded ones and not recorded (auto; default as the DropCompute "
+                        "paper's reference code)")
     p.add_argument("--max-drop-rate", type=float, default=None, help="cap on the expected drop rate for auto tau")
     p.add_argument("--max-staleness", default=None,
                    help="param-server SSP bound s (default: W, the number of workers; inf = no bound)")
@@ -95,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-loss", type=float, default=None, help="eval MSE target (default 5 x noise^2)")
     p.add_argument("--eval-every", type=int, default=2, help="evaluate every this many steps (0 = never)")
     p.add_argument("--measure-from", type=int, default=None,
-                   help="first step counted in throughput (default: --auto-steps)")
+                   help="first step counted in throughput (default: --auto-warmup-steps + --auto-steps)")
     p.add_argument("--checkpoint-dir", default=None, help="save last.pt here and resume from it")
     p.add_argument("--save-every", type=int, default=5, help="checkpoint every this many steps")
     p.add_argument("--fail-at-step", type=int, default=None, help="fault injection: step at which to die")
@@ -158,7 +161,7 @@ def _train(cfg: argparse.Namespace, env: DistEnv, spec: Any, slow: Any, thr: Any
     injector = StragglerInjector(spec, env.rank, cfg.seed, cfg.straggler_fraction, base_s, slow,
                                  **({"sleep": vc.sleep, "clock": vc.now} if vc is not None else {}))
     m = cfg.update_freq
-    measure_from = cfg.measure_from if cfg.measure_from is not None else cfg.auto_steps
+    measure_from = cfg.measure_from if cfg.measure_from is not None else cfg.auto_warmup_steps + cfg.auto_steps
     out: dict[str, Any] = {"mode": cfg.distributed, "world_size": env.world_size, "update_freq": m,
                            "batch_size": cfg.batch_size, "straggler_delay": str(spec), "slow_rank": cfg.slow_rank,
                            "target_loss": target, "rank": env.rank}
@@ -166,7 +169,8 @@ def _train(cfg: argparse.Namespace, env: DistEnv, spec: Any, slow: Any, thr: Any
         return _train_param_server(cfg, env, task, model, injector, target, out)
 
     if cfg.distributed == "dropcompute":
-        strat: Any = DropComputeStrategy(env, thr, cfg.auto_steps, injector, cfg.max_drop_rate, cfg.seed)
+        strat: Any = DropComputeStrategy(env, thr, cfg.auto_steps, injector, cfg.max_drop_rate, cfg.seed,
+                                         auto_warmup_steps=cfg.auto_warmup_steps)
     else:
         strat = DDPStrategy(env, injector)
     model = strat.wrap(model)
@@ -257,7 +261,8 @@ def _train_param_server(cfg: argparse.Namespace, env: DistEnv, task: ToyTask, mo
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
         curve: list[tuple[float, float]] = []
         state = {"eval_s": 0.0, "ttt": None, "meas_t0": None, "meas_v0": 0, "meas_s0": 0.0}
-        measure_from = (cfg.measure_from if cfg.measure_from is not None else cfg.auto_steps) * workers
+        measure_from = (cfg.measure_from if cfg.measure_from is not None
+                        else cfg.auto_warmup_steps + cfg.auto_steps) * workers
 
         def on_update(srv: ParamServer) -> None:
             now = time.perf_counter()

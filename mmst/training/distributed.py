@@ -65,7 +65,7 @@ them per log interval (means; ``*_max`` keys as maxima; ``*_count`` keys as rate
 
 Options (keyword arguments of the factories; ``mmst-train`` forwards them from its config / flags):
 ``dist_timeout`` (s), ``backend``, ``compute_threshold`` (s | ``auto`` | ``inf``), ``auto_steps``,
-``max_drop_rate``, ``max_staleness``, ``lr_per_push`` (``full`` | ``per_worker`` | ``staleness``),
+``auto_warmup_steps`` (updates run before the ``auto_steps`` recorded ones, default 5), ``max_drop_rate``, ``max_staleness``, ``lr_per_push`` (``full`` | ``per_worker`` | ``staleness``),
 ``staleness_lr`` (true = ``lr_per_push: staleness``), ``worker_timeout`` (s), ``straggler_delay``,
 ``straggler_fraction``, ``straggler_base_ms``, ``slow_rank``, ``seed``, ``find_unused_parameters``, and
 for fault-tolerance tests ``fail_at_update`` / ``fail_rank`` (that rank exits with status 13 when it
@@ -84,7 +84,7 @@ from typing import Any
 import torch
 
 from mmst.distributed.ddp import DDPStrategy
-from mmst.distributed.dropcompute import DropComputeStrategy, parse_threshold
+from mmst.distributed.dropcompute import AUTO_WARMUP_STEPS, DropComputeStrategy, parse_threshold
 from mmst.distributed.env import DEFAULT_TIMEOUT_S, init_distributed
 from mmst.distributed.param_server import LR_PER_PUSH, ParamServer, ParamWorker, flat_grads
 from mmst.distributed.stragglers import StragglerInjector, parse_delay_spec, parse_slow_rank
@@ -92,7 +92,7 @@ from mmst.training.step import UpdateResult, clip_grad_norm, compute_loss, merge
 
 log = logging.getLogger("mmst.train")
 
-_KNOWN = {"dist_timeout", "backend", "compute_threshold", "auto_steps", "max_drop_rate", "max_staleness",
+_KNOWN = {"dist_timeout", "backend", "compute_threshold", "auto_steps", "auto_warmup_steps", "max_drop_rate", "max_staleness",
           "staleness_lr", "lr_per_push", "worker_timeout", "straggler_delay", "straggler_fraction", "straggler_base_ms",
           "slow_rank", "seed", "find_unused_parameters", "fail_at_update", "fail_rank"}
 
@@ -259,7 +259,8 @@ class TrainerDropCompute(TrainerDDP):
         mdr = options.get("max_drop_rate")
         self.core = DropComputeStrategy(self.env, thr, int(options.get("auto_steps") or 10), self.injector,
                                         float(mdr) if mdr is not None else None, int(options.get("seed") or 0),
-                                        weight_key="ntokens")
+                                        weight_key="ntokens",
+                                        auto_warmup_steps=int(options.get("auto_warmup_steps", AUTO_WARMUP_STEPS)))
         self._wrapped = None
         self._tau_logged = False
 
