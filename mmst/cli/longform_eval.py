@@ -21,7 +21,10 @@ Each talk streams in chunks of ``--source-segment-size`` ms through a Silero VAD
 ``mmst-eval``, one setting). A language that ends its sentence while its segment goes on starts a new
 one where the last ended (``--sentence-restart``, on by default; docs/longform.md). Outputs in ``--out``: ``<lang>/hypothesis.jsonl`` (one word
 per line with its times), ``<lang>/instances.log`` (SimulEval-1.1 instances, one per reference sentence
-after resegmentation), ``scores.json`` and ``scores.md`` (BLEU, StreamLAAL, StreamLAAL_CA, StreamAL,
+after resegmentation), ``<lang>/omnisteval.jsonl`` with ``segments.yaml`` and ``references.txt`` (what
+``omnisteval longform`` reads, one line per recording) and OmniSTEval's ``instances.resegmented.jsonl``,
+``scores.json`` and ``scores.md`` (LongYAAL, LongYAAL_CA, BLEU and chrF after SoftSegmenter; BLEU, StreamLAAL,
+StreamLAAL_CA, StreamAL,
 StreamAL_CA and the untranslated speech share per language, VAD segments, sentence restarts,
 real-time factor), and with ``--subtitles srt|vtt`` one subtitle
 file per language per talk (``<lang>/<talk>.srt``). See docs/longform.md.
