@@ -268,6 +268,67 @@ def test_streaming_beam_never_revises_and_ends_like_offline_beam_when_finished(p
     assert any(seen.values()) or (beam == 1 and pol.split(":")[0] in ("la", "holdn"))
 
 
+@torch.no_grad()
+def _fbk_greedy_alignatt(model, lang, calls, frames, layer, max_len_b):
+    """FBK's AlignAtt agent with greedy search, written plainly as the peer of ``prefix=redecode``: on every read
+    that brought new states, generate the whole hypothesis with the written tokens as a forced prefix, one full
+    decoder pass per token (no cache at all), over every state received; write its tokens up to the first one
+    whose most attended frame is among the last ``frames`` (EOS never before the end). A hypothesis cut by the
+    partial cap is no hypothesis (READ); at the end everything up to EOS or the cap is written.
+    ``calls``: ``[(states (1, S, D), finished, source_ms)]`` after each read."""
+    from mmst.simultaneous.policies import partial_cap
+
+    eos, dec = int(model.cfg.eos_id), model.decoder_for(lang)
+    banned = torch.tensor(model.never_generate_ids())
+    written, delays, last_s = [], [], -1
+    for states, fin, ms in calls:
+        s = states.size(1)
+        if s == 0 or (s == last_s and not fin):
+            continue
+        last_s = s
+        cap = partial_cap(s, 0.0, max_len_b, fin)
+        cont, rows = [], []
+        while len(cont) < cap - len(written) and eos not in cont:
+            st = dec.init_state()
+            logits = dec.step(torch.tensor([[model.start_token_id(lang)] + written + cont]), st, states,
+                              attn_layers=(layer,))[0, -1].float()
+            logits[banned] = float("-inf")
+            cont.append(int(logits.argmax()))
+            rows.append(st.cross_attn[layer][0, :, -1].mean(0))  # (S,) the query that predicted the token
+        if fin:
+            n = len(cont)
+        elif eos not in cont:
+            continue
+        else:
+            n = next((j for j, row in enumerate(rows) if int(row.argmax()) >= s - frames), len(rows))
+            n = min(n, cont.index(eos))
+        written += [t for t in cont[:n] if t != eos]
+        delays += [ms] * (len(written) - len(delays))
+        if fin:
+            break
+    return written, delays
+
+
+def test_redecoded_prefix_equals_fbk_agents_hypothesis_per_read():
+    """``prefix=redecode`` on a tiny random model against the peer above; the default ``cache`` keeps the written
+    prefix's decoder states from the frames of its own read, and differs here."""
+    m = make(seed=20)
+    wav = audio(1.6, seed=20)
+    out = {}
+    for prefix in ("redecode", "cache"):
+        tr = StreamingTranslator(m, None, ["de"], cmvn=CMVN, max_len_b=15, policy=f"alignatt:frames=2,prefix={prefix}")
+        tr.reset()
+        calls = []
+        for s in range(0, len(wav), 5120):
+            tr.accept_audio(wav[s : s + 5120], finished=s + 5120 >= len(wav))
+            calls.append((tr.frontend.states(), tr.frontend.finished, tr.frontend.source_ms))
+        out[prefix] = (tr.tokens["de"], tr.token_delays["de"])
+    tokens, delays = out["redecode"]
+    assert (tokens, delays) == _fbk_greedy_alignatt(m, "de", calls, frames=2, layer=1, max_len_b=15)
+    assert sum(d < calls[-1][2] for d in delays) > 0  # written before the end, not only at it
+    assert out["cache"] != out["redecode"]
+
+
 def test_streaming_beam_with_everything_written_at_the_end_equals_offline_beam():
     m = make(seed=16)
     wav = audio(1.2, seed=16)
