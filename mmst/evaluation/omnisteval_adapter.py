@@ -313,6 +313,9 @@ def longform_scores(files: LongformFiles, lang: str | None, unit: str = "word",
         scores, _, _ = om.evaluate_instances(instances, is_longform=True, bleu_tokenizer=tok)
     except (AssertionError, ValueError, KeyError) as e:
         raise OmniSTEvalError(f"omnisteval rejected {files.hypothesis} with {files.segments}: {e}") from None
+    except OSError as e:  # the Moses tokenizer is a perl script run as a subprocess
+        raise OmniSTEvalError(f"omnisteval could not run on {files.hypothesis} ({e}); its Moses tokenizer needs perl")\
+            from None
     if write_resegmented:
         atomic_write_lines(files.hypothesis.parent / RESEGMENTED_FILE,
                            (json.dumps(d, ensure_ascii=False) for d in dicts))
