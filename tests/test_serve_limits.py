@@ -431,20 +431,23 @@ class _Inline:
         fn(*args)
 
 
+RATES = st.sampled_from([1.0, 2.5, 10.0])
+FRAMES = st.tuples(st.just("frames"), st.sampled_from([0, 1, 7, 159, 160, 1600, 16000, 48000]), st.integers(1, 200))
+PAUSE = st.tuples(st.just("pause"), st.floats(0.0, 120.0))
+# frames and pauses are most of a client's actions; end, a second start and an abrupt close come rarely
 ACTIONS = st.lists(st.tuples(st.integers(0, 1), st.one_of(
-    st.tuples(st.just("start"), st.sampled_from([1.0, 2.5, 10.0])),
-    st.tuples(st.just("frames"), st.sampled_from([0, 1, 7, 159, 160, 1600, 16000, 48000]), st.integers(1, 200)),
-    st.tuples(st.just("pause"), st.floats(0.0, 120.0)),
+    FRAMES, FRAMES, FRAMES, PAUSE, PAUSE,
     st.tuples(st.just("end"), st.none()),
+    st.tuples(st.just("start"), RATES),
     st.tuples(st.just("close"), st.none()),
 )), min_size=1, max_size=40)
 
 
-@settings(max_examples=30, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
-@given(actions=ACTIONS)
-def test_random_client_actions_keep_the_invariants(actions):
-    """Two random clients (start at a random rate, frames of random sizes and counts, pauses, end, abrupt
-    close) next to a real-time client (100 ms frames, 20 s), through the server's own admission
+@settings(max_examples=60, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@given(rates=st.tuples(RATES, RATES), actions=ACTIONS)
+def test_random_client_actions_keep_the_invariants(rates, actions):
+    """Two random clients (start at a random rate, then frames of random sizes and counts, pauses, end, a
+    second start, abrupt close) next to a real-time client (100 ms frames, 20 s), through the server's own admission
     (``accept_audio``) and ticks, on a fake clock. After every action: no stream was accepted more than
     ``--max-ahead-s + rate x T`` seconds of audio in any T seconds; every stream's receive-time marks and
     queued arrays stay within two per 10 ms of the audio they cover; at the end every stream's words are
@@ -491,15 +494,18 @@ def test_random_client_actions_keep_the_invariants(actions):
             assert s.marks() <= 2 * held // MARK_MIN_SAMPLES + 3
             assert s.queued_arrays() <= 2 * s.pending_samples() // MARK_MIN_SAMPLES + 2
 
+    for who, rate in enumerate(rates):
+        streams[who] = StreamSession(_ChunkDriver(), StartRequest(("de",), 16000, "int16", rate), clock=clock,
+                                     max_ahead_s=burst)
+        sched.add(streams[who])
     for who, (kind, arg, *more) in actions:
-        s = streams.get(who)
+        s = streams[who]
         if who in closed:
             continue
-        if kind == "start" and s is None:
-            s = streams[who] = StreamSession(_ChunkDriver(), StartRequest(("de",), 16000, "int16", arg),
-                                             clock=clock, max_ahead_s=burst)
-            sched.add(s)
-        elif kind == "frames" and s is not None:
+        if kind in ("start", "close"):  # a second start is a fault (4400): closed like an abrupt close
+            closed.add(who)
+            sched.remove(s)
+        elif kind == "frames":
             data = encode_audio(np.zeros(arg, np.float32), "int16")
             for _ in range(more[0]):
                 try:
@@ -521,11 +527,8 @@ def test_random_client_actions_keep_the_invariants(actions):
                     n_good += 1
                     tick()
             clock.advance(max(left, 0.0))
-        elif kind == "end" and s is not None:
+        elif kind == "end":
             s.end()
-        elif kind == "close" and s is not None:
-            closed.add(who)
-            sched.remove(s)
         check()
         tick()
     good.end()
