@@ -342,7 +342,8 @@ def plot_policies(
     sweeps: Mapping[str, Mapping[str, Any]], langs: Sequence[str], path: str | os.PathLike, title: str
 ) -> Path:
     """One panel per language and latency metric (rows: LAAL, LAAL_CA, AL), one BLEU-vs-latency curve per
-    policy; a point whose length ratio is outside :data:`LENGTH_RATIO_RANGE` is drawn as a red cross."""
+    policy; a point whose length ratio is outside :data:`LENGTH_RATIO_RANGE`, or that is likely degenerate
+    (:func:`degenerate`), is drawn as a red cross."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -359,7 +360,8 @@ def plot_policies(
                 pts = curve(sw, lang, metric)
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=pol)
-                bad = [p["per_lang"][lang] for p in sw["points"] if flagged(p["per_lang"].get(lang, {}))
+                bad = [p["per_lang"][lang] for p in sw["points"]
+                       if (flagged(p["per_lang"].get(lang, {})) or degenerate(p["per_lang"].get(lang, {})))
                        and p["per_lang"][lang].get(metric) is not None and p["per_lang"][lang].get("BLEU") is not None]
                 if bad:
                     ax.plot([d[metric] for d in bad], [d["BLEU"] for d in bad], "x", color="red", ms=7,
