@@ -464,7 +464,8 @@ def test_cli_outputs_and_bad_input(tiny_system, tmp_path):
     scores = json.loads((out / "scores.json").read_text())
     for lang in ("de", "es"):
         m = scores["per_lang"][lang]
-        assert {"BLEU", "StreamLAAL", "StreamLAAL_CA"} <= set(m), m
+        assert {"BLEU", "StreamLAAL", "StreamLAAL_CA", "LongYAAL", "LongYAAL_CA", "SoftSeg_chrF"} <= set(m), m
+        assert f"{lang}: LongYAAL {m['LongYAAL']:.2f}" in r.stderr and (out / lang / "omnisteval.jsonl").is_file()
         inst = (out / lang / "instances.log").read_text().splitlines()
         assert len(inst) == 3 and json.loads(inst[0])["reference"] == refs[lang][0]
         hyp = [json.loads(ln) for ln in (out / lang / "hypothesis.jsonl").read_text().splitlines()]

@@ -182,8 +182,10 @@ def run(args: argparse.Namespace) -> int:
                          subtitles=args.subtitles, subtitle_timing=args.subtitle_timing)
     for lang in langs:
         m = obj["per_lang"][lang]
-        logger.info("%s: BLEU %s StreamLAAL %s StreamLAAL_CA %s untranslated speech share %s", lang, _f(m.get("BLEU")),
-                    _f(m.get("StreamLAAL")), _f(m.get("StreamLAAL_CA")), _f(m.get("untranslated_speech_share"), 3))
+        logger.info("%s: LongYAAL %s LongYAAL_CA %s BLEU %s chrF %s (SoftSegmenter); BLEU %s StreamLAAL %s StreamLAAL_CA "
+                    "%s (mWER); untranslated speech share %s", lang, _f(m.get("LongYAAL")), _f(m.get("LongYAAL_CA")),
+                    _f(m.get("SoftSeg_BLEU")), _f(m.get("SoftSeg_chrF")), _f(m.get("BLEU")), _f(m.get("StreamLAAL")),
+                    _f(m.get("StreamLAAL_CA")), _f(m.get("untranslated_speech_share"), 3))
     logger.info("%d VAD segments, %d sentence restarts, RTF %s -> %s", obj["n_vad_segments"], obj["n_restarts"],
                 _f(obj["rtf"], 3), Path(args.out) / "scores.md")
     return 0
