@@ -154,6 +154,10 @@ def test_restart_point_from_a_hand_written_attention_matrix():
     assert find_restart_point(attn, ctc_labels=labels, speech_prob=prob) == 14
     prob[1:3] = 0.1  # a second pause, farther from 12
     assert find_restart_point(attn, ctc_labels=labels, speech_prob=prob) == 14
+    # no pause within 3 states of 12 (states 9-15 all speech): the same sentence goes on, no point
+    prob[13:16] = 0.9
+    assert find_restart_point(attn, ctc_labels=labels, speech_prob=prob, window_states=3) is None
+    assert find_restart_point(attn, ctc_labels=labels, speech_prob=prob) == 2  # the pause 1-2 is within 10
     assert find_restart_point(torch.zeros(0, 16)) is None
 
 

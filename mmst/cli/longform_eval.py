@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_restart_arguments(p)
     p.add_argument("--oracle-segments", action="store_true",
                    help="segment at the --segments / yaml sentence boundaries instead of the VAD (gold "
-                        "segmentation; one talk at a time)")
+                        "segmentation; one talk at a time); the VAD still scores speech, for the untranslated "
+                        "speech share and the pauses of a sentence restart")
     add_length_arguments(p, min_len=False)
     p.add_argument("--eval-latency-unit", choices=["auto", "word", "char"], default="auto",
                    help="latency unit: auto = char for zh/ja, word otherwise")
@@ -171,7 +172,10 @@ def run(args: argparse.Namespace) -> int:
         if len(talks) != 1 or not talks[0].timed:
             raise ValueError("--oracle-segments needs one talk with sentence positions (one --audio with --segments)")
         sents = next(iter(talks[0].refs.values()))
-        seg = OracleSegmenter([(s.offset_ms / 1000.0, (s.offset_ms + s.duration_ms) / 1000.0) for s in sents])
+        speech = StreamingVad(threshold=args.vad_threshold, min_silence_ms=args.vad_min_silence_ms,
+                              speech_pad_ms=args.vad_speech_pad_ms)
+        seg = OracleSegmenter([(s.offset_ms / 1000.0, (s.offset_ms + s.duration_ms) / 1000.0) for s in sents],
+                              speech=speech)  # the VAD's speech probabilities only: untranslated speech, pauses
         lf = LongFormTranslator(tr, vad=seg, chunk_ms=args.source_segment_size, **restart)
     else:
         vad = StreamingVad(threshold=args.vad_threshold, min_silence_ms=args.vad_min_silence_ms,

@@ -73,11 +73,13 @@ class SentenceEnd:
         source_ms: audio of the utterance received when it ended, ms (for ``eos-partial``: when EOS was first
             predicted in the run of chunks that ended it).
         n_states: encoder states received then (the states its attention evidence covers).
+        partial: it ended before the source was finished (on partial input).
     """
 
     reason: str
     source_ms: float
     n_states: int
+    partial: bool = False
 
 
 @dataclass
@@ -435,7 +437,8 @@ class StreamingTranslator:
         """The current sentence of ``lang`` ended (it writes nothing more until :meth:`restart`)."""
         self.done[lang] = True
         fe = self.frontend
-        self.ended[lang] = SentenceEnd(reason, fe.source_ms if source_ms is None else float(source_ms), fe.num_states)
+        self.ended[lang] = SentenceEnd(reason, fe.source_ms if source_ms is None else float(source_ms), fe.num_states,
+                                       not fe.finished)
 
     # ------------------------------------------------------------------ sentence restarts
     @property

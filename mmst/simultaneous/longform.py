@@ -177,12 +177,17 @@ class OracleSegmenter:
 
     Args:
         segments: ``[(start_s, end_s), ...]`` in seconds, sorted, not overlapping.
+        speech: a :class:`~mmst.simultaneous.vad.StreamingVad` fed the same audio for its speech probabilities
+            only (:meth:`take_window_probs`: the untranslated speech and the pauses of a sentence restart);
+            its boundaries are ignored. None: every sample counts as speech and a restart needs no pause.
 
     Raises:
         ValueError: unsorted, overlapping or empty segments.
     """
 
-    def __init__(self, segments: Sequence[tuple[float, float]]) -> None:
+    def __init__(self, segments: Sequence[tuple[float, float]], speech: Any = None) -> None:
+        self.speech = speech
+        self.threshold = float(getattr(speech, "threshold", 0.5))
         bounds = [(int(round(a * SAMPLE_RATE)), int(round(b * SAMPLE_RATE))) for a, b in segments]
         for i, (a, b) in enumerate(bounds):
             if b <= a:
@@ -196,10 +201,23 @@ class OracleSegmenter:
         """Start a new stream."""
         self.num_samples = 0
         self._next = 0  # next boundary index: 2*i = start of segment i, 2*i+1 = its end
+        if self.speech is not None:
+            self.speech.reset()
+
+    @property
+    def has_speech_probs(self) -> bool:
+        """Whether :meth:`take_window_probs` gives probabilities (a ``speech`` VAD was given)."""
+        return self.speech is not None
+
+    def take_window_probs(self) -> list[tuple[int, float]]:
+        """The ``speech`` VAD's window probabilities since the last call (``[]`` without one)."""
+        return self.speech.take_window_probs() if self.speech is not None else []
 
     def accept(self, samples: np.ndarray) -> list[VadEvent]:
         """Advance by ``len(samples)``; the boundaries reached."""
         self.num_samples += int(np.asarray(samples).size)
+        if self.speech is not None:
+            self.speech.accept(samples)
         out = []
         while self._next < 2 * len(self.bounds):
             i, is_end = divmod(self._next, 2)
@@ -362,7 +380,7 @@ class LongFormTranslator:
         state_ms = float(getattr(getattr(model, "encoder", None), "state_ms", 40.0))
         self.state_samples = max(1, int(round(state_ms * SAMPLE_RATE / 1000.0)))
         self._speech = SpeechTrack(float(getattr(self.vad, "threshold", 0.5)), VAD_WINDOW_SAMPLES, SAMPLE_RATE)
-        self._has_probs = hasattr(self.vad, "take_window_probs")
+        self._has_probs = bool(getattr(self.vad, "has_speech_probs", hasattr(self.vad, "take_window_probs")))
         self.reset()
 
     def reset(self) -> None:
@@ -386,6 +404,7 @@ class LongFormTranslator:
         self._speech = SpeechTrack(self._speech.threshold, VAD_WINDOW_SAMPLES, SAMPLE_RATE)
         self._utt_start = 0  # absolute sample of the open segment's first sample fed to the translator
         self._restarts: list[SentenceRestart] = []  # of the open segment
+        self._points: dict[str, tuple] = {}  # lang -> (its ended sentence, its restart point): found once
         #: speech in closed segments and, per language, the part left untranslated (ms)
         self.speech_ms = 0.0
         self.untranslated_speech_ms: dict[str, float] = {lang: 0.0 for lang in self.langs}
@@ -503,6 +522,7 @@ class LongFormTranslator:
                 self._fed = max(ev.sample, self._recent.first, self._fed if ev.forced else 0)
                 self._utt_start = self._fed
                 self._restarts = []
+                self._points = {}
                 self.num_segments += 1
             elif ev.kind == "end" and self._seg_start is not None:
                 yield from self._close(max(ev.sample, self._seg_start), now, ev.forced, out, clock_ca)
@@ -575,19 +595,28 @@ class LongFormTranslator:
 
     def restart_point(self, lang: str) -> int | None:
         """Where the next sentence of ``lang`` starts (state of the open segment's utterance), from its ended
-        sentence's attention, the CTC head and the VAD probabilities (:func:`~.restart.find_restart_point`);
-        the states its sentence saw when it wrote nothing; None when it saw none."""
+        sentence's attention, the CTC head and the VAD probabilities (:func:`~.restart.find_restart_point`;
+        None when no pause is near the attention estimate); the states its sentence saw when it wrote
+        nothing; None when it saw none."""
         tr = self.translator
+        ended = tr.ended.get(lang)
+        key = (tr.origin(lang), ended)
+        if lang in self._points and self._points[lang][0] == key:  # an ended sentence's evidence does not change
+            return self._points[lang][1]
         attn, ctc, origin, hi = tr.sentence_evidence(lang)
         if hi <= origin:
             return None
+        if attn.size(0) == 0:
+            return hi
         probs = None
         if self._has_probs:
             probs = self._speech.state_probs(self._utt_start + origin * self.state_samples, hi - origin,
                                              self.state_samples)
         blank = int(getattr(getattr(getattr(tr, "model", None), "cfg", None), "bos_id", 0))
-        rel = find_restart_point(attn, ctc_labels=ctc, blank=blank, speech_prob=probs, threshold=self._speech.threshold)
-        return origin + (hi - origin if rel is None else rel)
+        rel = find_restart_point(attn, ctc_labels=ctc, blank=blank, speech_prob=probs, threshold=self._speech.threshold,
+                                 search_all=ended is not None and ended.partial)
+        self._points[lang] = (key, None if rel is None else origin + rel)  # only the current end is asked again
+        return self._points[lang][1]
 
     def _restart_ended(self, stop: int, now: int, finished: bool) -> Steps:
         """Restart every language that ended its sentence and has ``restart_min_speech_ms`` of speech after its

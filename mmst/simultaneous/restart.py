@@ -13,8 +13,13 @@ the model and the segmenter already have, in this order (units: encoder states o
    moves to the nearest *token end* within ``window_states`` of ``a``: a state whose label is blank or a
    new label right after a non-blank one (the source token the last target words translate ends there).
 3. **VAD speech probability** per state (``speech_prob``): among the states within ``window_states`` of
-   the point so far, the runs of non-speech (probability ``< threshold``) are pauses; the point moves to the
+   the point so far (for a sentence that ended on partial input, among every state it read: its EOS says
+   the sentence was over by then, and a language that lags, writing more tokens than chunks, attends the
+   newest states however early its sentence ended), the runs of non-speech (probability ``< threshold``) are pauses; the point moves to the
    middle of the nearest one (the longer on a tie). A pause between sentences is where the next one starts.
+   When that span has no pause there is no point (``None``): speech that goes on without a pause near the
+   attention estimate is taken for the same sentence (a model at a segment's end, reading the whole segment,
+   often attends well before its last words), and restarting there would translate its end twice.
 
 Each signal is optional except the attention; without any written token there is no point (``None``).
 
@@ -57,13 +62,13 @@ def ctc_token_end(labels: torch.Tensor | np.ndarray, point: int, blank: int, win
     return min(near, key=lambda j: (abs(j - point), -j))
 
 
-def pause_point(speech_prob: torch.Tensor | np.ndarray, point: int, threshold: float, window: int) -> int:
+def pause_point(speech_prob: torch.Tensor | np.ndarray, point: int, threshold: float, window: int | None) -> int | None:
     """The middle of the non-speech run (probability ``< threshold``) of ``speech_prob`` ``(S,)`` nearest to
-    ``point`` among the states ``[point - window, point + window]`` (clipped to that span; ties: the longer
-    run, then the earlier); ``point`` when that span has no pause. Middle of a run ``[lo, hi)``:
-    ``lo + (hi - lo) // 2``."""
+    ``point`` among the states ``[point - window, point + window]`` (every state when ``window`` is None;
+    clipped to that span; ties: the longer run, then the earlier); None when that span has no pause. Middle
+    of a run ``[lo, hi)``: ``lo + (hi - lo) // 2``."""
     p = np.asarray(speech_prob, dtype=np.float64).reshape(-1)
-    lo_s, hi_s = max(0, point - window), min(p.size, point + window + 1)
+    lo_s, hi_s = (0, p.size) if window is None else (max(0, point - window), min(p.size, point + window + 1))
     runs = []
     j = lo_s
     while j < hi_s:
@@ -76,7 +81,7 @@ def pause_point(speech_prob: torch.Tensor | np.ndarray, point: int, threshold: f
         else:
             j += 1
     if not runs:
-        return point
+        return None
 
     def dist(r: tuple[int, int]) -> int:
         return 0 if r[0] <= point < r[1] else min(abs(point - r[0]), abs(point - (r[1] - 1)))
@@ -87,7 +92,7 @@ def pause_point(speech_prob: torch.Tensor | np.ndarray, point: int, threshold: f
 
 def find_restart_point(attn: torch.Tensor, *, ctc_labels=None, blank: int = 0, speech_prob=None,
                        threshold: float = 0.5, last_tokens: int = RESTART_LAST_TOKENS,
-                       window_states: int = RESTART_WINDOW_STATES) -> int | None:
+                       window_states: int = RESTART_WINDOW_STATES, search_all: bool = False) -> int | None:
     """Where the next sentence starts, in states from the finished sentence's first visible state (module
     docstring: attention, then the CTC token end, then the nearest pause).
 
@@ -96,13 +101,16 @@ def find_restart_point(attn: torch.Tensor, *, ctc_labels=None, blank: int = 0, s
             states it could attend; rows sum to 1.
         ctc_labels: ``(S,)`` greedy CTC label per state, or None (no CTC head).
         blank: the CTC blank id.
-        speech_prob: ``(S,)`` segmenter speech probability per state, or None.
+        speech_prob: ``(S,)`` segmenter speech probability per state, or None (no pause needed).
         threshold: the segmenter's speech threshold.
         last_tokens: rows of ``attn`` (the last written tokens) that locate the end.
         window_states: states searched around the attention estimate.
+        search_all: the pause search covers every state (a sentence that ended on partial input), not only
+            the window.
 
     Returns:
-        The restart state in ``[0, S]``, or None without written tokens.
+        The restart state in ``[0, S]``, or None without written tokens or, with ``speech_prob``, without a
+        pause within ``window_states`` of the estimate.
     """
     point = attention_end(attn, last_tokens)
     if point is None:
@@ -111,7 +119,9 @@ def find_restart_point(attn: torch.Tensor, *, ctc_labels=None, blank: int = 0, s
     if ctc_labels is not None and len(ctc_labels) == s:
         point = ctc_token_end(ctc_labels, point, blank, window_states)
     if speech_prob is not None and len(speech_prob) == s:
-        point = pause_point(speech_prob, point, threshold, window_states)
+        point = pause_point(speech_prob, point, threshold, None if search_all else window_states)
+        if point is None:
+            return None
     return max(0, min(s, point))
 
 
