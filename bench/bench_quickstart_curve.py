@@ -28,14 +28,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from provenance import run_record
+from provenance import finish_record, run_record
 
 from mmst.cli_help import ArgumentParser
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = "recipes/synthetic/conf/train_xs.yaml"
-DEPENDS_ON = ("bench/bench_quickstart_curve.py", "recipes/synthetic/conf/train_xs.yaml", "mmst/models/", "mmst/training/", "mmst/data/",
-              "mmst/losses.py", "mmst/simultaneous/", "mmst/evaluation/", "eval/simultaneous_eval.py")
+DEPENDS_ON = ("bench/bench_quickstart_curve.py", "recipes/synthetic/conf/train_xs.yaml")
 LANGS = "de,es,fr,ja"
 
 
@@ -117,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             tests.setdefault(str(u), {})[split] = {
                 "avg": round(s["average"]["BLEU"], 2),
                 "per_lang": {lang: round(v["BLEU"], 2) for lang, v in s["per_lang"].items()}}
-    res = {"provenance": record, "train_command": " ".join(cmd[1:]), "overrides": a.overrides, "dev_curve": curve,
+    res = {"provenance": finish_record(record), "train_command": " ".join(cmd[1:]), "overrides": a.overrides, "dev_curve": curve,
            "dev_margin": a.dev_margin, "chosen_update": chosen_update(curve, a.dev_margin), "test_wait3": tests}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=1) + "\n")

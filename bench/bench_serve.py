@@ -56,13 +56,14 @@ from pathlib import Path
 import numpy as np
 import psutil
 import soundfile as sf
-from provenance import RESULTS_DIR, run_record
+from provenance import RESULTS_DIR, finish_record, run_record
 
 from mmst.cli_help import ArgumentParser, add_model_arguments
 from mmst.serve.loadtest import run_clients, summarize_clients
 from mmst.serve.protocol import DEFAULT_MAX_RATE
 
-#: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
+#: The paths this benchmark uses: the script, and the server's code and page (the server process is stopped with
+#: SIGTERM, so it cannot record its own imports); the modules the script imports are recorded at run time.
 DEPENDS_ON = (
     "bench/bench_serve.py",
     "mmst/serve/",
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
                    "talks": [str(w) for w in wavs], "frame_ms": 100, "sample_format": "int16",
                    "server_args": base[4:], "realtime_p95_ms": RT_P95_MS, "cpus": os.cpu_count(),
                    "flood_clients": args.flood_clients, "cost_reps": args.cost_reps, "note": args.note},
-        "provenance": record,
+        "provenance": finish_record(record),
     }
     Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
     print(table(res))

@@ -63,22 +63,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from provenance import REPO, RESULTS_DIR, run_record
+from provenance import REPO, RESULTS_DIR, finish_record, run_record
 
 from mmst.cli_help import ArgumentParser
 from mmst.distributed.env import find_free_port
 from mmst.distributed.report import loss_at_time, read_log, reference_target, run_summary, time_to_target
 
-#: The source paths this benchmark exercises (recorded with their digests in ``provenance.depends_on``).
-DEPENDS_ON = (
-    "bench/bench_stragglers_mmst.py",
-    "mmst/distributed/",
-    "mmst/training/",
-    "mmst/models/",
-    "mmst/data/",
-    "mmst/losses.py",
-    "mmst/features.py",
-)
+#: The paths this benchmark runs without importing them; the repository modules that it and its child processes
+#: import are recorded at run time (``provenance.depends_on``, bench/provenance.py).
+DEPENDS_ON = ("bench/bench_stragglers_mmst.py",)
 
 SCENARIOS = {"ln0.5": ["--straggler-delay", "lognormal:cv=0.5", "distributed.options.straggler_fraction=1.0"],
              "slow": []}
@@ -523,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     gl = goals(summ)
     tab = table(agg, summ, gl)
     print(tab)
-    out = {"summary": summ, "goals": gl, "provenance": record,
+    out = {"summary": summ, "goals": gl, "provenance": finish_record(record),
            "config": {**{k: v for k, v in vars(a).items()}, "data": str(data_arg), "workers": ws, "scenarios": scens, "modes": modes,
                       "seeds": list(seeds),
                       "oversubscribed_seeds": a.oversubscribed_seeds, "samples_per_microbatch": spm,

@@ -31,7 +31,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from provenance import run_record
+from provenance import finish_record, run_record
 
 from mmst.cli_help import ArgumentParser
 from mmst.provenance import unknown_dependencies
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         rc = subprocess.run(cmd, cwd=REPO).returncode
         wall = time.perf_counter() - t0
     used = args.pytest_args if (args.pytest_args or args.junit is not None) else MAKE_TEST_ARGS
-    out = {"provenance": record, "pytest_args": used, "exit_code": rc,
+    out = {"provenance": finish_record(record), "pytest_args": used, "exit_code": rc,
            **summarize(parse_junit(xml), wall, args.top)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")

@@ -5,15 +5,19 @@ number in the docs can be traced to the run that produced it (development machin
 AVX-512/AMX Intel and AVX2 AMD CPUs, and throughput moves by about 2x between them).
 
 Call :func:`run_record` when the run starts (the commit it records is the code that ran), with the
-source paths the run exercises: they are recorded with their content digests (``provenance.depends_on``,
+paths the run uses without importing them (the script itself first; configs, a served page): it snapshots the
+repository's files. :func:`write_results` then records the repository modules that the run and its child
+processes imported, with their digests at the start (``provenance.depends_on``,
 :func:`mmst.provenance.dependency_record`), and ``python tools/render_docs.py --stale`` names the results whose
-code has changed since.
+code has changed since, file by file.
 
 Usage (bench scripts put ``bench/`` on ``sys.path`` by being run as ``python bench/<script>.py``)::
 
-    from provenance import run_record
-    DEPENDS_ON = ("bench/bench_x.py", "mmst/models/")
-    out = {"provenance": run_record(depends_on=DEPENDS_ON), ...}
+    from provenance import run_record, write_results
+    DEPENDS_ON = ("bench/bench_x.py",)
+    record = run_record(depends_on=DEPENDS_ON)       # first thing in main()
+    ...                                              # the measurement
+    write_results(out, {"provenance": record, ...})  # adds what ran
 
 or from the shell, to stamp a JSON written by another tool::
 
@@ -31,10 +35,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mmst.provenance import cpu_flags, cpu_model, dependency_record, git_commit, machine, run_record
+from mmst.provenance import (
+    cpu_flags,
+    cpu_model,
+    dependency_record,
+    finish_record,
+    git_commit,
+    machine,
+    run_record,
+)
 
 __all__ = ["RECIPE_DEPENDS_ON", "RESULTS_DIR", "cpu_flags", "cpu_model", "dependency_record", "expand_depends_on",
-           "git_commit", "machine", "run_record", "stamp", "write_results"]
+           "finish_record", "git_commit", "machine", "run_record", "stamp", "write_results"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,7 +81,10 @@ def write_results(path: str | os.PathLike[str], obj: dict[str, Any], indent: int
                   ensure_ascii: bool = True) -> Path:
     """Write a benchmark's results ``obj`` (with its ``provenance`` record) as JSON to ``path``, with a final
     newline, creating the folder; print ``wrote PATH``; return the path. ``indent`` and ``ensure_ascii``
-    go to :func:`json.dumps`."""
+    go to :func:`json.dumps`. The record, taken by :func:`run_record` when the run started, first gets the
+    modules the run imported (:func:`mmst.provenance.finish_record`)."""
+    if isinstance(obj.get("provenance"), dict):
+        finish_record(obj["provenance"])
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(obj, indent=indent, ensure_ascii=ensure_ascii) + "\n")
@@ -84,14 +99,15 @@ def stamp(path: str | os.PathLike[str], command: str, date: str | None = None,
     Use it for JSON that another tool wrote (e.g. ``scores.json`` of ``eval/simultaneous_eval.py``).
     ``date`` overrides the recorded date (ISO 8601) when the run happened earlier than the stamping;
     ``depends_on`` lists the source paths the run exercised, a recipe of :data:`RECIPE_DEPENDS_ON` standing for
-    its list (stamp right after the run, so that their digests are those of the code that ran).
+    its list (stamp right after the run, so that their digests are those of the code that ran; the stamping
+    process's own imports are not recorded).
     Raises ``ValueError`` when the file does not hold a JSON object or a dependency path holds no file.
     """
     p = Path(path)
     data = json.loads(p.read_text())
     if not isinstance(data, dict):
         raise ValueError(f"{p}: expected a JSON object, found {type(data).__name__}")
-    rec = run_record(command, depends_on=expand_depends_on(depends_on) if depends_on else None)
+    rec = run_record(command, depends_on=expand_depends_on(depends_on) if depends_on else None, imports=False)
     if date:
         rec["date"] = date
     data["provenance"] = rec

@@ -26,6 +26,8 @@ def test_bench_train_quick(tmp_path):
     """Slow: the training benchmark at its quick size, with the profiler, in a subprocess."""
     out = tmp_path / "train.json"
     stdout = _run(["bench/bench_train.py", "--quick", "--profile", "--out", str(out)])
+    # the record names the model's files, which only the worker process (bench_train.py --worker) imports
+    assert "mmst/models/encoder.py" in json.loads(out.read_text())["provenance"]["depends_on"]["paths"]
     res = json.loads(out.read_text())["results"][0]
     prof = res["profile"]  # --profile: 3 more updates under torch.profiler
     assert set(prof["shares"]) == {"matmul", "elementwise", "loss", "optimizer", "data"}

@@ -44,12 +44,12 @@ def test_files_digest_is_sha256_of_the_sorted_sha256sum_listing():
     assert provenance.files_digest([]) == _sha(b"")
 
 
-def test_dependency_record_per_path_and_total(tmp_path):
+def test_folder_record_of_the_old_form_per_path_and_total(tmp_path):
     (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
     (tmp_path / "pkg" / "m.py").write_bytes(b"A = 1\n")
     (tmp_path / "pkg" / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"\0junk")
     (tmp_path / "run.py").write_bytes(b"print(1)\n")
-    rec = provenance.dependency_record(["pkg/", "run.py"], provenance.tree_files(tmp_path))
+    rec = provenance.folder_record(["pkg/", "run.py"], provenance.tree_files(tmp_path))
     m, run = _sha(b"A = 1\n"), _sha(b"print(1)\n")
     assert rec["paths"] == {"pkg/": _sha(f"{m}  pkg/m.py\n".encode()), "run.py": _sha(f"{run}  run.py\n".encode())}
     assert rec["digest"] == provenance.files_digest([("pkg/m.py", b"A = 1\n"), ("run.py", b"print(1)\n")])
@@ -63,6 +63,27 @@ def test_dependency_record_per_path_and_total(tmp_path):
     assert provenance.changed_dependencies(rec, read) == ["pkg/", "run.py"]
     assert provenance.changed_dependencies(None) is None
     assert provenance.changed_dependencies(provenance.unknown_dependencies(["pkg/"], "why")) is None
+    with pytest.raises(ValueError, match="'nope/' holds no file"):
+        provenance.folder_record(["nope/"], read)
+    with pytest.raises(ValueError, match="no paths"):
+        provenance.folder_record([], read)
+
+
+def test_dependency_record_one_digest_per_file(tmp_path):
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "a.yaml").write_bytes(b"lr: 1\n")
+    (tmp_path / "run.py").write_bytes(b"print(1)\n")
+    read = provenance.tree_files(tmp_path)
+    rec = provenance.dependency_record(["conf/", "run.py"], read)
+    yaml_d, run_d = _sha(b"lr: 1\n"), provenance.source_digest("run.py", b"print(1)\n")
+    assert rec == {"form": "files", "paths": {"conf/a.yaml": yaml_d, "run.py": run_d}, "declared": ["conf/", "run.py"],
+                   "digest": _sha(f"{yaml_d}  conf/a.yaml\n{run_d}  run.py\n".encode())}
+    assert provenance.changed_dependencies(rec, read) == []
+    (tmp_path / "conf" / "b.yaml").write_bytes(b"lr: 2\n")  # a config added to a declared folder
+    (tmp_path / "run.py").write_bytes(b"print(2)\n")
+    assert provenance.changed_dependencies(rec, read) == ["run.py", "conf/b.yaml"]
+    (tmp_path / "conf" / "a.yaml").unlink()
+    assert provenance.changed_dependencies(rec, read) == ["conf/a.yaml", "run.py", "conf/b.yaml"]
     with pytest.raises(ValueError, match="'nope/' holds no file"):
         provenance.dependency_record(["nope/"], read)
     with pytest.raises(ValueError, match="no paths"):
@@ -81,8 +102,8 @@ def test_stamp_records_a_recipe_s_dependencies(tmp_path):
     bench_provenance.stamp(p, "bash recipes/synthetic/run_compare.sh", depends_on=["recipes/synthetic/run_compare.sh"])
     dep = json.loads(p.read_text())["provenance"]["depends_on"]
     want = bench_provenance.RECIPE_DEPENDS_ON["recipes/synthetic/run_compare.sh"]
-    assert list(dep["paths"]) == list(want) and "mmst/models/" in want
-    assert dep == provenance.dependency_record(want)
+    assert dep["declared"] == list(want) and "mmst/models/" in want and "mmst/models/encoder.py" in dep["paths"]
+    assert dep == provenance.dependency_record(want)  # declared only: the stamping process's imports are not
 
 
 def _writer_lists() -> dict[str, list[str]]:
@@ -177,7 +198,7 @@ def test_changed_dependency_is_listed_and_the_docs_say_so(tree, capsys):
     fresh = doc.read_text()
     feats = tree / "mmst" / "features.py"
     original = feats.read_bytes()
-    feats.write_bytes(original + b"\n# one more line\n")
+    feats.write_bytes(original + b"\nONE_MORE_LINE = 1\n")
 
     assert _stale_cli(tree, capsys) == [
         "docs/results/features.json: measured at commit 0123456789; changed since: mmst/features.py",

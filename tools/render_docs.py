@@ -13,12 +13,15 @@ that turns it into Markdown. The marker ``<!-- generated:config-keys -->`` ... `
 :mod:`mmst.training.config` (the same text as ``mmst-train --help``); ``generated:results-index`` (in
 ``docs/index.md``) lists every results JSON with its run and its freshness.
 
-Freshness: each JSON's ``provenance.depends_on`` lists the source paths its run exercised and their digests at
-measurement time (:mod:`mmst.provenance`). When a digest no longer matches the tree, the JSON is *stale*: the
-code it measures has changed since. A stale table gets one rendered line under it (``**Stale:** measured at
-commit X; the code it measures has changed since``); a JSON without the record counts as stale too
-(dependencies unknown). Staleness is information, not an error: ``--check`` compares the tables with their JSON
-and ignores those lines and the index's freshness column; a fresh render writes them.
+Freshness: each JSON's ``provenance.depends_on`` holds a digest of every file its run used: the modules it
+imported and the paths its writer declared (:mod:`mmst.provenance`; records of the old form hold one digest per
+declared folder). When a digest no longer matches the tree, the JSON is *stale*: the code it measures has
+changed since, and the files that changed are named. A stale table gets one rendered line under it
+(``**Stale:** measured at commit X; the code it measures has changed since (`file`, ...)``); a JSON without the
+record counts as stale too (dependencies unknown). A JSON with a top-level ``"superseded_by": "NAME.json"`` is an
+archived run that a later one replaced: it shows as superseded, never as stale. Staleness is information, not an
+error: ``--check`` compares the tables with their JSON and ignores the stale lines and the index's freshness
+column; a fresh render writes them.
 
 Usage::
 
@@ -48,7 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
 sys.path.insert(0, str(REPO))  # this checkout's mmst, also where it is not installed (a tarball, a shallow clone)
 
-from mmst.provenance import changed_dependencies, tree_files  # noqa: E402
+from mmst.provenance import changed_dependencies, is_folder_form, tree_files  # noqa: E402
 
 MARKER = re.compile(r"<!-- (results|generated):([A-Za-z0-9_.-]+) -->\n(.*?)<!-- /\1:\2 -->", re.S)
 OPEN = re.compile(r"<!-- (results|generated):([A-Za-z0-9_.-]+) -->")
@@ -960,6 +963,30 @@ def test_durations_totals(d: Mapping[str, Any]) -> str:
             f"`{args}`" + (f"; {note}" if note else "") + ".")
 
 
+def policies_summary(d: Mapping[str, Any], full: str) -> str:
+    """The summary of a policy comparison (``mmst-policy-results``): on the offline-trained model, the
+    languages where an adaptive policy beats wait-k at wait-k's own latency, per k, the range of the sweeps,
+    and the best policy per language; then a link to the full tables ``full`` (its Markdown)."""
+    s, langs = d["summary"], d["langs"]
+    metric = s.get("metric", "AL")
+    corr = s.get("correction")
+    tie = (f"a win not significant after Holm's correction over the {corr['tests']} paired bootstrap tests of the "
+           f"table is a tie" if corr else "a win inside the paired bootstrap interval is a tie")
+    ks = list(s["langs_adaptive_beats_waitk_offline_model"])
+    out = [f"Test set: {d['split']}, first {d['n_utterances']} utterances.",
+           f"Languages (of {len(langs)}) where an adaptive policy scores more BLEU than wait-k at wait-k's own "
+           f"{metric} (offline-trained model; {tie}): "
+           + ", ".join(f"k={k[1:]}: **{s['langs_adaptive_beats_waitk_offline_model'][k]}**" for k in ks) + "."]
+    if s.get("points_per_policy_min") is not None:
+        out.append(f"Over every point of every sweep: lowest LAAL {num(s['min_laal_ms'], '{:.0f}')} ms, length ratio "
+                   f"{num(s['min_length_ratio'])} to {num(s['max_length_ratio'])}, at least "
+                   f"{s['points_per_policy_min']} points per policy.")
+    out.append(md_table(["lang", *(f"best at k={k[1:]} {metric}" for k in ks)],
+                        [[lang, *(s["best_policy_per_lang"][lang][k] for k in ks)] for lang in langs]))
+    out.append(f"Full tables: [{full}](results/{full}).")
+    return "\n\n".join(out)
+
+
 @dataclass(frozen=True)
 class Table:
     """A rendered table: its JSON under ``docs/results/`` and the function that formats it."""
@@ -1020,6 +1047,7 @@ TABLES: dict[str, Table] = {
     "train-threads": Table("train_threads.json", train_threads),
     "train-threads-run2": Table("train_threads_run2.json", train_threads),
     "serve": Table("serve.json", serve_table),
+    "policies-hard": Table("policies_hard.json", lambda d: policies_summary(d, "policies_hard.md")),
 }
 
 
@@ -1063,25 +1091,45 @@ GENERATED: dict[str, Callable[[], str]] = {"config-keys": config_keys, "model-si
 # ----------------------------------------------------------------------------------------------- sources
 @dataclass(frozen=True)
 class Freshness:
-    """Whether the code a results JSON measured has changed since: ``changed`` lists the dependency paths
-    whose digest differs now (``[]``: current), ``None`` when the JSON records no dependencies."""
+    """Whether the code a results JSON measured has changed since: ``changed`` lists the files (folders, for a
+    record of the old form: ``folders``) whose digest differs now (``[]``: current), ``None`` when the JSON
+    records no dependencies; ``superseded_by`` names the results file that replaced an archived one."""
 
     name: str
     commit: str | None
     changed: list[str] | None
     note: str | None = None
+    superseded_by: str | None = None
+    folders: bool = False
 
     @property
     def stale(self) -> bool:
-        """True when the code changed since, or when nobody knows (no dependency record)."""
-        return self.changed is None or bool(self.changed)
+        """True when the code changed since, or when nobody knows (no dependency record); never for a
+        superseded result."""
+        return not self.superseded_by and (self.changed is None or bool(self.changed))
 
-    def describe(self, why: bool = True) -> str:
-        """``current``, ``changed since: `a`, `b``` or ``dependencies unknown`` (with the record's note when
-        ``why``)."""
+    def describe(self, why: bool = True, limit: int | None = None) -> str:
+        """``current``, ``changed since: `a`, `b```, ``dependencies unknown`` (with the record's note when
+        ``why``) or ``superseded by `x.json```; ``limit`` names at most that many files, then counts the rest."""
+        if self.superseded_by:
+            return f"superseded by `{self.superseded_by}`"
         if self.changed is None:
             return "dependencies unknown" + (f" ({self.note})" if self.note and why else "")
-        return "changed since: " + ", ".join(f"`{c}`" for c in self.changed) if self.changed else "current"
+        if not self.changed:
+            return "current"
+        return ("changed since: " + files_text(self.changed, limit)
+                + (" (folder digests of the old form)" if self.folders else ""))
+
+
+#: How many changed files a stale line and the results index name (``--stale`` names every one).
+SHOWN_FILES = 6
+
+
+def files_text(paths: Sequence[str], limit: int | None = None) -> str:
+    """```a`, `b``` for ``paths``; with ``limit``, at most that many and ``and N more``."""
+    shown = list(paths if limit is None else paths[:limit])
+    more = len(paths) - len(shown)
+    return ", ".join(f"`{p}`" for p in shown) + (f" and {more} more" if more else "")
 
 
 class Sources:
@@ -1115,17 +1163,27 @@ class Sources:
         dep = prov.get("depends_on")
         note = dep.get("note") if isinstance(dep, Mapping) else None
         commit = (prov.get("git_commit") or "").split("-")[0][:10] or None
-        return Freshness(name, commit, changed_dependencies(dep, self._read, self._digests), note)
+        later = data.get("superseded_by") if isinstance(data, Mapping) else None
+        if later is not None and not (isinstance(later, str) and (self.results / later).is_file()):
+            raise RenderError(f"docs/results/{name}: superseded_by {later!r} names no results file in docs/results")
+        return Freshness(name, commit, changed_dependencies(dep, self._read, self._digests), note, later,
+                         isinstance(dep, Mapping) and bool(dep.get("digest")) and is_folder_form(dep))
 
 
 def stale_line(f: Freshness) -> str:
-    """The line under a stale table (``""`` for a current one)."""
+    """The line under a stale or superseded table (``""`` for a current one)."""
+    if f.superseded_by:
+        return (f"**Superseded:** by `docs/results/{f.superseded_by}`; this archived run is kept as measured "
+                f"and is not rerun.")
     if not f.stale:
         return ""
     at = f"measured at commit `{f.commit}`" if f.commit else "measured at an unrecorded commit"
     if f.changed is None:
         return f"**Stale:** {at}; the code it measures may have changed since (its dependencies are not recorded)."
-    return f"**Stale:** {at}; the code it measures has changed since ({', '.join(f'`{c}`' for c in f.changed)})."
+    old = "; folder digests of the old form" if f.folders else ""
+    more = "; `python tools/render_docs.py --stale` lists them all" if len(f.changed) > SHOWN_FILES else ""
+    return (f"**Stale:** {at}; the code it measures has changed since ({files_text(f.changed, SHOWN_FILES)}{old}"
+            f"{more}).")
 
 
 def _script(command: str) -> str:
@@ -1151,7 +1209,8 @@ def results_index(sources: Sources) -> str:
         prov = sources.load(name).get("provenance") or {}
         f = sources.freshness(name)
         rows.append([f"`{name}`", ", ".join(sorted(shown.get(name, ()))) or "-", f"`{_script(prov.get('command', '?'))}`",
-                     str(prov.get("date", "?"))[:10], f"`{f.commit}`" if f.commit else "-", f.describe(why=False)])
+                     str(prov.get("date", "?"))[:10], f"`{f.commit}`" if f.commit else "-",
+                     f.describe(why=False, limit=SHOWN_FILES)])
     return md_table(["results file", "shown in", "written by", "date", "commit", "freshness"], rows)
 
 
@@ -1260,11 +1319,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"render_docs: error: {e}", file=sys.stderr)
             return 2
         stale = [f for f in every if f.stale]
-        for f in stale:
+        archived = [f for f in every if f.superseded_by]
+        for f in stale + archived:
             at = f"measured at commit {f.commit}" if f.commit else "no commit recorded"
             print(f"docs/results/{f.name}: {at}; {f.describe().replace('`', '')}")
-        print(f"{len(stale)} of {len(every)} results files stale" if stale else
-              f"all {len(every)} results files current")
+        also = f" ({len(archived)} superseded)" if archived else ""
+        print(f"{len(stale)} of {len(every)} results files stale{also}" if stale else
+              f"none of {len(every)} results files stale{also}" if archived else f"all {len(every)} results files current")
         return 0
     if a.list:
         for name, t in TABLES.items():
