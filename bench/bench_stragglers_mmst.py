@@ -27,11 +27,14 @@ Reported per (W, scenario, mode), as seed means (``--seeds``):
 * predictions beside measurements: DropCompute's ``tau_info`` (the Eq. 4-7 model evaluated on the
   micro-batch times recorded during its ``auto`` steps) predicts its drop rate, its effective samples/s
   and, from the same recorded times, the synchronous (DDP) samples/s; the table shows each next to
-  the measured value and the relative error;
+  the measured value (seed means). The relative error of the predicted samples/s is taken per run (a
+  DDP run against the prediction of the DropCompute run of the same seed), and a row reports the
+  largest over its runs (``pred_error_samples_per_s``; each run's in ``pred_error_samples_per_s_runs``);
 * a dev-loss-vs-time plot (first seed).
 
-Throughput, drop rate and overshoot count the log windows from update ``--auto-steps`` on, in every
-mode (DropCompute records with tau = inf until then).
+Throughput, drop rate and overshoot count the log windows from update ``--auto-warmup-steps`` +
+``--auto-steps`` on, in every mode (DropCompute runs with tau = inf until then: warm-up steps unrecorded,
+then the recorded ones).
 
 A row whose processes outnumber the machine's cores (W = 4 on 2 cores; the parameter server's extra
 process at W = 2) is labelled ``oversubscribed``: ranks share cores, so the injected delays (sleeps)
@@ -193,7 +196,8 @@ def run_one(a: argparse.Namespace, w: int, mode: str, scen: str | None, seed: in
         if scen == "slow":
             args += ["--slow-rank", f"{w if mode == 'param-server' else w - 1}:2"]
         if mode == "dropcompute":
-            args += ["--compute-threshold", "auto", f"distributed.options.auto_steps={a.auto_steps}"]
+            args += ["--compute-threshold", "auto", f"distributed.options.auto_steps={a.auto_steps}",
+                     f"distributed.options.auto_warmup_steps={a.auto_warmup_steps}"]
         if mode == "dropcompute-inf":
             args += ["--compute-threshold", "inf"]
         procs = launch_commands(a.launcher, nproc, args)
@@ -207,7 +211,7 @@ def run_one(a: argparse.Namespace, w: int, mode: str, scen: str | None, seed: in
         row["error"] = f"exit {rc}: {why[:300]}"
         return row
     try:
-        row.update(run_summary(read_log(save / "train_log.jsonl"), w, a.update_freq, measure_from=a.auto_steps))
+        row.update(run_summary(read_log(save / "train_log.jsonl"), w, a.update_freq, measure_from=a.auto_warmup_steps + a.auto_steps))
     except (OSError, ValueError) as e:
         row["error"] = str(e)
     m = re.search(r"(\d+) train utterances \((\d+) batches/epoch\)", out)
@@ -233,11 +237,25 @@ def _rel_err(pred: float | None, meas: float | None) -> float | None:
     return abs(pred / meas - 1.0) if pred is not None and meas else None
 
 
+def _run_pred_error(run: dict[str, Any], dc_info: dict[str, Any] | None, w: int, update_freq: int) -> float | None:
+    """Relative error of one run's predicted micro-batches/s: a DropCompute run against its own ``tau_info``
+    (``speed``), a DDP run against the synchronous rate ``W M / sync_step_s`` predicted by the DropCompute run of
+    the same seed (``dc_info``); None for other modes or without a prediction."""
+    if run["mode"] == "dropcompute":
+        pred = (run.get("tau_info") or {}).get("speed")
+    elif run["mode"] == "ddp" and dc_info and dc_info.get("sync_step_s"):
+        pred = w * update_freq / dc_info["sync_step_s"]
+    else:
+        return None
+    return _rel_err(pred, run.get("microbatches_per_s"))
+
+
 def aggregate(rows: list[dict[str, Any]], targets: dict[int, float], spm: float, cores: int,
               update_freq: int) -> list[dict[str, Any]]:
     """Per (W, scenario, mode): seed means of samples/s and drop rate, the median time to target and dev loss
     at DDP's time to target over the curve seeds, the predictions of DropCompute's ``tau_info`` (seed means)
-    beside the measurements, and ratios to DDP (module docstring)."""
+    beside the measurements, the relative error of the predicted samples/s per run and its maximum over the
+    runs, and ratios to DDP (module docstring)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         if r["mode"] != "none":
@@ -245,6 +263,9 @@ def aggregate(rows: list[dict[str, Any]], targets: dict[int, float], spm: float,
     # DDP's time to target per (W, scenario, seed): the time at which every mode's loss is compared
     ddp_ttt = {(r["W"], r["scenario"], r["seed"]): time_to_target(r["curve"], targets[r["W"]])
                for r in rows if r["mode"] == "ddp" and "error" not in r and r["curve_run"] and r["W"] in targets}
+    # each DropCompute run's model predictions, by (W, scenario, seed): a DDP run is compared with the same seed's
+    dc_info = {(r["W"], r["scenario"], r["seed"]): r["tau_info"] for r in rows
+               if r["mode"] == "dropcompute" and "error" not in r and r.get("tau_info")}
     out = []
     for (w, scen, mode), rs in groups.items():
         ok = [r for r in rs if "error" not in r]
@@ -270,6 +291,9 @@ def aggregate(rows: list[dict[str, Any]], targets: dict[int, float], spm: float,
                "pred_sync_samples_per_s": (_mean([w * update_freq / i["sync_step_s"] for i in infos
                                                   if i.get("sync_step_s")]) or 0.0) * spm if infos else None,
                "pred_overshoot_s": _mean([i.get("overshoot_s") for i in infos])}
+        errs = [e for r in ok if (e := _run_pred_error(r, dc_info.get((w, scen, r["seed"])), w, update_freq)) is not None]
+        agg["pred_error_samples_per_s_runs"] = errs
+        agg["pred_error_samples_per_s"] = max(errs) if errs else None
         out.append(agg)
     by = {(r["W"], r["scenario"], r["mode"]): r for r in out}
     for r in out:
@@ -281,7 +305,6 @@ def aggregate(rows: list[dict[str, Any]], targets: dict[int, float], spm: float,
         dc = by.get((r["W"], r["scenario"], "dropcompute"))
         if r["mode"] == "ddp" and dc:  # DDP's prediction comes from DropCompute's recorded synchronous steps
             r["pred_samples_per_s"] = dc["pred_sync_samples_per_s"]
-        r["pred_error_samples_per_s"] = _rel_err(r.get("pred_samples_per_s"), r["samples_per_s"])
     order = MODES + CONTROL_MODES
     return sorted(out, key=lambda r: (r["W"], r["scenario"], order.index(r["mode"])))
 
@@ -290,7 +313,8 @@ def summary(agg: list[dict[str, Any]], curve_seeds: int) -> dict[str, Any]:
     """The headline numbers: the original keys at the largest W (W = 4 in the full run, oversubscribed on
     2 cores; CV 0.5, slow rank for the parameter server), and the ``*_slow_w2`` keys at W = 2 with one 2x
     slow rank (one core per rank on 2 cores). ``prediction_error_samples_per_s_max``: the largest relative
-    error of the predicted samples/s over the DDP and DropCompute rows at W = 2. ``curve_seeds``: curve
+    error of the predicted samples/s over every run of the DDP and DropCompute rows at W = 2 (per run, never of
+    seed means). ``curve_seeds``: curve
     runs per row (the time to target is their median)."""
     w = max((r["W"] for r in agg), default=None)
     by = {(r["scenario"], r["mode"]): r for r in agg if r["W"] == w}
@@ -419,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--update-freq", type=int, default=2, help="M micro-batches per data rank per update")
     p.add_argument("--max-tokens", type=int, default=None, help="padded frames per micro-batch (default 4000; quick 1500)")
     p.add_argument("--auto-steps", type=int, default=None, help="DropCompute auto-tau recording steps (default 5; quick 2)")
+    p.add_argument("--auto-warmup-steps", type=int, default=None,
+                   help="DropCompute auto-tau: updates run before the recorded ones and not recorded (default 5, as the "
+                        "paper's reference code; quick 0)")
     p.add_argument("--tiny", action="store_true", help="tiny model overrides (implied by --quick)")
     p.add_argument("--train-overrides", default="",
                    help="extra mmst-train key=value overrides of every run, space-separated (e.g. on one GPU: "
@@ -462,9 +489,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--log-every must divide --valid-every and --throughput-updates, with two windows per throughput run")
     a.max_tokens = a.max_tokens or (1500 if q else 4000)
     a.auto_steps = a.auto_steps or (2 if q else 5)
-    first = -(-a.auto_steps // a.log_every) * a.log_every  # first measured window starts here
+    if a.auto_warmup_steps is None:
+        a.auto_warmup_steps = 0 if q else 5
+    start = a.auto_warmup_steps + a.auto_steps
+    first = -(-start // a.log_every) * a.log_every  # first measured window starts here
     if first + a.log_every > min(a.throughput_updates, a.updates):
-        p.error(f"runs too short: throughput is measured from update {a.auto_steps} (--auto-steps) on, in windows of "
+        p.error(f"runs too short: throughput is measured from update {start} (--auto-warmup-steps + --auto-steps) on, "
+                "in windows of "
                 f"--log-every {a.log_every}; train at least {first + a.log_every} updates")
     t0 = time.time()
     record = run_record(depends_on=DEPENDS_ON)
