@@ -276,7 +276,8 @@ class DistributedSection:
 
     options: dict[str, Any] = _f(default_factory=dict, doc="options of the --distributed strategy "
                                  "(see mmst.training.distributed): dist_timeout (s), backend, "
-                                 "compute_threshold (TAU s|auto|inf), auto_steps, max_drop_rate, "
+                                 "compute_threshold (TAU s|auto|inf), auto_steps, auto_warmup_steps (updates "
+                                 "run before the auto_steps recorded ones, default 5), max_drop_rate, "
                                  "max_staleness (SSP bound, default W workers; inf = none), lr_per_push "
                                  "(param-server learning rate of a push: per_worker (default, lr/W), full or "
                                  "staleness), staleness_lr (true = lr_per_push staleness), "
