@@ -28,8 +28,8 @@ Definitions (OmniSTEval's):
                                         first d_i >= |X|)
       YAAL  = 1/tau * sum_{i=1..tau} ( d_i - (i-1) / gamma )
 
-  i.e. LAAL without the first unit written after the end of the source; a sentence whose first unit comes
-  after the end is left out. The corpus value is the mean over sentences. ``YAAL_CA`` uses ``elapsed``.
+  i.e. LAAL without the first unit written at or after the end of the source; a sentence whose first unit
+  comes at or after the end is left out. The corpus value is the mean over sentences. ``YAAL_CA`` uses ``elapsed``.
 - **LongYAAL**: YAAL of each reference sentence after SoftSegmenter resegmentation, delays relative to
   the sentence's start, where the cut-off is the end of the recording's last reference sentence instead
   of the sentence's own end (so words written late, in the next sentence's time, still count).
