@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from serve_fixtures import END, START, FakeClock, FakeDriver, closed_code, serve_with, until
 
-from mmst.serve.client import encode_audio
+from mmst.serve.client import encode_audio, stream_audio
 from mmst.serve.limits import PaceBucket, RateLimitedLog, address_key, max_queue_frames
 from mmst.serve.protocol import (
     CLOSE_BAD_MESSAGE,
@@ -401,6 +401,22 @@ def test_a_failed_tick_closes_only_the_streams_whose_steps_failed(monkeypatch):
     out, health = serve_with(lambda langs: FakeDriver(), fn, idle_timeout_s=1000.0)
     assert calls[0] == 2 and health["errors"] == 1
     assert sorted(out) == [(1000, ["w3200"]), (CLOSE_INTERNAL_ERROR, [])]
+
+
+def test_client_measured_latency_contains_the_server_added_latency():
+    """A file client (3 s in 100 ms frames, sent as fast as its pace allows, so many frames are out
+    before the first word comes back): every word's client-measured latency runs from sending the
+    frame the server's ``added_ms`` starts from (received after it was sent) to receiving the word
+    (after the server sent it), so it is at least ``added_ms``; timed from the last frame sent instead,
+    the first words would come out below it."""
+
+    async def fn(url, port, server):
+        return await stream_audio(url, np.zeros(48000, np.float32), frame_ms=100.0, realtime=False)
+
+    res = serve_with(lambda langs: FakeDriver(), fn, tick_ms=0.0)
+    assert res.close_code == 1000 and len(res.lags_ms) == len(res.words) >= 1
+    for w, lag in zip(res.words, res.lags_ms):
+        assert lag >= w["added_ms"] - 0.1, (w, lag)
 
 
 # ---------------------------------------------------------------------------------------------- random clients

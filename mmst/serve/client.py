@@ -2,7 +2,9 @@
 
 :func:`stream_audio` opens ``ws://HOST:PORT/ws``, sends ``start``, the audio in frames (at real-time
 speed or faster, at a pace declared in ``start``), then ``end``, and collects every event until the
-server closes.
+server closes. It also measures each word's latency as the client sees it: from sending the frame
+that brought the stream past the word's ``start_ms`` to receiving the word, which includes what the
+server's ``added_ms`` leaves out (the network, websockets' buffers, the wait for the event loop).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +32,9 @@ class StreamResult:
         summary: the ``summary`` event (None when the stream was closed before it).
         close_code, close_reason: how the server closed the connection.
         events: every event, in order.
+        lags_ms: per word (same order as ``words``), the client-measured latency in ms: from sending the
+            frame whose end reached the word's ``start_ms`` (the last frame when none did) to receiving
+            the word (``time.monotonic``).
     """
 
     words: list[dict] = field(default_factory=list)
@@ -37,6 +43,7 @@ class StreamResult:
     close_code: int | None = None
     close_reason: str = ""
     events: list[dict] = field(default_factory=list)
+    lags_ms: list[float] = field(default_factory=list)
 
     def text(self, lang: str) -> str:
         """The words of ``lang`` joined by spaces."""
@@ -93,14 +100,20 @@ async def stream_audio(url: str, samples: np.ndarray, sample_rate: int = 16000, 
         if ready is not None:
             res.events.append(ready)
         lead_s = 0.5 * float(ready.get("max_ahead_s", 0.0)) if isinstance(ready, dict) else 0.0
+        sent_end_ms: list[float] = []  # per frame sent: the audio (ms) sent up to its end
+        sent_at: list[float] = []  # per frame sent: when (time.monotonic)
 
         async def receive() -> None:
             try:
                 async for message in ws:
+                    now = time.monotonic()
                     ev = json.loads(message)
                     res.events.append(ev)
                     if ev["type"] == "word":
                         res.words.append(ev)
+                        # the first frame whose end reaches start_ms (rounded to 0.1 ms by the server)
+                        i = min(bisect_left(sent_end_ms, float(ev["start_ms"]) - 0.05), len(sent_at) - 1)
+                        res.lags_ms.append(round((now - sent_at[i]) * 1000.0, 1) if i >= 0 else float("nan"))
                     elif ev["type"] == "segment_end":
                         res.segments.append(ev)
                     elif ev["type"] == "summary":
@@ -118,6 +131,8 @@ async def stream_audio(url: str, samples: np.ndarray, sample_rate: int = 16000, 
                     await asyncio.sleep(max(0.0, t0 + end_s - time.monotonic()))
                 else:  # at most lead_s ahead of the declared pace
                     await asyncio.sleep(max(0.0, t0 + (end_s - lead_s) / pace - time.monotonic()))
+                sent_end_ms.append(end_s * 1000.0)  # before the send: its word may come back before it returns
+                sent_at.append(time.monotonic())
                 await ws.send(encode_audio(samples[s:s + n], sample_format))
             await ws.send(json.dumps({"type": "end"}))
         except ConnectionClosed:
