@@ -29,8 +29,6 @@ def test_policies_recipe_on_tiny_models(tmp_path):
     for m in ("offline",):
         (exp / "models" / m).mkdir(parents=True)
         shutil.copy(tiny["ckpt"], exp / "models" / m / "checkpoint_last.pt")
-    docs = tmp_path / "policies.md"
-    docs.write_text("# x\n\n<!-- policies-results:start -->\nold\n<!-- policies-results:end -->\ntail\n")
     res_json, res_md = tmp_path / "res" / "p.json", tmp_path / "res" / "p.md"
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     cmd = ["bash", str(ROOT / "recipes/synthetic/run_policies_hard.sh"), "--exp-dir", str(exp), "--tgt-langs", "de,es",
@@ -38,7 +36,7 @@ def test_policies_recipe_on_tiny_models(tmp_path):
            "--edatt-args", "alpha=0.05,0.9,frames=1", "--la-args", "n=1,3", "--holdn-args", "multik:n=2 offline:n=1,8",
            "--ctcwaitk-args", "k=1,6", "--policies", "waitk alignatt-layer0 edatt la holdn ctcwaitk",
            "--results-json", str(res_json), "--results-md", str(res_md),
-           "--plot-dir", str(tmp_path / "img"), "--docs", str(docs)]
+           "--plot-dir", str(tmp_path / "img")]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "reusing" in p.stdout
@@ -57,9 +55,7 @@ def test_policies_recipe_on_tiny_models(tmp_path):
     # a per-model grid ("MODEL:GRID ...") sweeps the grid of that model
     assert [p["params"]["n"] for p in obj["sweeps"]["offline"]["holdn"]["points"]] == [1, 8]
     assert (tmp_path / "img" / "policies_hard_offline.png").stat().st_size > 1000
-    text = docs.read_text()
-    assert "old" not in text and "tail" in text and "best at k=3 LAAL" in text
-    assert "first 2 utterances" in res_md.read_text()
+    assert "first 2 utterances" in res_md.read_text() and "best at k=3 LAAL" in res_md.read_text()
     # resumable: a second run skips every finished sweep
     p2 = subprocess.run(cmd + ["--stage", "1", "--stop-stage", "2"], cwd=ROOT, env=env, capture_output=True, text=True,
                         timeout=600)

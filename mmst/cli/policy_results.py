@@ -11,15 +11,17 @@ policy's BLEU interpolated there on its sweep, with a paired bootstrap interval 
   some adaptive policy beats wait-k at wait-k's LAAL (outside the bootstrap noise), per k, names the best
   policy per language, and gives ``min_laal_ms``, ``min/max_length_ratio`` and ``points_per_policy_min``
   over every point of every sweep;
-- ``--out-md``: the same as tables; ``--plot-dir``: one BLEU-vs-AL/AL_CA figure per model;
-- ``--docs FILE``: replaces the text between ``<!-- policies-results:start -->`` and
-  ``<!-- policies-results:end -->`` in FILE with the summary tables.
+- ``--out-md``: the same as tables; ``--plot-dir``: one BLEU-vs-AL/AL_CA figure per model.
+
+The summary table of ``docs/policies.md`` is rendered from the JSON by ``python tools/render_docs.py``, like every
+results table (with its source and stale lines).
 
 Usage::
 
     mmst-policy-results --evals-dir exp/synthetic_hard/policies --models offline,multik \\
         --out-json docs/results/policies_hard.json --out-md docs/results/policies_hard.md \\
-        --plot-dir docs/images --docs docs/policies.md
+        --plot-dir docs/images
+    python tools/render_docs.py
 """
 
 from __future__ import annotations
@@ -30,8 +32,6 @@ import sys
 from pathlib import Path
 
 from mmst.cli_help import ArgumentParser
-
-START, END = "<!-- policies-results:start -->", "<!-- policies-results:end -->"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-md", default=None, help="results Markdown (required)")
     p.add_argument("--plot-dir", default=None, help="folder for <prefix>_<model>.png (required)")
     p.add_argument("--plot-prefix", default="policies_hard", help="plot file name prefix")
-    p.add_argument("--docs", default=None, help="Markdown file whose marked section receives the summary tables")
     return p
 
 
@@ -73,8 +72,6 @@ def main(argv: list[str] | None = None) -> int:
         render_markdown,
         summary,
     )
-    from mmst.evaluation.report import replace_marked_block
-
     if not (args.out_json and args.out_md and args.plot_dir):
         print("error: --out-json, --out-md and --plot-dir are needed", file=sys.stderr)
         return 1
@@ -130,18 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_text(Path(args.out_json), json.dumps(res, indent=1, ensure_ascii=False) + "\n")
     md = render_markdown(res)
     atomic_write_text(out_md, md)
-    if args.docs:
-        section = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
-        body = (f"<!-- rendered by mmst-policy-results from {args.out_json}; do not edit -->\n"
-                f"Test set: {res['split']}, first {res['n_utterances']} utterances; results of "
-                f"{res['provenance']['date']} (commit `{res['provenance']['git_commit']}`).\n{section.rstrip()}\n\n"
-                f"Full tables: [{out_md.name}](results/{out_md.name}).")
-        try:
-            replace_marked_block(args.docs, START, END, body)
-        except ValueError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-    print(f"wrote {args.out_json}, {out_md}" + (f", {args.docs}" if args.docs else ""))
+    print(f"wrote {args.out_json}, {out_md}")
     return 0
 
 

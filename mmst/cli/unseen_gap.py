@@ -10,7 +10,8 @@ Reads ``EVALS/<split>/<system>/seed<S>/`` (outputs of ``mmst-eval``), writes
 ``seen_bleu_change_best``, plus ``goal_met`` and ``complete``) and ``OUT.md``; see
 ``mmst/evaluation/unseen_gap.py``. With ``--models-dir`` the mean ``loader_wait_pct`` of each system's
 training logs (``MODELS/<system>/seed*/train_log.jsonl``) is reported too. Missing evaluations make a
-report marked partial. Exit status 1 with one ``error:`` line for bad input.
+report marked partial. Exit status 1 with one ``error:`` line for bad input. The tables of
+``docs/augmentation.md`` are rendered from the copied JSON by ``python tools/render_docs.py``.
 """
 
 from __future__ import annotations
@@ -43,13 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--command", default="", help="the command that produced the results (recorded)")
     p.add_argument("--out", required=True, help="output prefix: writes OUT.json and OUT.md")
     p.add_argument("--copy-to", default=None, help="also copy both files to this prefix (e.g. docs/results/augment)")
-    p.add_argument("--cost-json", default=None,
-                   help="bench/bench_train.py JSON whose augmentation row is rendered with --inject")
-    p.add_argument("--prep-json", default=None,
-                   help="speed_perturb_<split>.json of mmst-speed-perturb, rendered with --inject (prep cost)")
-    p.add_argument("--inject", default=None, metavar="DOC",
-                   help="replace the block between <!-- augment-results:begin --> and <!-- augment-results:end --> "
-                        "of this Markdown file by the main table (and the --cost-json row)")
     return p
 
 
@@ -68,15 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
     from mmst.evaluation.compare import CompareError
-    from mmst.evaluation.report import replace_marked_block
-    from mmst.evaluation.unseen_gap import (
-        collect,
-        cost_table,
-        prep_line,
-        provenance,
-        render_markdown,
-        unseen_gap_report,
-    )
+    from mmst.evaluation.unseen_gap import collect, provenance, render_markdown, unseen_gap_report
 
     systems = [s for s in args.systems.split(",") if s]
     seeds = [int(s) for s in args.seeds.split(",") if s]
@@ -107,18 +93,6 @@ def main(argv: list[str] | None = None) -> int:
         dst.parent.mkdir(parents=True, exist_ok=True)
         for suf in (".json", ".md"):
             shutil.copyfile(out.with_suffix(suf), dst.with_suffix(suf))
-    if args.inject:
-        md = render_markdown(report, args.title, desc or None, extra)
-        body = md.split("\n", 2)[2]  # without the title line
-        if args.cost_json:
-            body += "\n" + cost_table(json.loads(Path(args.cost_json).read_text(encoding="utf-8")))
-        if args.prep_json:
-            body += "\n" + prep_line(json.loads(Path(args.prep_json).read_text(encoding="utf-8")))
-        try:
-            replace_marked_block(args.inject, "<!-- augment-results:begin -->", "<!-- augment-results:end -->", body)
-        except (OSError, ValueError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
     print(json.dumps(report["summary"]))
     return 0
 

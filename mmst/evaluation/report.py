@@ -1,5 +1,4 @@
-"""Evaluation reports: ``scores.json``, ``scores.md`` (Markdown tables), the BLEU-vs-AL plot, and the
-marked results block of a docs page (:func:`replace_marked_block`).
+"""Evaluation reports: ``scores.json``, ``scores.md`` (Markdown tables) and the BLEU-vs-AL plot.
 
 ``scores.json`` layout (written by :func:`write_scores`)::
 
@@ -30,23 +29,6 @@ from mmst.evaluation.latency import LATENCY_METRICS
 TABLE_METRICS: tuple[str, ...] = ("BLEU", "chrF", "length_ratio", "YAAL") + LATENCY_METRICS
 #: The degeneracy diagnostics (OmniSTEval, percent) and their table order.
 DEGENERACY_METRICS: tuple[str, ...] = ("SWF", "EFSW", "DSPTV")
-
-
-def replace_marked_block(doc: str | os.PathLike[str], start: str, end: str, body: str) -> None:
-    """Replace the text between the first ``start`` marker of ``doc`` and the ``end`` marker after it with
-    ``body`` (its trailing white space cut to one newline); the markers stay. Written atomically.
-
-    Raises:
-        ValueError: ``doc`` lacks ``start``, or ``end`` after it (the message names the file and both).
-        OSError: ``doc`` cannot be read or written.
-    """
-    doc = Path(doc)
-    text = doc.read_text(encoding="utf-8")
-    head, found, rest = text.partition(start)
-    if not found or end not in rest:
-        raise ValueError(f"{doc}: markers {start} ... {end} not found")
-    tail = rest.split(end, 1)[1]
-    atomic_write_text(doc, f"{head}{start}\n{body.rstrip()}\n{end}{tail}")
 
 
 def _fmt(v: Any) -> str:

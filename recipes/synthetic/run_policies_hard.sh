@@ -27,8 +27,9 @@
 #   2  policy sweeps (eval/simultaneous_eval.py --policy P --policy-args param=v1,v2,...), one folder per
 #      entry of $policies (NAME or NAME-layerL: NAME's grid at decoder layer L); a finished sweep (its
 #      scores.json exists) is skipped, so an interrupted run resumes where it stopped
-#   3  comparison: docs/results/policies_hard.{json,md}, docs/images/policies_hard_<model>.png and
-#      the summary section of docs/policies.md (eval/policy_results.py)
+#   3  comparison: docs/results/policies_hard.{json,md}, docs/images/policies_hard_<model>.png
+#      (eval/policy_results.py); when the JSON is written under docs/results/, the docs' tables are
+#      re-rendered (tools/render_docs.py: the summary table of docs/policies.md)
 set -euo pipefail
 cd "$(dirname "$0")/../.."   # repository root
 source recipes/lib/stages.sh
@@ -58,11 +59,10 @@ policies="waitk alignatt-layer0 alignatt-layer1 alignatt-layer2 edatt-layer0 eda
 results_json=docs/results/policies_hard.json
 results_md=docs/results/policies_hard.md
 plot_dir=docs/images
-docs=docs/policies.md
 eval_extra=""                # extra options for every eval/simultaneous_eval.py call, e.g. "--beam 4"
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs max_update eval_max_utterances source_segment_size eval_threads
   jobs models checkpoint max_len_a max_len_b waitk_args alignatt_args edatt_args la_args holdn_args ctcwaitk_args policies results_json results_md
-  plot_dir docs eval_extra)
+  plot_dir eval_extra)
 parse_options "$@"
 # this recipe shares $exp_dir with run_waitk_hard.sh (same corpus and models): its own stage markers
 marker_prefix=policies-
@@ -139,7 +139,8 @@ stage3() {
     --describe "offline=xs unified, full attention, trained offline" \
     --describe "multik=xs unified, chunk-causal encoder, multi-k wait-k training" \
     --checkpoint "offline=$out/offline/checkpoint.pt" --checkpoint "multik=$out/multik/checkpoint.pt" \
-    --policies "$(echo $policies | tr ' ' ,)" --out-json "$results_json" --out-md "$results_md" --plot-dir "$plot_dir" --docs "$docs"
+    --policies "$(echo $policies | tr ' ' ,)" --out-json "$results_json" --out-md "$results_md" --plot-dir "$plot_dir"
+  case "$results_json" in docs/results/*) python tools/render_docs.py ;; esac
 }
 
 run_stage 0 "corpus and models (reused when present)" stage0
