@@ -158,3 +158,16 @@ async def closed_code(ws, timeout_s: float = 30.0):
             pass
     await asyncio.wait_for(drain(), timeout_s)
     return ws.close_code, ws.close_reason
+
+
+async def open_started(url: str, fwd: str | None = None):
+    """Connect (as ``fwd`` in ``X-Forwarded-For`` when given), send ``start``; ``(ws, "ready")``, or
+    ``(ws, (close code, reason))`` when refused."""
+    from websockets.asyncio.client import connect
+
+    ws = await connect(url, additional_headers={"X-Forwarded-For": fwd} if fwd else None)
+    try:
+        await ws.send(START)
+        return ws, json.loads(await ws.recv())["type"]
+    except Exception:  # noqa: BLE001 - refused
+        return ws, (ws.close_code, ws.close_reason)

@@ -27,6 +27,7 @@ from serve_fixtures import (
     closed_code,
     driver_factory,
     offline_words,
+    open_started,
     serve_with,
     speech,
     until,
@@ -242,16 +243,8 @@ def test_an_idle_client_is_closed():
 def test_streams_per_address_behind_a_trusted_proxy():
     """--max-clients-per-ip 2 behind a proxy at 127.0.0.1: a third stream of 203.0.113.7 is refused, one of
     another address is not; loopback clients are exempt, and X-Forwarded-For of an untrusted peer is ignored."""
-    async def open_ready(url, fwd=None):
-        ws = await websockets_client.connect(url, additional_headers={"X-Forwarded-For": fwd} if fwd else None)
-        try:
-            await ws.send(START)
-            return ws, json.loads(await ws.recv())["type"]
-        except Exception:  # noqa: BLE001 - refused
-            return ws, (ws.close_code, ws.close_reason)
-
     async def fn(url, port, server):
-        conns = [await open_ready(url, f) for f in ("10.0.0.1, 203.0.113.7", "203.0.113.7", "203.0.113.7",
+        conns = [await open_started(url, f) for f in ("10.0.0.1, 203.0.113.7", "203.0.113.7", "203.0.113.7",
                                                     "203.0.113.8", None, None, None)]
         for ws, _ in conns:
             await ws.close()
@@ -262,7 +255,7 @@ def test_streams_per_address_behind_a_trusted_proxy():
     assert got[2][0] == CLOSE_SERVER_FULL and "--max-clients-per-ip 2" in got[2][1]
 
     async def untrusted(url, port, server):
-        conns = [await open_ready(url, "203.0.113.7") for _ in range(3)]
+        conns = [await open_started(url, "203.0.113.7") for _ in range(3)]
         for ws, _ in conns:
             await ws.close()
         return [r for _, r in conns]

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from serve_fixtures import END, START, FakeClock, FakeDriver, closed_code, serve_with, until
+from serve_fixtures import END, START, FakeClock, FakeDriver, closed_code, open_started, serve_with, until
 
 from mmst.serve.client import encode_audio, stream_audio
 from mmst.serve.limits import PaceBucket, RateLimitedLog, address_key, max_queue_frames
@@ -51,16 +51,6 @@ def _get(url: str) -> tuple[int, dict]:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
-
-
-async def _open(url: str, fwd: str | None = None):
-    """Connect (optionally as ``fwd`` behind the trusted proxy), send ``start``; ``(ws, "ready" | (code, reason))``."""
-    ws = await websockets_client.connect(url, additional_headers={"X-Forwarded-For": fwd} if fwd else None)
-    try:
-        await ws.send(START)
-        return ws, json.loads(await ws.recv())["type"]
-    except Exception:  # noqa: BLE001 - refused
-        return ws, (ws.close_code, ws.close_reason)
 
 
 # ---------------------------------------------------------------------------------------------- pace
@@ -228,16 +218,16 @@ def test_per_address_count_is_released_on_close():
 
     async def fn(url, port, server):
         out = []
-        a, r = await _open(url, "203.0.113.7")
-        b, rb = await _open(url, "203.0.113.7")
+        a, r = await open_started(url, "203.0.113.7")
+        b, rb = await open_started(url, "203.0.113.7")
         out += [r, rb[0]]
         await a.close()
         await until(lambda: len(server.clients) == 0, "the first stream to be freed")
-        c, rc = await _open(url, "203.0.113.7")
+        c, rc = await open_started(url, "203.0.113.7")
         out.append(rc)
         await c.send(START)  # a fault: start twice
         out.append((await closed_code(c))[0])
-        d, rd = await _open(url, "203.0.113.7")
+        d, rd = await open_started(url, "203.0.113.7")
         out.append(rd)
         await d.close()
         await until(lambda: len(server.clients) == 0, "every stream to be freed")
@@ -261,7 +251,7 @@ def test_ipv6_clients_are_counted_per_64():
     2001:db8:0:1::1 is another /64 (served); with --ipv6-prefix 128 each address counts alone."""
 
     async def fn(url, port, server):
-        conns = [await _open(url, f) for f in ("2001:db8::1", "2001:db8::2", "2001:db8:0:1::1")]
+        conns = [await open_started(url, f) for f in ("2001:db8::1", "2001:db8::2", "2001:db8:0:1::1")]
         for ws, _ in conns:
             await ws.close()
         return [r if isinstance(r, str) else r[0] for _, r in conns]
