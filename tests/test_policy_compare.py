@@ -57,7 +57,8 @@ def test_equal_latency_and_summary():
     assert ja3["adaptive"]["alignatt"] == pytest.approx(12.0) and ja3["best"] == "waitk" and ja3["beats_waitk"] == []
     assert eq["k5"]["de"]["adaptive"]["alignatt"] is None  # 2200 ms beyond alignatt's 2000 ms
     s = summary(eq)
-    assert s == {"metric": "LAAL", "correction": {"method": "holm", "family_wise_level": 0.05, "tests": 0},
+    assert s == {"metric": "LAAL", "correction": {"method": "holm", "family_wise_level": 0.05, "tests": 0,
+                                                  "smallest_p_holm": None},
                  "langs_adaptive_beats_waitk_offline_model": {"k3": 1, "k5": 0},
                  "comparisons_excluded": {"k3": 0, "k5": 0},
                  "best_policy_per_lang": {"de": {"k3": "alignatt", "k5": "waitk"}, "ja": {"k3": "waitk", "k5": "waitk"}}}
@@ -220,7 +221,9 @@ def test_a_win_that_holm_does_not_confirm_is_a_tie(tmp_path):
     assert de["verdict_uncorrected"] == "beats" and de["verdict"] == "tie"
     assert eq["k3"]["de"]["beats_waitk"] == [] and eq["k3"]["de"]["best"] == "waitk"
     assert eq["k5"]["de"]["ci"]["alignatt"] is None  # outside the sweep's range: not a test
-    assert summary(eq)["correction"] == {"method": "holm", "family_wise_level": 0.05, "tests": 2}
+    # a win in every one of the 50 resamples: 2 tests x 2/51 = 0.078 > 0.05, so no win could survive
+    assert summary(eq)["correction"] == pytest.approx({"method": "holm", "family_wise_level": 0.05, "tests": 2,
+                                                       "smallest_p_holm": 4 / 51})
     eq = equal_latency(sweeps, ["de", "es"], (3, 5), "LAAL", bootstrap=200)  # p = 2/201, p_holm = 4/201
     assert eq["k3"]["de"]["ci"]["alignatt"]["verdict"] == "beats"
     # ... but interpolated from a length-ratio outlier (1.6): shown, not counted

@@ -168,7 +168,7 @@ def bootstrap_difference(
     the resamples are paired; the interpolated BLEU is formed per resample.
 
     Returns:
-        ``{"delta", "low", "high", "p", "verdict"}``: ``low``/``high`` the :data:`CI_LEVEL` percentile interval,
+        ``{"delta", "low", "high", "p", "resamples", "verdict"}``: ``low``/``high`` the :data:`CI_LEVEL` percentile interval,
         ``p`` the two-sided bootstrap p-value (module docstring), ``verdict`` (``beats`` when the interval lies
         above 0, ``loses`` below, else ``tie``; :func:`equal_latency` replaces it by the corrected verdict), or
         None when a point has no ``instances.log`` or the sentence counts differ.
@@ -194,7 +194,7 @@ def bootstrap_difference(
     p = min(1.0, 2.0 * (min(int((diff <= 0).sum()), int((diff >= 0).sum())) + 1) / (len(diff) + 1))
     verdict = "beats" if low > 0 else "loses" if high < 0 else "tie"
     return {"delta": (1 - w) * points[1] + w * points[2] - points[0], "low": low, "high": high, "p": p,
-            "verdict": verdict}
+            "resamples": n_samples, "verdict": verdict}
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
@@ -300,14 +300,18 @@ def summary(eq_offline: Mapping[str, Mapping[str, Any]],
     """The headline object from the offline model's comparison at equal ``metric``: languages (of all)
     where some adaptive policy beats wait-k, per k, the comparisons left out of that count (on a ⚑ or † point), and the best policy per language and k; with
     ``sweeps`` (``{model: {policy: sweep}}``), over every reported point of every policy and language
-    (``correction``: Holm's, its family-wise level and the number of bootstrap tests in the table):
+    (``correction``: Holm's, its family-wise level, the number of bootstrap tests in the table and
+    ``smallest_p_holm``, the corrected p-value of a win in every resample, ``m * 2 / (n + 1)``: above the level,
+    no win can survive with these n resamples):
     ``min_laal_ms``, ``max_length_ratio``, ``min_length_ratio`` and ``points_per_policy_min`` (the fewest
     points of any policy's sweep)."""
     langs = sorted({lang for row in eq_offline.values() for lang in row})
-    n_tests = sum(ci is not None for row in eq_offline.values() for r in row.values() for ci in r["ci"].values())
+    cis = [ci for row in eq_offline.values() for r in row.values() for ci in r["ci"].values() if ci is not None]
+    n_min = min((ci.get("resamples") or 0 for ci in cis), default=0)
     out: dict[str, Any] = {
         "metric": metric,
-        "correction": {"method": "holm", "family_wise_level": round(1.0 - CI_LEVEL, 10), "tests": n_tests},
+        "correction": {"method": "holm", "family_wise_level": round(1.0 - CI_LEVEL, 10), "tests": len(cis),
+                       "smallest_p_holm": min(1.0, len(cis) * 2.0 / (n_min + 1)) if cis and n_min else None},
         "langs_adaptive_beats_waitk_offline_model": {
             kk: sum(1 for lang in row if row[lang]["beats_waitk"]) for kk, row in eq_offline.items()},
         "comparisons_excluded": {kk: sum(len(row[lang].get("excluded", [])) for lang in row)
@@ -414,6 +418,11 @@ def render_markdown(res: Mapping[str, Any]) -> str:
            + ("; comparisons left out for a length-ratio outlier (⚑) or a likely degenerate point (†): "
               + ", ".join(f"k={kk[1:]}: {v}" for kk, v in s["comparisons_excluded"].items())
               if any((s.get("comparisons_excluded") or {}).values()) else "") + ".", ""]
+    corr = s.get("correction") or {}
+    if corr.get("smallest_p_holm") is not None and corr["smallest_p_holm"] > 1.0 - CI_LEVEL:
+        md += [f"With these bootstrap resamples no win could survive the correction (even a win in every "
+               f"resample has p_holm {corr['smallest_p_holm']:.2g}): more resamples are needed "
+               "(mmst-policy-results --bootstrap).", ""]
     if s.get("points_per_policy_min") is not None:
         md += [f"Over every point of every sweep: lowest LAAL {_f(s['min_laal_ms'], 0)} ms, length ratio "
                f"{_f(s['min_length_ratio'], 2)} to {_f(s['max_length_ratio'], 2)}, at least "
