@@ -90,6 +90,15 @@ class OmniSTEvalError(RuntimeError):
     """OmniSTEval is missing or of another version, or rejected its input (the message says which)."""
 
 
+class _NoEmissionFixHint(logging.Filter):
+    """Drops OmniSTEval's hint to pass ``--fix_simuleval_emission_ca`` when CA-YAAL exceeds YAAL by 2 s: mmst's
+    computation-aware times are emission times already (docs/longform.md), and the flag changes no
+    segmented score."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "fix_simuleval_emission_ca" not in record.getMessage()
+
+
 def _omnisteval():
     """The ``omnisteval`` package, checked against :data:`OMNISTEVAL_VERSION`."""
     try:
@@ -101,6 +110,9 @@ def _omnisteval():
         raise OmniSTEvalError(f"mmst needs omnisteval=={OMNISTEVAL_VERSION}, found {omnisteval.__version__}: "
                               f"pip install omnisteval=={OMNISTEVAL_VERSION}")
     logging.getLogger("mosestokenizer").setLevel(logging.WARNING)  # one INFO line per Moses call otherwise
+    scoring_log = logging.getLogger("omnisteval.scoring")
+    if not any(isinstance(f, _NoEmissionFixHint) for f in scoring_log.filters):
+        scoring_log.addFilter(_NoEmissionFixHint())
     return omnisteval
 
 
