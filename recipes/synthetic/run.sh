@@ -139,7 +139,8 @@ stage6() {
     --audio "$exp_dir/long_talk/talk.wav" --segments "$exp_dir/long_talk/talk.yaml" --refs "$refs" \
     --waitk-lagging 3 --vad-min-silence-ms 150 --source-segment-size "$source_segment_size" \
     --no-progress "${longform_extra_args[@]}" --out "${eval_dir}_longform"
-  echo "Long-form results (one ${longform_minutes}-minute talk streamed as one stream, wait-3):"
+  echo "Long-form results (one ${longform_minutes}-minute talk streamed as one stream, wait-3, sentence restarts on;"
+  echo "the untranslated speech share is the speech a language left untranslated after ending a sentence):"
   cat "${eval_dir}_longform/scores.md"
 }
 
