@@ -61,7 +61,9 @@ def test_all_words_at_the_end_is_flagged_and_a_steady_schedule_is_not(tmp_path):
     before their source ended: SWF = 25 %, EFSW = 100 * (2000 - 475) / 2000 = 76.25 %, DSPTV = 51.25 > 20:
     flagged, in scores.json and scores.md (and in the average over languages).
     Steady: every sentence writes at 100, 600, 1100, 1600 ms, 100 ms behind the pace (i-1) / gamma = 0, 500,
-    1000, 1500: YAAL = 100, SWF = 100 %, EFSW = 100 * (2000 - 100) / 2000 = 95 %, DSPTV = -5: not flagged."""
+    1000, 1500: YAAL = 100, SWF = 100 %, EFSW = 100 * (2000 - 100) / 2000 = 95 %, DSPTV = -5: not flagged.
+    Every sentence with all its words at the end: no YAAL (each sentence left out), so no DSPTV and no flag;
+    SWF = 0 and LAAL = |X| = 2000 ms show it."""
     from mmst.evaluation.report import write_scores
     from mmst.evaluation.scorer import average_scores, score_instances
 
@@ -76,6 +78,9 @@ def test_all_words_at_the_end_is_flagged_and_a_steady_schedule_is_not(tmp_path):
     m2 = score_instances(steady, "es").metrics
     assert m2["YAAL"] == pytest.approx(100.0) and m2["SWF"] == pytest.approx(100.0)
     assert m2["DSPTV"] == pytest.approx(-5.0) and m2["likely_degenerate"] is False
+    every = score_instances(end, "fr").metrics  # every word at the end of every sentence: no YAAL, no flag
+    assert "YAAL" not in every and "DSPTV" not in every and "likely_degenerate" not in every
+    assert every["SWF"] == 0.0 and every["LAAL"] == pytest.approx(2000.0)
     avg = average_scores({"de": m, "es": m2})
     assert avg["likely_degenerate"] is True and avg["DSPTV"] == pytest.approx((51.25 - 5.0) / 2)
     obj = write_scores(tmp_path, {"de": m, "es": m2}, avg)
