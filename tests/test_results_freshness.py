@@ -102,8 +102,12 @@ def test_stamp_records_a_recipe_s_dependencies(tmp_path):
     bench_provenance.stamp(p, "bash recipes/synthetic/run_compare.sh", depends_on=["recipes/synthetic/run_compare.sh"])
     dep = json.loads(p.read_text())["provenance"]["depends_on"]
     want = bench_provenance.RECIPE_DEPENDS_ON["recipes/synthetic/run_compare.sh"]
-    assert dep["declared"] == list(want) and "mmst/models/" in want and "mmst/models/encoder.py" in dep["paths"]
-    assert dep == provenance.dependency_record(want)  # declared only: the stamping process's imports are not
+    assert dep["declared"] == list(want) and "mmst/models/" in want
+    enc = (REPO / "mmst" / "models" / "encoder.py").read_bytes()
+    assert dep["paths"]["mmst/models/encoder.py"] == provenance.source_digest("mmst/models/encoder.py", enc)
+    assert dep["digest"] == provenance.listing_digest(dep["paths"])
+    # declared paths only: the stamping process's own modules are not recorded
+    assert "bench/provenance.py" not in dep["paths"] and "mmst/provenance.py" not in dep["paths"]
 
 
 def _writer_lists() -> dict[str, list[str]]:
