@@ -9,8 +9,8 @@ Usage (SimulEval's own evaluator)::
     simuleval --agent-class mmst.agents.MMSTSpeechToTextAgent ... --policy la --policy-args n=2 --beam 4
 
 Policies: ``--policy`` waitk | alignatt | edatt | la | holdn | ctcwaitk with ``--policy-args k=v,...``
-(FBK's ``--frame-num``, ``--extract-attn-from-layer``, ``--attn-threshold``, and ``--attn-compat`` are
-accepted as aliases),
+(FBK's ``--frame-num``, ``--extract-attn-from-layer``, ``--attn-threshold``, ``--attn-compat`` and
+``--attn-prefix`` are accepted as aliases),
 ``--policy-per-lang ja=alignatt:frames=4`` for one language; see ``docs/policies.md``.
 
 ``--source`` lists one audio file per line (any rate, mono or stereo), ``--target`` one reference
