@@ -2,6 +2,8 @@
 microphone (Chromium's fake capture device) goes through getUserMedia, the AudioWorklet and the
 in-page resampler to the server; captions must appear in every language column and equal, word for
 word, the long-form CLI (``eval/longform_eval.py``) run on the PCM the server saved for that stream.
+The server wants a token, which the page takes from its address's fragment (``#token=``) and sends in
+the WebSocket subprotocol and the ``Authorization`` header, never in a URL.
 
 Skips when chromium / chromedriver / selenium are missing (tools/ensure_system_packages.sh installs them).
 """
@@ -53,11 +55,13 @@ def test_microphone_captions_equal_the_long_form_driver(tiny_system, tmp_path):
     wav = tmp_path / "mic.wav"
     sf.write(wav, speech(), 16000, subtype="PCM_16")
     saved = tmp_path / "received"
-    with server_process(serve_args(tiny_system, "--save-audio", str(saved)), tmp_path / "server.log") as (_, port):
+    token = "sécret"
+    with server_process(serve_args(tiny_system, "--save-audio", str(saved), "--token", token),
+                        tmp_path / "server.log") as (_, port):
         browser = _chrome(wav)
         try:
             base = f"http://127.0.0.1:{port}/"
-            browser.get(base)
+            browser.get(base + "#token=s%C3%A9cret")
             _wait(lambda: browser.execute_script("return document.getElementById('status').textContent") == "ready",
                   30, "the page to load its configuration")
             langs = browser.execute_script("return window.mmstState.langs")
@@ -77,6 +81,7 @@ def test_microphone_captions_equal_the_long_form_driver(tiny_system, tmp_path):
             browser.quit()
     assert state["closeCode"] == 1000 and state["summary"] is not None
     assert all(r.startswith(base) or r.startswith(f"ws://127.0.0.1:{port}/") for r in resources), resources
+    assert not [r for r in resources if "token" in r], resources
     got = [(w["lang"], w["text"], w["segment"], w["start_ms"]) for lang in langs for w in state["words"][lang]]
     for lang in langs:
         assert dom[lang] == [w["text"] for w in state["words"][lang]] and dom[lang]
