@@ -252,3 +252,37 @@ def test_an_old_folder_record_converts_to_the_files_its_script_imports(tmp_path,
     text = json.dumps({"provenance": {"command": "c", "depends_on": old}, "v": 1.5}, indent=1) + "\n"
     assert json.loads(convert_depends_on.rewrite(text, rec)) == {"provenance": {"command": "c", "depends_on": rec},
                                                                  "v": 1.5}
+
+
+def test_old_folder_records_still_compare_and_say_so(run_tree, capsys):
+    root, _ = run_tree
+    old = provenance.folder_record(["prov_case_pkg/", "run.py"], provenance.tree_files(root))
+    assert _stale(root, old, capsys) == ["all 1 results files current"]
+    (root / "prov_case_pkg" / "unused.py").write_text("# a comment changes the bytes\n" + UNUSED)
+    assert _stale(root, old, capsys) == [
+        "docs/results/r.json: measured at commit 0123456789; changed since: prov_case_pkg/ "
+        "(folder digests of the old form)", "1 of 1 results files stale"]
+    f = render_docs.Sources(root).freshness("r.json")
+    assert render_docs.stale_line(f) == ("**Stale:** measured at commit `0123456789`; the code it measures has changed "
+                                         "since (`prov_case_pkg/`; folder digests of the old form).")
+
+
+def test_a_superseded_result_is_not_stale(run_tree, capsys):
+    root, record = run_tree
+    (root / "prov_case_pkg" / "used.py").write_text(USED.replace("2 * x", "3 * x"))
+    assert _stale(root, record, capsys)[-1] == "1 of 1 results files stale"
+    later = root / "docs" / "results" / "r2.json"
+    later.write_text(json.dumps({"provenance": {"command": "c", "git_commit": "fedcba9876",
+                                                "depends_on": provenance.dependency_record(["run.py"],
+                                                                                           provenance.tree_files(root))}}))
+    data = json.loads((root / "docs" / "results" / "r.json").read_text())
+    (root / "docs" / "results" / "r.json").write_text(json.dumps({"superseded_by": "r2.json", **data}))
+    assert render_docs.main(["--stale", "--root", str(root)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "docs/results/r.json: measured at commit 0123456789; superseded by r2.json",
+        "none of 2 results files stale (1 superseded)"]
+    f = render_docs.Sources(root).freshness("r.json")
+    assert not f.stale and render_docs.stale_line(f).startswith("**Superseded:** by `docs/results/r2.json`")
+    (root / "docs" / "results" / "r.json").write_text(json.dumps({"superseded_by": "nope.json", **data}))
+    with pytest.raises(render_docs.RenderError, match=r"r\.json: superseded_by 'nope\.json' names no results file"):
+        render_docs.Sources(root).freshness("r.json")
