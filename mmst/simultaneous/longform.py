@@ -38,7 +38,8 @@ at least ``restart_min_speech_ms`` of speech has followed that point, restarts t
 (:meth:`~mmst.simultaneous.joint.StreamingTranslator.restart`): a new sentence whose decoder cross-attends
 the states from that point on. Languages restart independently; the encoder is shared and not reset.
 At a segment's end the same happens with the whole segment read, until the speech after a language's
-restart point is shorter than ``restart_min_speech_ms``. Nothing written is revised.
+restart point is shorter than :data:`FINAL_RESTART_SPEECH_FACTOR` times ``restart_min_speech_ms``. Nothing
+written is revised.
 
 **Untranslated speech.** Each :class:`SegmentEnd` reports the segment's speech (``speech_ms``: 32 ms VAD
 windows with probability ``>=`` the VAD threshold, counted inside the segment; every sample counts for a
@@ -97,6 +98,10 @@ from .vad import SAMPLE_RATE, VAD_WINDOW_SAMPLES, StreamingVad, VadEvent
 #: defaults of the sentence restart (:class:`LongFormTranslator`)
 RESTART_MIN_SPEECH_MS = 200.0
 RESTART_EOS_CHUNKS = 2
+#: at a segment's end (the whole segment read, EOS forced by the source's end rather than predicted on partial
+#: input) a restart needs this many times ``restart_min_speech_ms`` of speech after its point: a model that has
+#: read everything often attends before its sentence's last word, and a pause there is not a sentence end
+FINAL_RESTART_SPEECH_FACTOR = 2.5
 #: restarts of one language at one segment end at most (each needs progress in the source anyway)
 MAX_FINAL_RESTARTS = 200
 
@@ -634,7 +639,8 @@ class LongFormTranslator:
                 continue
             p = min(p, tr.frontend.num_states)
             at = self._utt_start + p * self.state_samples
-            if self._speech_ms(at, stop) < self.restart_min_speech_ms or (finished and p >= tr.frontend.num_states):
+            need = self.restart_min_speech_ms * (FINAL_RESTART_SPEECH_FACTOR if finished else 1.0)
+            if self._speech_ms(at, stop) < need or (finished and p >= tr.frontend.num_states):
                 continue
             tr.restart(lang, p)
             self._restarts.append(SentenceRestart(
