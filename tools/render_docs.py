@@ -1301,7 +1301,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
     ap.add_argument("--check", action="store_true", help="do not write; exit 1 when a block differs from its source")
     ap.add_argument("--stale", action="store_true",
-                    help="list the results JSON whose measured code has changed since, with the changed paths (exit 0)")
+                    help="list the results JSON whose measured code has changed since, with every changed file, and the "
+                         "superseded ones (exit 0)")
     ap.add_argument("--list", action="store_true", help="print every table name and its JSON file")
     ap.add_argument("--root", type=Path, default=REPO,
                     help="the checkout to render or check (default: the one this script is in)")
