@@ -14,8 +14,9 @@ exceed ``max_frames``. Joins:
 
 - the recording's own gaps (``pause_ms`` None): the span is one piece of the recording, from its first
   utterance's start to its last one's end, so the audio between them is what was there (silence,
-  breathing, applause). Two neighbours join only when they are in one recording and the second starts
-  at or after the first one's end;
+  breathing, applause; also the speech of an utterance the prep left out of the manifest, which then
+  has no target: sampled pauses avoid that). Two neighbours join only when they are in one recording and
+  the second starts at or after the first one's end;
 - a sampled pause (``pause_ms = (lo, hi)``): each join is digital silence of a length drawn uniformly
   from lo..hi ms (whole 16 kHz samples); any two neighbours of a group join.
 
