@@ -8,9 +8,9 @@ policy's BLEU interpolated there on its sweep, with a paired bootstrap interval 
 
 - ``--out-json``: ``{"summary": {...}, "provenance", "langs", "models", "equal_latency", "sweeps"}``;
   ``summary`` counts, on the first model of ``--models`` (the offline-trained one), the languages where
-  some adaptive policy beats wait-k at wait-k's LAAL (outside the bootstrap noise), per k, names the best
-  policy per language, and gives ``min_laal_ms``, ``min/max_length_ratio`` and ``points_per_policy_min``
-  over every point of every sweep;
+  some adaptive policy beats wait-k at wait-k's LAAL (significant after Holm's correction over the table's
+  paired bootstrap tests), per k, names the correction and the best policy per language, and gives
+  ``min_laal_ms``, ``min/max_length_ratio`` and ``points_per_policy_min`` over every point of every sweep;
 - ``--out-md``: the same as tables; ``--plot-dir``: one BLEU-vs-AL/AL_CA figure per model.
 
 The summary table of ``docs/policies.md`` is rendered from the JSON by ``python tools/render_docs.py``, like every
@@ -42,8 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", default="offline,multik", help="model folders; the first is the offline-trained one")
     p.add_argument("--policies", default=None,
                    help="policy folders to read (default: every folder of <model>/ with a scores.json but offline)")
-    p.add_argument("--bootstrap", type=int, default=1000,
-                   help="paired bootstrap resamples for the BLEU intervals (0: point estimates only)")
+    p.add_argument("--bootstrap", type=int, default=10000,
+                   help="paired bootstrap resamples for the BLEU intervals and p-values (0: point estimates only); "
+                        "no p-value is below 2/(N+1), so Holm's correction over a table of m tests can confirm a win "
+                        "only with N >= 40 m (10000: up to 250 tests; about a second per test)")
     p.add_argument("--waitk-lagging", default="3,5",
                    help="comma-separated wait-k points whose latency the policies are compared at")
     p.add_deprecated_alias("--ks", "--waitk-lagging")

@@ -5,8 +5,8 @@
 #   offline   full attention everywhere (conf/train_xs_offline.yaml)
 #   multik    multi-k wait-k over a chunk-causal encoder (conf/train_xs.yaml)
 # then every adaptive policy compared with wait-k at wait-k's own LAAL (and LAAL_CA) at k = 3 and 5, with
-# paired bootstrap intervals on BLEU (a win inside the noise is a tie).
-# Equal effort: every policy is swept once per model on a grid of at least 5 points, chosen to span that
+# paired bootstrap tests on BLEU, Holm-corrected over each table (a win the correction does not confirm is a tie).
+# Equal effort: every policy is swept once per model on a grid of at least 5 points, meant to span that
 # model's wait-k LAAL for k = 1..5 (one to five 320 ms chunks of lag) without degenerate points (length
 # ratio outside [0.7, 1.4] or LAAL < 0): wait-k k = 1..5 and 7; AlignAtt f (40 ms frames; f = 8 is one
 # chunk) 12..40; EDAtt alpha 0.005..0.07 (lambda = 4 frames); LA-n (n re-decodes, one per chunk) 3..8 on
