@@ -92,7 +92,7 @@ import torch
 
 from mmst.models.stacked import Steps, run_alone, steps_of
 
-from .restart import SpeechTrack, find_restart_point
+from .restart import RESTART_LAST_TOKENS, SpeechTrack, find_restart_point
 from .vad import SAMPLE_RATE, VAD_WINDOW_SAMPLES, StreamingVad, VadEvent
 
 #: defaults of the sentence restart (:class:`LongFormTranslator`)
@@ -618,8 +618,11 @@ class LongFormTranslator:
             probs = self._speech.state_probs(self._utt_start + origin * self.state_samples, hi - origin,
                                              self.state_samples)
         blank = int(getattr(getattr(getattr(tr, "model", None), "cfg", None), "bos_id", 0))
+        partial = ended is not None and ended.partial
+        # a sentence ended by the source's end has read everything: its latest attended state, over all its
+        # tokens, is its end (its last tokens may attend early); one that ended on partial input: its last tokens
         rel = find_restart_point(attn, ctc_labels=ctc, blank=blank, speech_prob=probs, threshold=self._speech.threshold,
-                                 search_all=ended is not None and ended.partial)
+                                 search_all=partial, last_tokens=RESTART_LAST_TOKENS if partial else attn.size(0))
         self._points[lang] = (key, None if rel is None else origin + rel)  # only the current end is asked again
         return self._points[lang][1]
 

@@ -8,7 +8,8 @@ the model and the segmenter already have, in this order (units: encoder states o
 
 1. **Cross-attention** of the sentence's last written tokens (``attn``, one row per written token, the
    row of the decoder position that predicted it, as AlignAtt reads it; Papi et al. 2023): the state after
-   the latest of the argmax positions of the last ``last_tokens`` rows, ``a = max_t argmax(attn[t]) + 1``.
+   the latest of the argmax positions of the last ``last_tokens`` rows, ``a = max_t argmax(attn[t]) + 1``
+   (the long-form driver takes every row for a sentence that read its whole segment).
 2. **CTC** (when the model has a source CTC head): ``ctc_labels`` is its greedy label per state. The point
    moves to the nearest *token end* within ``window_states`` of ``a``: a state whose label is blank or a
    new label right after a non-blank one (the source token the last target words translate ends there).
