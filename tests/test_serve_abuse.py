@@ -69,7 +69,7 @@ def test_a_client_far_ahead_of_real_time_is_closed():
         return code, reason, sent
 
     code, reason, _ = serve_with(lambda langs: FakeDriver(), fn, clock=clock)
-    assert code == CLOSE_TOO_FAST and "--max-ahead-s 10" in reason and "11.0 s ahead" in reason
+    assert code == CLOSE_TOO_FAST and "--max-ahead-s 10" in reason and "11.00 s ahead" in reason
 
 
 def test_declared_rate_paces_the_stream():

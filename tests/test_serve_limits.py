@@ -87,7 +87,29 @@ def test_credit_saved_while_silent_is_capped():
         return code, reason, received
 
     code, reason, _ = serve_with(lambda langs: FakeDriver(), fn, clock=clock, idle_timeout_s=1000.0)
-    assert code == CLOSE_TOO_FAST and "11.0 s ahead" in reason
+    assert code == CLOSE_TOO_FAST and "11.00 s ahead" in reason
+
+
+def test_every_frame_takes_at_least_10_ms_of_pace():
+    """--max-ahead-s 10, the clock standing: one-sample frames each take 10 ms, so 1000 pass and the
+    1001st closes the stream (10.01 s ahead); a flood of tiny messages is bounded like audio."""
+    clock = FakeClock()
+    one = encode_audio(np.zeros(1, np.float32), "int16")
+
+    async def fn(url, port, server):
+        async with websockets_client.connect(url) as ws:
+            await ws.send(START)
+            await ws.recv()
+            try:
+                for _ in range(1001):
+                    await ws.send(one)
+                await ws.send(END)
+            except Exception:  # noqa: BLE001 - closed while sending
+                pass
+            return await closed_code(ws)
+
+    code, reason = serve_with(lambda langs: FakeDriver(), fn, clock=clock)
+    assert code == CLOSE_TOO_FAST and "10.01 s ahead" in reason
 
 
 def test_read_buffer_follows_the_message_size():

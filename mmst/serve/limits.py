@@ -7,7 +7,10 @@ Pace (``--max-ahead-s`` B seconds, the declared ``rate`` r): a token bucket of B
 A frame that finds fewer than d seconds in the bucket is refused (close 4429). So in any interval of
 T seconds a stream is accepted at most ``B + r * T`` seconds of audio, whatever it did before: credit
 saved while silent is capped at B (without the cap, a client that waited an hour at rate 10 could send
-36,000 s at once). "Ahead" is ``B - tokens``: 0 on pace or behind, B at the limit.
+36,000 s at once). "Ahead" is ``B - tokens``: 0 on pace or behind, B at the limit. Every frame takes
+at least :data:`MIN_FRAME_MS` (empty and one-sample frames too), so the messages a stream may send are
+bounded as well: at most ``(B + r * T) / MIN_FRAME_MS`` in T seconds (each costs the event loop the
+same whatever it carries).
 
 Idle: only audio counts. A frame resets the idle clock once the audio received since the last reset
 adds up to :data:`IDLE_MIN_AUDIO_MS`, so empty frames, or a trickle of one-sample frames, do not keep a
@@ -23,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+#: the least audio (ms) a frame takes from the pace, however little it carries (one fbank frame shift)
+MIN_FRAME_MS = 10.0
 #: audio (ms) that must arrive to reset a stream's idle clock (two 10 ms fbank frames)
 IDLE_MIN_AUDIO_MS = 20.0
 #: default bytes a connection's received-but-unread WebSocket messages may hold

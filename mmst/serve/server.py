@@ -66,6 +66,7 @@ from .limits import (
     DEFAULT_IPV6_PREFIX,
     DEFAULT_READ_BUFFER_BYTES,
     DEFAULT_STALL_TIMEOUT_S,
+    MIN_FRAME_MS,
     RateLimitedLog,
     address_key,
     max_queue_frames,
@@ -453,16 +454,17 @@ class TranslationServer:
 
         Raises:
             ProtocolError: audio after ``end``, a partial sample, non-finite or out-of-range samples
-                (4400); more than ``--max-ahead-s`` seconds ahead of the stream's pace (4429).
+                (4400); more than ``--max-ahead-s`` seconds ahead of the stream's pace, each frame
+                counted as at least :data:`~mmst.serve.limits.MIN_FRAME_MS` (4429).
         """
         req = session.request
         if session.ended:
             raise ProtocolError(CLOSE_BAD_MESSAGE, "audio after the end message")
         x = decode_audio(message, req.sample_format)
         now = self.clock() if now is None else now
-        ahead = session.pace.charge(x.size / req.sample_rate, now)
+        ahead = session.pace.charge(max(x.size / req.sample_rate, MIN_FRAME_MS / 1000.0), now)
         if ahead > self.config.max_ahead_s + 1e-9:
-            raise ProtocolError(CLOSE_TOO_FAST, f"too fast: audio {ahead:.1f} s ahead of {req.rate:g}x real "
+            raise ProtocolError(CLOSE_TOO_FAST, f"too fast: audio {ahead:.2f} s ahead of {req.rate:g}x real "
                                                 f"time (--max-ahead-s {self.config.max_ahead_s:g})")
         session.add_audio(x, recv_time=now)
 
@@ -530,7 +532,13 @@ class TranslationServer:
             self.scheduler.remove(client.session)
         if log:
             self.client_log.log(logging.INFO, "%s: closing (%d): %s", client.stream_id, code, reason)
-        asyncio.get_running_loop().create_task(client.ws.close(code, clip_reason(reason)))
+        asyncio.get_running_loop().create_task(self._fault_close(client, code, reason))
+
+    async def _fault_close(self, client: _Client, code: int, reason: str) -> None:
+        """Free the connection's stream, slot and address count now, then close it (the handshake may
+        wait for a client that does not read, up to websockets' close timeout)."""
+        await self._drop(client)
+        await self._close(client, code, reason)
 
     async def _close(self, client: _Client, code: int, reason: str) -> None:
         client.closing = True
