@@ -940,6 +940,33 @@ def serve_table(d: Mapping[str, Any]) -> str:
     return text
 
 
+def serve_abuse_table(d: Mapping[str, Any]) -> str:
+    """mmst-serve against abusive clients (``bench/bench_serve_abuse.py``): per abuser, how the server ended
+    it, the server's RSS growth, and the real-time client next to it (words exact, client-measured latency)."""
+    def ended(a: Mapping[str, Any]) -> str:
+        if not a:
+            return "-"
+        code = a.get("close_code")
+        code = "/".join(map(str, code)) if isinstance(code, list) else str(code)
+        return "still open" if a.get("still_open_at_end") else f"{code} after {num(a.get('open_s'), '{:.1f}')} s"
+
+    rows = [[f"`{k}`", ended(r["abuser"]), num(r["rss_growth_mib"], "{:.1f}"),
+             "yes" if r["realtime_words_exact"] else "**no**",
+             f"{num(r['realtime_client_p50_ms'], '{:.0f}')} / {num(r['realtime_client_p95_ms'], '{:.0f}')}"]
+            for k, r in d["rows"].items()]
+    c = d["config"]
+    goal_rows = [[f"`{k}`", g["target"], num(g["value"], "{:.3g}") if g["value"] is not None else "-",
+                  "met" if g["met"] else "**missed**"] for k, g in (d.get("goals") or {}).items()]
+    text = (md_table(["abusive client", "closed by the server", "server RSS growth (MiB)",
+                      "real-time client's words exact", "real-time client latency p50 / p95 (ms, client-measured)"], rows)
+            + f"\n\nOne real-time client ({num(c['seconds'], '{:.0f}')} s of audio, 100 ms int16 frames) per row, "
+              f"next to the abusive client; server options `{' '.join(c['server_args'])}`; {c['cpus']} CPUs"
+            + (f"; {c['note']}" if c.get("note") else "") + ".")
+    if goal_rows:
+        text += "\n\n" + md_table(["goal (2 cores, quickstart xs model)", "target", "measured", ""], goal_rows)
+    return text
+
+
 #: The wall-time budget of the pytest suite of ``make test`` on 2 cores (docs/development.md).
 TEST_BUDGET_S = 720
 
@@ -1047,6 +1074,7 @@ TABLES: dict[str, Table] = {
     "train-threads": Table("train_threads.json", train_threads),
     "train-threads-run2": Table("train_threads_run2.json", train_threads),
     "serve": Table("serve.json", serve_table),
+    "serve-abuse": Table("serve_abuse.json", serve_abuse_table),
     "policies-hard": Table("policies_hard.json", lambda d: policies_summary(d, "policies_hard.md")),
 }
 
