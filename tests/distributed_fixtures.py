@@ -94,7 +94,7 @@ def criterion(out: torch.Tensor, batch: ScriptedBatch) -> tuple[torch.Tensor, di
 
 
 def stub_trainer(model: torch.nn.Module) -> SimpleNamespace:
-    """The parts of :class:`mmst.training.trainer.Trainer` an adapter's ``setup`` and ``run_update`` read."""
+    """The parts of :class:`mmst.training.loop.Trainer` an adapter's ``setup`` and ``run_update`` read."""
     return SimpleNamespace(model=model, cfg=SimpleNamespace(precision="fp32"), state=SimpleNamespace(num_updates=0),
                            log=SimpleNamespace(log=lambda *a, **k: None))
 

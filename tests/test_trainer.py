@@ -262,8 +262,8 @@ def test_resume_removes_stale_temp_files_and_later_log_records(tiny_feature_data
 def test_cli_distributed_error_is_one_line_and_overrides_intermix(tiny_feature_data, tmp_path, monkeypatch, capsys):  # noqa: F811
     """A DistributedError becomes one ``mmst-train: error:`` line (exit 1); overrides may follow a flag
     that follows an override."""
+    import mmst.training.build as build_mod
     import mmst.training.strategy as strategy_mod
-    import mmst.training.trainer as trainer_mod
     from mmst.distributed.env import DistributedError
     from mmst.training import cli
 
@@ -273,7 +273,7 @@ def test_cli_distributed_error_is_one_line_and_overrides_intermix(tiny_feature_d
         seen["cfg"] = cfg
         raise DistributedError("rank 1: all_reduce timed out after 20 s (peer rank 0 gone)")
 
-    monkeypatch.setattr(trainer_mod, "build_trainer", fake_build_trainer)
+    monkeypatch.setattr(build_mod, "build_trainer", fake_build_trainer)
     monkeypatch.setattr(strategy_mod, "build_strategy", lambda name, **options: None)
     rc = cli.main(["--data", str(tiny_feature_data), "--save-dir", str(tmp_path), "optim.lr=0.001",
                    "--dist-timeout", "20", "seed=7", "--max-update", "3", "optim.max_update=5"])

@@ -111,9 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from mmst.data.dataset import LanguageMismatchError
     from mmst.distributed.env import DistributedError
+    from mmst.training.build import build_trainer
     from mmst.training.checkpoint import CheckpointError
+    from mmst.training.loop import TrainingDivergedError
     from mmst.training.strategy import StrategyError, build_strategy
-    from mmst.training.trainer import TrainingDivergedError, build_trainer
 
     try:
         strategy = build_strategy(args.distributed, **cfg.distributed.options)

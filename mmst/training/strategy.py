@@ -10,7 +10,7 @@ A strategy must implement::
 
     run_update(model, criterion, optimizer, scheduler, micro_batches, waitks, clip_norm) -> UpdateResult
 
-and may implement ``setup(trainer)`` (called once when the :class:`~mmst.training.trainer.Trainer` is
+and may implement ``setup(trainer)`` (called once when the :class:`~mmst.training.loop.Trainer` is
 built; e.g. create a DDP wrapper and keep it on the strategy) and ``is_main_process`` (bool; only the main
 process logs, validates and writes checkpoints). Optional hooks: ``needs_batches`` (bool, default True;
 False: the trainer draws no micro-batches for this process, e.g. a parameter server), ``training_done()``
