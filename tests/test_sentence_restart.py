@@ -90,9 +90,9 @@ class ScriptedSegmenter:
         return out
 
 
-def _driver(**kw) -> LongFormTranslator:
+def _driver(policy: str = "waitk:k=1", **kw) -> LongFormTranslator:
     model = ScriptedModel(script, ratio=RATIO, windowed=True)
-    tr = StreamingTranslator(model, PieceVocab(), ["de"], waitk=1)
+    tr = StreamingTranslator(model, PieceVocab(), ["de"], policy=policy)
     tr.frontend = SampledFrontEnd(RATIO, STATE)
     tr.reset()
     return LongFormTranslator(tr, vad=ScriptedSegmenter(), chunk_ms=320.0, measure_state=False, **kw)
@@ -135,6 +135,24 @@ def test_untranslated_speech_share_without_restarts():
     assert ends[0].speech_ms == pytest.approx(2400.0)
     assert ends[0].untranslated_speech_ms == {"de": pytest.approx(1280.0)}
     assert lf.untranslated_speech_share()["de"] == pytest.approx(1280.0 / 2400.0)
+
+
+def test_adaptive_policy_ends_its_sentence_after_eos_on_partial_input_for_n_chunks():
+    """AlignAtt (frames=2) writes token t once it attends a state 2 before the newest: sentence 1's tokens at
+    chunks 1-3; then EOS is predicted (READ) at chunks 3 and 4: the second makes the end (``eos-partial``, at
+    960 ms, where the run began). Sentence 2 (from state 22): tokens at chunks 4-6, EOS at 6 and 7 (1920 ms)."""
+    lf = _driver("alignatt:frames=2", restart_eos_chunks=2)
+    words, ends = _stream(lf)
+    assert [w.text for w in words] == [f"w{i}" for i in range(10, 19)]
+    restarts = ends[0].restarts
+    assert [(r.reason, r.ended_ms, r.restart_ms, r.time_ms) for r in restarts] == [
+        ("eos-partial", 960.0, 880.0, 1280.0), ("eos-partial", 1920.0, 1840.0, 2240.0)]
+    # without restarts the language READs on EOS to the segment's end: the loss counts from where the run of
+    # EOS began (960 ms): states 24-43 and 48-67, 1600 ms of 2400
+    off = _driver("alignatt:frames=2", restart=False)
+    words, ends = _stream(off)
+    assert [w.text for w in words] == ["w10", "w11", "w12"]
+    assert ends[0].untranslated_speech_ms == {"de": pytest.approx(1600.0)}
 
 
 def test_restart_point_from_a_hand_written_attention_matrix():
