@@ -836,6 +836,38 @@ def longform_rows(d: Mapping[str, Any]) -> str:
     return "\n\n".join(out)
 
 
+def continuous(d: Mapping[str, Any]) -> str:
+    """Continuous speech (``bench/bench_continuous.py``): per pause range and segmentation, BLEU and untranslated
+    speech share per language without and with sentence restarts; then the summary keys and their goals."""
+    cfg, rows, summ = d["config"], d["rows"], d["summary"]
+    langs = cfg["tgt_langs"]
+    runs = [("vad", f"VAD ({num(cfg['vad_min_silence_ms'], '{:.0f}')} ms silence)"),
+            ("vad_merged", f"VAD ({num(cfg.get('merged_vad_min_silence_ms'), '{:.0f}')} ms silence)"),
+            ("oracle", "oracle")]
+    body = []
+    for r in rows:
+        for key, label in runs:
+            if key not in r:
+                continue
+            off, on = r[key], r[key + "_restart"]
+            body.append([f"{num(r['pause_ms'][0], '{:g}')}-{num(r['pause_ms'][1], '{:g}')}", label,
+                         f"{off['n_segments']}",
+                         *[f"{num(off['per_lang'][lang]['BLEU'])} / {num(on['per_lang'][lang]['BLEU'])}" for lang in langs],
+                         *[f"{pct(off['per_lang'][lang]['untranslated_speech_share'])} / "
+                           f"{pct(on['per_lang'][lang]['untranslated_speech_share'])}" for lang in langs],
+                         f"{on['n_restarts']}"])
+    out = [md_table(["pauses (ms)", "segmentation", "segments", *[f"BLEU {lang}" for lang in langs],
+                     *[f"untranslated {lang}" for lang in langs], "restarts"], body),
+           f"Each cell: without / with sentence restarts. {cfg['utterances']} {cfg['split']} utterances per talk, "
+           f"{cfg['policy']}, {num(cfg['source_segment_size_ms'], '{:.0f}')} ms chunks, segments of at most "
+           f"{num(cfg['max_segment_s'], '{:g}')} s."]
+    goals = summ.get("goals", {})
+    out.append(md_table(["measure (best VAD system: " + summ["system"] + ")", "value", "goal", "met"],
+                        [[k, num(summ.get(k), "{:.3f}" if "ratio" in k or "share" in k else "{:.0f}"), g["goal"],
+                          "-" if g["met"] is None else ("met" if g["met"] else "missed")] for k, g in goals.items()]))
+    return "\n\n".join(out)
+
+
 def _crosscheck_foot(x: Mapping[str, Any], cap: bool) -> str:
     vad_cut = f" ({x['vad_forced_cuts']} cut by the {num(x['max_segment_s'], '{:g}')} s cap)" \
         if cap or x.get("vad_forced_cuts") else ""
@@ -1061,6 +1093,7 @@ TABLES: dict[str, Table] = {
     "longform": Table("longform.json", longform_cost),
     "longform-crosscheck": Table("longform.json", longform_crosscheck),
     "longform-rows": Table("longform.json", longform_rows),
+    "continuous": Table("continuous.json", continuous),
     "train": Table("train.json", train),
     "train-quick": Table("train_quick.json", train_quick),
     "train-compile": Table("train_compile.json", train_compile),
