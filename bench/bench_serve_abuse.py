@@ -31,6 +31,8 @@ import argparse
 import asyncio
 import json
 import os
+import queue
+import re
 import sys
 import tempfile
 import time
@@ -75,9 +77,10 @@ async def _ended(ws) -> None:
         pass
 
 
-async def abuse(kind: str, url: str, talk: np.ndarray, info: dict) -> None:
+async def abuse(kind: str, url: str, talk: np.ndarray, info: dict, out=None) -> None:
     """Run one abusive client until the server closes it (or this task is cancelled); ``info`` gets its
-    close code and reason, the seconds from its first message to the close, and what it sent."""
+    close code and reason, the seconds from its first message to the close, and what it sent; ``out``
+    (a queue) gets its stream id as soon as the server names it."""
     from websockets.asyncio.client import connect
 
     socks = []
@@ -93,7 +96,9 @@ async def abuse(kind: str, url: str, talk: np.ndarray, info: dict) -> None:
         fmt = "float32" if kind == "idle_credit_burst" else "int16"
         rate = DEFAULT_MAX_RATE if kind in ("idle_credit_burst", "never_reading") else 1.0
         await ws.send(json.dumps({"type": "start", "sample_format": fmt, "rate": rate}))
-        await ws.recv()
+        stream = json.loads(await ws.recv()).get("stream")
+        if out is not None:
+            out.put({"stream": stream})
         t0 = time.monotonic()
         reader = None if kind == "never_reading" else asyncio.ensure_future(_ended(ws))
         sent_s = 0.0
@@ -137,8 +142,16 @@ async def abuse(kind: str, url: str, talk: np.ndarray, info: dict) -> None:
 def _abuser_process(kind: str, url: str, talk: np.ndarray, out) -> None:
     """Child process: run the abuser on its own event loop and CPU share; its info goes to ``out``."""
     info: dict = {}
-    asyncio.run(abuse(kind, url, talk, info))
+    asyncio.run(abuse(kind, url, talk, info, out))
     out.put(info)
+
+
+def server_close(log: Path, stream: str | None) -> int | None:
+    """The close code the server logged for ``stream`` (``<id>: closed (CODE)`` / ``closing (CODE)``)."""
+    if not stream:
+        return None
+    m = re.search(re.escape(stream) + r": clos(?:ed|ing) \((\d+)\)", log.read_text(errors="replace"))
+    return int(m.group(1)) if m else None
 
 
 def row(url: str, talk: np.ndarray, kind: str | None) -> tuple[dict, list]:
@@ -161,8 +174,11 @@ def row(url: str, talk: np.ndarray, kind: str | None) -> tuple[dict, list]:
             info["still_open_at_end"] = True
             proc.terminate()
             proc.join()
-        else:
-            info = q.get(timeout=10)
+        while True:
+            try:
+                info.update(q.get(timeout=0.5))
+            except queue.Empty:
+                break
     lags = np.asarray(res.lags_ms, dtype=np.float64)
     words = [(w["lang"], w["text"], w["segment"], w["start_ms"]) for w in res.words]
     out = {"realtime_close_code": res.close_code, "realtime_words": len(words),
@@ -208,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             rss0 = server.ps.memory_info().rss / 2**20
             server.reset_peak()
             out, words = row(url, talk, kind)
+            out["abuser"]["server_close_code"] = server_close(log, out["abuser"].get("stream"))
             if alone_words is None:
                 alone_words = words
             out.update(rss_before_mib=round(rss0, 1), rss_growth_mib=round(server.peak_rss_mib - rss0, 1),

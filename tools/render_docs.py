@@ -978,9 +978,11 @@ def serve_abuse_table(d: Mapping[str, Any]) -> str:
     def ended(a: Mapping[str, Any]) -> str:
         if not a:
             return "-"
-        code = a.get("close_code")
+        code = a.get("server_close_code") or a.get("close_code")
         code = "/".join(map(str, code)) if isinstance(code, list) else str(code)
-        return "still open" if a.get("still_open_at_end") else f"{code} after {num(a.get('open_s'), '{:.1f}')} s"
+        if a.get("still_open_at_end"):  # closed by the server, but the client (not reading) never saw it
+            return f"{code} (the client never read the close)"
+        return f"{code} after {num(a.get('open_s'), '{:.1f}')} s"
 
     rows = [[f"`{k}`", ended(r["abuser"]), num(r["rss_growth_mib"], "{:.1f}"),
              "yes" if r["realtime_words_exact"] else "**no**",
