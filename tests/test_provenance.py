@@ -286,3 +286,21 @@ def test_a_superseded_result_is_not_stale(run_tree, capsys):
     (root / "docs" / "results" / "r.json").write_text(json.dumps({"superseded_by": "nope.json", **data}))
     with pytest.raises(render_docs.RenderError, match=r"r\.json: superseded_by 'nope\.json' names no results file"):
         render_docs.Sources(root).freshness("r.json")
+
+
+def test_a_writer_page_beside_its_json_gets_the_stale_line(run_tree, capsys):
+    root, record = run_tree
+    _stale(root, record, capsys)  # writes docs/results/r.json
+    page = root / "docs" / "results" / "r.md"
+    page.write_text("# Results of r\n\n| a |\n|---|\n| 1 |\n")
+    (root / "README.md").write_text("# x\n")
+    assert render_docs.run(check=False, root=root) == []  # fresh: nothing to add
+    (root / "prov_case_pkg" / "used.py").write_text(USED.replace("2 * x", "3 * x"))
+    assert render_docs.run(check=True, root=root) == []  # the stale line is information, not a mismatch
+    assert render_docs.run(check=False, root=root) == [page]
+    assert page.read_text() == ("# Results of r\n\n**Stale:** measured at commit `0123456789`; the code it measures has "
+                                "changed since (`prov_case_pkg/used.py`).\n\n| a |\n|---|\n| 1 |\n")
+    assert render_docs.run(check=False, root=root) == []  # the line is replaced, not added again
+    (root / "prov_case_pkg" / "used.py").write_text(USED)
+    assert render_docs.run(check=False, root=root) == [page]
+    assert page.read_text() == "# Results of r\n\n| a |\n|---|\n| 1 |\n"

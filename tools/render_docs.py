@@ -11,7 +11,9 @@ A table lives between two markers in a Markdown file::
 that turns it into Markdown. The marker ``<!-- generated:config-keys -->`` ... ``<!-- /generated:config-keys
 -->`` holds the ``mmst-train`` config key reference, generated from the field documentation of
 :mod:`mmst.training.config` (the same text as ``mmst-train --help``); ``generated:results-index`` (in
-``docs/index.md``) lists every results JSON with its run and its freshness.
+``docs/index.md``) lists every results JSON with its run and its freshness. A page that a writer wrote beside
+its JSON (``docs/results/NAME.md`` next to ``NAME.json``, without markers) keeps that JSON's stale or
+superseded line at its top.
 
 Freshness: each JSON's ``provenance.depends_on`` holds a digest of every file its run used: the modules it
 imported and the paths its writer declared (:mod:`mmst.provenance`; records of the old form hold one digest per
@@ -1263,7 +1265,11 @@ def results_index(sources: Sources) -> str:
     shown: dict[str, set[str]] = {}
     docs = sources.root / "docs"
     for p in doc_files(sources.root):
-        for m in MARKER.finditer(p.read_text()):
+        text = p.read_text()
+        twin = writer_json(p, text, sources)
+        if twin:
+            shown.setdefault(twin, set()).add(f"[{p.name}]({Path(os.path.relpath(p, docs)).as_posix()})")
+        for m in MARKER.finditer(text):
             if m.group(1) == "results" and m.group(2) in TABLES:
                 rel = Path(os.path.relpath(p, docs)).as_posix()
                 shown.setdefault(TABLES[m.group(2)].json, set()).add(f"[{Path(rel).name}]({rel})")
@@ -1275,6 +1281,26 @@ def results_index(sources: Sources) -> str:
                      str(prov.get("date", "?"))[:10], f"`{f.commit}`" if f.commit else "-",
                      f.describe(why=False, limit=SHOWN_FILES)])
     return md_table(["results file", "shown in", "written by", "date", "commit", "freshness"], rows)
+
+
+#: The status line at the top of a writer's page (after its title, if it has one): see :func:`writer_json`.
+PAGE_STATUS = re.compile(r"\A((?:# [^\n]*\n\n)?)(?:\*\*(?:Stale|Superseded):\*\* [^\n]*\n\n)?")
+
+
+def writer_json(page: Path, text: str, sources: Sources) -> str | None:
+    """The results JSON whose writer wrote ``page`` beside it (``docs/results/NAME.md`` next to ``NAME.json``,
+    without marked blocks: its tables come from that JSON, written in the same run), else ``None``. Such a page
+    gets the stale or superseded line of its JSON at its top (:func:`page_status`)."""
+    twin = page.with_suffix(".json")
+    if page.parent != sources.results or not twin.is_file() or OPEN.search(text):
+        return None
+    return twin.name
+
+
+def page_status(text: str, f: Freshness) -> str:
+    """``text`` (a writer's page) with the status line of its JSON (:func:`stale_line`) after its title."""
+    line = stale_line(f)
+    return PAGE_STATUS.sub(lambda m: m[1] + (line + "\n\n" if line else ""), text, count=1)
 
 
 def _comparable(text: str) -> str:
@@ -1345,6 +1371,9 @@ def run(check: bool, files: Sequence[Path] | None = None, root: Path = REPO) -> 
     for p in files if files is not None else doc_files(root):
         old = p.read_text()
         new = render_text(old, str(p.relative_to(root) if p.is_relative_to(root) else p), sources)
+        twin = writer_json(p, old, sources)
+        if twin:
+            new = page_status(new, sources.freshness(twin))
         if (_comparable(new) != _comparable(old)) if check else (new != old):
             changed.append(p)
             if not check:
