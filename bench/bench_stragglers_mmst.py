@@ -30,6 +30,10 @@ Reported per (W, scenario, mode), as seed means (``--seeds``):
   the measured value (seed means). The relative error of the predicted samples/s is taken per run (a
   DDP run against the prediction of the DropCompute run of the same seed), and a row reports the
   largest over its runs (``pred_error_samples_per_s``; each run's in ``pred_error_samples_per_s_runs``);
+* a 95% paired bootstrap interval over seeds for each samples/s ratio to DDP (a mode's runs paired with the
+  DDP runs of the same seeds; 10,000 resamples, fixed seed; rows with >= 2 seeds), in the table and, at W = 2,
+  in the summary (``x_ddp_samples_per_s_ci_w2``). ``--from-json`` recomputes these intervals from the runs
+  stored in an earlier result, without training, and records that in its provenance;
 * a dev-loss-vs-time plot (first seed).
 
 Throughput, drop rate and overshoot count the log windows from update ``--auto-warmup-steps`` +
@@ -48,6 +52,7 @@ Usage::
     python bench/bench_stragglers_mmst.py --quick --data DATA   # W = 2, slow rank, 1 seed, tiny model (CI)
     python bench/bench_stragglers_mmst.py --quick --launcher direct --data DATA   # the ranks without torchrun's agent
     python bench/bench_stragglers_mmst.py ... --resume   # rerun only what an earlier invocation did not finish
+    python bench/bench_stragglers_mmst.py --from-json docs/results/stragglers_mmst.json   # intervals from its runs
 
 Writes ``docs/results/stragglers_mmst.json`` (``summary`` first), ``docs/results/stragglers_mmst.md``
 and ``docs/images/stragglers_mmst.png``.
@@ -59,10 +64,12 @@ import argparse
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +77,15 @@ from provenance import REPO, RESULTS_DIR, finish_record, run_record
 
 from mmst.cli_help import ArgumentParser
 from mmst.distributed.env import find_free_port
-from mmst.distributed.report import loss_at_time, read_log, reference_target, run_summary, time_to_target
+from mmst.distributed.report import (
+    loss_at_time,
+    paired_bootstrap_ratio,
+    read_log,
+    reference_target,
+    run_summary,
+    time_to_target,
+)
+from mmst.provenance import git_commit
 
 #: The paths this benchmark runs without importing them; the repository modules that it and its child processes
 #: import are recorded at run time (``provenance.depends_on``, bench/provenance.py).
@@ -92,6 +107,10 @@ GOALS = {"dropcompute_over_ddp_samples_per_s": (">=", 1.08), "dropcompute_drop_r
          "prediction_error_samples_per_s_max": ("<=", 0.15), "curve_seeds": (">=", 3)}
 #: summary keys reported without a goal (the parameter server's server is a third process on 2 cores)
 REPORTED = ("param_server_over_ddp_samples_per_s_slow_w2",)
+#: the interval of each samples/s ratio to DDP: paired bootstrap over seeds (mmst.distributed.report.paired_bootstrap_ratio)
+CI_LEVEL = 0.95
+BOOTSTRAP_RESAMPLES = 10000
+BOOTSTRAP_SEED = 0
 
 
 def _train_args(a: argparse.Namespace, save: Path, seed: int) -> list[str]:
@@ -250,16 +269,22 @@ def _run_pred_error(run: dict[str, Any], dc_info: dict[str, Any] | None, w: int,
     return _rel_err(pred, run.get("microbatches_per_s"))
 
 
+def _groups(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
+    """The distributed runs by (W, scenario, mode), in order (the single-process reference runs left out)."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["mode"] != "none":
+            groups.setdefault((r["W"], r["scenario"], r["mode"]), []).append(r)
+    return groups
+
+
 def aggregate(rows: list[dict[str, Any]], targets: dict[int, float], spm: float, cores: int,
               update_freq: int) -> list[dict[str, Any]]:
     """Per (W, scenario, mode): seed means of samples/s and drop rate, the median time to target and dev loss
     at DDP's time to target over the curve seeds, the predictions of DropCompute's ``tau_info`` (seed means)
     beside the measurements, the relative error of the predicted samples/s per run and its maximum over the
     runs, and ratios to DDP (module docstring)."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in rows:
-        if r["mode"] != "none":
-            groups.setdefault((r["W"], r["scenario"], r["mode"]), []).append(r)
+    groups = _groups(rows)
     # DDP's time to target per (W, scenario, seed): the time at which every mode's loss is compared
     ddp_ttt = {(r["W"], r["scenario"], r["seed"]): time_to_target(r["curve"], targets[r["W"]])
                for r in rows if r["mode"] == "ddp" and "error" not in r and r["curve_run"] and r["W"] in targets}
@@ -302,11 +327,43 @@ def aggregate(rows: list[dict[str, Any]], targets: dict[int, float], spm: float,
             r["x_ddp_samples_per_s"] = r["samples_per_s"] / ddp["samples_per_s"]
         if ddp and ddp["time_to_target_s"] and r["time_to_target_s"]:
             r["x_ddp_time_to_target"] = r["time_to_target_s"] / ddp["time_to_target_s"]
+        if r["mode"] != "ddp":
+            r["x_ddp_samples_per_s_ci"] = ratio_interval(groups[(r["W"], r["scenario"], r["mode"])],
+                                                         groups.get((r["W"], r["scenario"], "ddp"), []))
         dc = by.get((r["W"], r["scenario"], "dropcompute"))
         if r["mode"] == "ddp" and dc:  # DDP's prediction comes from DropCompute's recorded synchronous steps
             r["pred_samples_per_s"] = dc["pred_sync_samples_per_s"]
     order = MODES + CONTROL_MODES
     return sorted(out, key=lambda r: (r["W"], r["scenario"], order.index(r["mode"])))
+
+
+def ratio_interval(runs: list[dict[str, Any]], ddp_runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The :data:`CI_LEVEL` paired bootstrap interval of a mode's samples/s over DDP's (the ratio of seed means,
+    as the table's ``x DDP``), pairing each run with the DDP run of the same seed (same data order, same injected
+    delays); the runs' samples per micro-batch cancel in the ratio. ``None`` with fewer than 2 paired seeds.
+
+    Returns:
+        ``{"low", "high", "level", "seeds" (the paired seeds), "resamples", "bootstrap_seed"}``.
+    """
+    ddp = {r["seed"]: r["microbatches_per_s"] for r in ddp_runs if "error" not in r and r.get("microbatches_per_s")}
+    pairs = sorted((r["seed"], r["microbatches_per_s"], ddp[r["seed"]]) for r in runs
+                   if "error" not in r and r.get("microbatches_per_s") and r["seed"] in ddp)
+    if len(pairs) < 2:
+        return None
+    low, high = paired_bootstrap_ratio([p[1] for p in pairs], [p[2] for p in pairs], BOOTSTRAP_RESAMPLES,
+                                       BOOTSTRAP_SEED, CI_LEVEL)
+    return {"low": low, "high": high, "level": CI_LEVEL, "seeds": [p[0] for p in pairs],
+            "resamples": BOOTSTRAP_RESAMPLES, "bootstrap_seed": BOOTSTRAP_SEED}
+
+
+def w2_intervals(agg: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The W = 2 intervals of every samples/s ratio to DDP, ``{scenario: {mode: ratio_interval}}`` (the summary's
+    ``x_ddp_samples_per_s_ci_w2``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in agg:
+        if r["W"] == 2 and r.get("x_ddp_samples_per_s_ci"):
+            out.setdefault(r["scenario"], {})[r["mode"]] = r["x_ddp_samples_per_s_ci"]
+    return out
 
 
 def summary(agg: list[dict[str, Any]], curve_seeds: int) -> dict[str, Any]:
@@ -315,7 +372,8 @@ def summary(agg: list[dict[str, Any]], curve_seeds: int) -> dict[str, Any]:
     slow rank (one core per rank on 2 cores). ``prediction_error_samples_per_s_max``: the largest relative
     error of the predicted samples/s over every run of the DDP and DropCompute rows at W = 2 (per run, never of
     seed means). ``curve_seeds``: curve
-    runs per row (the time to target is their median)."""
+    runs per row (the time to target is their median). ``x_ddp_samples_per_s_ci_w2``: the interval of every
+    W = 2 samples/s ratio to DDP (:func:`w2_intervals`)."""
     w = max((r["W"] for r in agg), default=None)
     by = {(r["scenario"], r["mode"]): r for r in agg if r["W"] == w}
     dc, ps = by.get(("ln0.5", "dropcompute"), {}), by.get(("slow", "param-server"), {})
@@ -332,7 +390,45 @@ def summary(agg: list[dict[str, Any]], curve_seeds: int) -> dict[str, Any]:
             "dropcompute_drop_rate_slow_w2": dc2.get("drop_rate"),
             "prediction_error_samples_per_s_max": max(errs) if errs else None,
             "param_server_over_ddp_samples_per_s_slow_w2": ps2.get("x_ddp_samples_per_s"),
-            "curve_seeds": curve_seeds}
+            "curve_seeds": curve_seeds, "x_ddp_samples_per_s_ci_w2": w2_intervals(agg)}
+
+
+def recompute_intervals(res: dict[str, Any], command: str) -> dict[str, Any]:
+    """A result this script wrote, with the bootstrap intervals recomputed from its stored runs (``rows``) and
+    no training: each aggregate row gets ``x_ddp_samples_per_s_ci``, the summary ``x_ddp_samples_per_s_ci_w2``,
+    ``table_markdown`` is rendered again; every measured number stays as it was. ``provenance.recomputed``
+    records what was recomputed, by ``command``, when and at which commit. Changes ``res`` in place.
+
+    Raises:
+        ValueError: no runs or no aggregate, an aggregate row without its runs, or a stored samples/s ratio to
+            DDP that its runs do not give (the rows and the aggregate would be misaligned); each names the row.
+    """
+    if not res.get("rows") or not res.get("aggregate"):
+        raise ValueError("--from-json: the result has no 'rows' (per-seed runs) or no 'aggregate'")
+    groups = _groups(res["rows"])
+    for a in res["aggregate"]:
+        key = (a["W"], a["scenario"], a["mode"])
+        if key not in groups:
+            raise ValueError(f"--from-json: aggregate row W={key[0]} {key[1]} {key[2]} has no runs in 'rows'")
+        if a["mode"] == "ddp":
+            continue
+        ddp = groups.get((a["W"], a["scenario"], "ddp"), [])
+        means = [_mean([r.get("microbatches_per_s") for r in rs if "error" not in r]) for rs in (groups[key], ddp)]
+        if a.get("x_ddp_samples_per_s") is not None and means[0] and means[1] and \
+                abs(means[0] / means[1] - a["x_ddp_samples_per_s"]) > 1e-9 * a["x_ddp_samples_per_s"]:
+            raise ValueError(f"--from-json: aggregate row W={key[0]} {key[1]} {key[2]}: x DDP "
+                             f"{a['x_ddp_samples_per_s']} but its runs give {means[0] / means[1]}")
+        a["x_ddp_samples_per_s_ci"] = ratio_interval(groups[key], ddp)
+    res["summary"]["x_ddp_samples_per_s_ci_w2"] = w2_intervals(res["aggregate"])
+    res["table_markdown"] = table(res["aggregate"], res["summary"], res["goals"])
+    prov = res.setdefault("provenance", {})
+    prov["recomputed"] = [x for x in prov.get("recomputed", []) if x.get("what") != "x_ddp_samples_per_s_ci"] + [
+        {"what": "x_ddp_samples_per_s_ci",
+         "how": "paired bootstrap intervals of the samples/s ratios to DDP, recomputed from the stored per-seed runs "
+                "('rows') without training; every other number is as measured by the command above",
+         "command": command, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+         "git_commit": git_commit()}]
+    return res
 
 
 def goals(summ: dict[str, Any]) -> dict[str, str]:
@@ -353,10 +449,16 @@ def _pred(meas: Any, pred: Any, fmt: str) -> str:
     return _f(meas, fmt) + (f" ({_f(pred, fmt)})" if pred is not None else "")
 
 
+def _ci(ci: dict[str, Any] | None) -> str:
+    """`` [low, high]`` of a :func:`ratio_interval`, or nothing."""
+    return f" [{ci['low']:.2f}, {ci['high']:.2f}]" if ci else ""
+
+
 def table(agg: list[dict[str, Any]], summ: dict[str, Any], gl: dict[str, str]) -> str:
     """Markdown table of the per-row numbers (measured, with the model's prediction in brackets where there is
-    one) plus the goal lines."""
-    head = ("| W | scenario | mode | seeds (curves) | samples/s (pred.) | x DDP | drop rate (pred.) | tau ms "
+    one; the samples/s ratio to DDP with its paired bootstrap interval over seeds where there are >= 2) plus the
+    goal lines."""
+    head = ("| W | scenario | mode | seeds (curves) | samples/s (pred.) | x DDP [95% CI] | drop rate (pred.) | tau ms "
             "| overshoot ms, slowest rank (pred.) | staleness mean/max | delay share | time to target s | x DDP (time) "
             "| dev loss at DDP's time to target |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -372,7 +474,7 @@ def table(agg: list[dict[str, Any]], summ: dict[str, Any], gl: dict[str, str]) -
                          po * 1000 if po is not None else None, "{:.0f}")
         lines.append(f"| {w} | {r['scenario']} | {r['mode']} | {r['seeds']} ({r['curve_seeds']}) "
                      f"| {_pred(r['samples_per_s'], r.get('pred_samples_per_s'), '{:.1f}')} "
-                     f"| {_f(r.get('x_ddp_samples_per_s'))} "
+                     f"| {_f(r.get('x_ddp_samples_per_s'))}{_ci(r.get('x_ddp_samples_per_s_ci'))} "
                      f"| {_pred(r['drop_rate'], r.get('pred_drop_rate'), '{:.3f}') if dc else '-'} "
                      f"| {_f(r['tau_s'] * 1000 if r['tau_s'] else None, '{:.0f}')} | {over} | {stale} "
                      f"| {_f(r['delay_share'])} | {ttt} | {_f(r.get('x_ddp_time_to_target'))} "
@@ -461,6 +563,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="reuse the finished runs recorded in OUT.rows.jsonl by an earlier, interrupted or partly "
                         "failed invocation with the same settings (runs that failed are run again)")
+    p.add_argument("--from-json", default=None, metavar="JSON",
+                   help="train nothing: recompute the bootstrap intervals of JSON (a result of this script) from "
+                        "its stored per-seed runs, render its table again and rewrite JSON and its .md in place "
+                        "(provenance.recomputed records it)")
     p.add_argument("--out", default=str(RESULTS_DIR / "stragglers_mmst.json"), help="JSON output")
     p.add_argument("--plot", default=str(REPO / "docs/images/stragglers_mmst.png"), help="plot output")
     return p
@@ -470,6 +576,18 @@ def main(argv: list[str] | None = None) -> int:
     """CLI: run the benchmark, print the table, write JSON, Markdown and plot."""
     p = build_parser()
     a = p.parse_args(argv)
+    if a.from_json:
+        path = Path(a.from_json)
+        try:
+            res = recompute_intervals(json.loads(path.read_text()), shlex.join(
+                ["python", "bench/bench_stragglers_mmst.py", *(sys.argv[1:] if argv is None else argv)]))
+        except (OSError, ValueError, KeyError) as e:
+            p.error(f"{path}: {e!r}" if isinstance(e, KeyError) else f"{path}: {e}")
+        print(res["table_markdown"])
+        path.write_text(json.dumps(res, indent=1, default=str))
+        path.with_suffix(".md").write_text(res["table_markdown"] + "\n")
+        print(f"wrote {path}, {path.with_suffix('.md')}", file=sys.stderr)
+        return 0
     q = a.quick
     a.tiny = a.tiny or q
     ws = [int(x) for x in (a.workers or ("2" if q else "2,4")).split(",")]

@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 
 def read_log(path: str | Path) -> list[dict[str, Any]]:
     """The records of a ``train_log.jsonl``.
@@ -166,3 +168,42 @@ def run_summary(records: Sequence[dict[str, Any]], n_data_ranks: int, update_fre
         "overshoot_s_slowest": _mean([r.get("dc_overshoot_s_slowest") for r in meas]),
         "tau_info": next((e["tau_info"] for e in records if e.get("kind") == "event" and "tau_info" in e), None),
     }
+
+
+def paired_bootstrap_ratio(num: Sequence[float], den: Sequence[float], n_resamples: int = 10000, seed: int = 0,
+                           level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of ``mean(num) / mean(den)`` by the paired bootstrap over runs (Efron & Tibshirani
+    1993, ch. 13): each resample draws ``len(num)`` run indices with replacement, the same indices for both
+    sequences (``num[i]`` and ``den[i]`` are runs of one seed), and takes the ratio of the resampled means.
+
+    With n runs a resample is one of ``C(2n - 1, n)`` multisets of runs (10 for 3 seeds), so the interval is
+    coarse for few seeds, and it can only widen, never narrow, the spread the runs show.
+
+    Args:
+        num, den: one number per seed (e.g. samples/s of a mode and of DDP), paired by position.
+        n_resamples: bootstrap resamples. seed: seed of ``numpy.random.default_rng`` (fixed, so a rerun on the
+            same numbers gives the same interval). level: coverage of the two-sided interval (0.95: the 2.5 and
+            97.5 percentiles, numpy's linear interpolation).
+
+    Returns:
+        ``(low, high)``.
+
+    Raises:
+        ValueError: sequences of different lengths, fewer than 2 pairs, a resample whose ``den`` mean is 0, or
+            ``level`` outside (0, 1).
+    """
+    a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"paired_bootstrap_ratio: {a.shape} numerators against {b.shape} denominators; "
+                         "need one of each per seed")
+    if len(a) < 2:
+        raise ValueError(f"paired_bootstrap_ratio: {len(a)} pair(s); need >= 2 seeds")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"paired_bootstrap_ratio: level {level} outside (0, 1)")
+    idx = np.random.default_rng(seed).integers(0, len(a), size=(n_resamples, len(a)))  # (B, n) run indices
+    den_means = b[idx].mean(axis=1)
+    if np.any(den_means == 0):
+        raise ValueError("paired_bootstrap_ratio: a resample's denominator mean is 0")
+    ratios = a[idx].mean(axis=1) / den_means  # (B,)
+    low, high = np.quantile(ratios, [(1.0 - level) / 2, (1.0 + level) / 2])
+    return float(low), float(high)
