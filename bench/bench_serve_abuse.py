@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             rss0 = server.ps.memory_info().rss / 2**20
             server.reset_peak()
             out, words = row(url, talk, kind)
-            out["abuser"]["server_close_code"] = server_close(log, out["abuser"].get("stream"))
+            if kind:
+                out["abuser"]["server_close_code"] = server_close(log, out["abuser"].get("stream"))
             if alone_words is None:
                 alone_words = words
             out.update(rss_before_mib=round(rss0, 1), rss_growth_mib=round(server.peak_rss_mib - rss0, 1),
