@@ -345,7 +345,8 @@ def _stragglers_w2(d: Mapping[str, Any]) -> str:
         return g.get(k, "not measured")
 
     return (f"On the speech model at W = 2 with one 2x slow rank (one core per rank): DropCompute reached "
-            f"{num(s['dropcompute_over_ddp_samples_per_s_slow_w2'])}x DDP's samples/s (goal >= 1.15: "
+            f"{num(s['dropcompute_over_ddp_samples_per_s_slow_w2'])}x{_ci(d, 2, 'slow', 'dropcompute')} DDP's "
+            f"samples/s (goal >= 1.15: "
             f"{goal('dropcompute_over_ddp_samples_per_s_slow_w2')}) at a drop rate of "
             f"{num(s['dropcompute_drop_rate_slow_w2'], '{:.3f}')} (goal <= 0.3: {goal('dropcompute_drop_rate_slow_w2')}), "
             f"and {num(s['dropcompute_over_ddp_time_to_target_slow_w2'])}x DDP's time to the target dev loss (median "
@@ -353,8 +354,41 @@ def _stragglers_w2(d: Mapping[str, Any]) -> str:
             f"The model's samples/s predictions for DDP and DropCompute at W = 2 were off by at most "
             f"{num(s['prediction_error_samples_per_s_max'], '{:.3f}')} (relative; goal <= 0.15: "
             f"{goal('prediction_error_samples_per_s_max')}). The parameter server (a third process on 2 cores) reached "
-            f"{num(s['param_server_over_ddp_samples_per_s_slow_w2'])}x DDP's samples/s (reported, no goal)."
-            + _stragglers_control(d, 2) + _stragglers_sync_prediction(d) + "\n\n")
+            f"{num(s['param_server_over_ddp_samples_per_s_slow_w2'])}x{_ci(d, 2, 'slow', 'param-server')} DDP's "
+            f"samples/s (reported, no goal)." + _stragglers_ln_w2(d) + _stragglers_control(d, 2)
+            + _stragglers_sync_prediction(d)
+            + _stragglers_ci_note(d) + "\n\n")
+
+
+def _stragglers_ln_w2(d: Mapping[str, Any]) -> str:
+    """At W = 2 with lognormal delays: DropCompute's and the parameter server's samples/s ratios to DDP."""
+    by = {r["mode"]: r for r in d["aggregate"] if (r["W"], r["scenario"]) == (2, "ln0.5")}
+    parts = [f"{what} {num(by[m]['x_ddp_samples_per_s'])}x{_ci(d, 2, 'ln0.5', m)}"
+             for m, what in (("dropcompute", "DropCompute"), ("param-server", "the parameter server"))
+             if by.get(m, {}).get("x_ddp_samples_per_s")]
+    return (" With lognormal CV 0.5 at W = 2 the samples/s ratios to DDP were: " + ", ".join(parts) + ".") if parts else ""
+
+
+def _ci(d: Mapping[str, Any], w: Any, scen: str, mode: str) -> str:
+    """`` [low, high]``: the bootstrap interval of a samples/s ratio to DDP, when the results have one."""
+    ci = next((r.get("x_ddp_samples_per_s_ci") for r in d["aggregate"]
+               if (r["W"], r["scenario"], r["mode"]) == (w, scen, mode)), None)
+    return f" [{num(ci['low'])}, {num(ci['high'])}]" if ci else ""
+
+
+def _stragglers_ci_note(d: Mapping[str, Any]) -> str:
+    """What the bracketed intervals are: level, seeds, resamples, and where they were recomputed from stored runs."""
+    cis = [c for r in d["aggregate"] if r["W"] == 2 and (c := r.get("x_ddp_samples_per_s_ci"))]
+    if not cis:
+        return ""
+    n = len(cis[0]["seeds"])
+    rec = next((x for x in (d.get("provenance") or {}).get("recomputed", []) if x.get("what") == "x_ddp_samples_per_s_ci"),
+               None)
+    return (f" In brackets: the {cis[0]['level']:.0%} paired bootstrap interval of the ratio over the {n} seeds (each run "
+            f"paired with the DDP run of its seed; {cis[0]['resamples']} resamples; with {n} seeds a resample is one of "
+            f"{math.comb(2 * n - 1, n)} multisets of seeds, so the interval is coarse)."
+            + (f" The intervals were computed from the stored per-seed runs by `{rec['command']}` on "
+               f"{str(rec['date'])[:10]}, without training again." if rec else ""))
 
 
 def _stragglers_sync_prediction(d: Mapping[str, Any]) -> str:
@@ -381,7 +415,8 @@ def _stragglers_control(d: Mapping[str, Any], w: Any) -> str:
     for scen, what in (("ln0.5", "lognormal CV 0.5"), ("slow", "a slow rank")):
         ctl, dc = by.get((scen, "dropcompute-inf")), by.get((scen, "dropcompute"))
         if ctl and dc and ctl.get("samples_per_s") and dc.get("samples_per_s"):
-            parts.append(f"with {what}, the control reached {num(ctl.get('x_ddp_samples_per_s'))}x DDP's samples/s, "
+            parts.append(f"with {what}, the control reached {num(ctl.get('x_ddp_samples_per_s'))}x"
+                         f"{_ci(d, w, scen, 'dropcompute-inf')} DDP's samples/s, "
                          f"so dropping itself was worth {num(dc['samples_per_s'] / ctl['samples_per_s'])}x")
     return (" DropCompute's code path with tau = inf (never drops): " + "; ".join(parts) + ".") if parts else ""
 
