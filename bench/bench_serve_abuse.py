@@ -4,8 +4,9 @@
 Starts ``python -m mmst.serve`` once, streams one talk at real-time speed (100 ms int16 frames) alone,
 then once next to each abusive client:
 
-- ``idle_credit_burst``: declares the fastest pace (``rate`` = ``--max-rate``), stays silent 5 s, then
-  sends 0.5 s float32 frames as fast as it can;
+- ``idle_credit_burst``: declares the fastest pace (``rate`` = ``--max-rate``), stays silent 3 s (less
+  than ``--idle-timeout-s``; 30 s of pace credit without the cap), then sends 0.5 s float32 frames as
+  fast as it can;
 - ``one_sample_frames``: one-sample int16 frames, as fast as it can;
 - ``empty_frame_idler``: an empty frame every second and nothing else;
 - ``never_reading``: streams a talk at the fastest pace and never reads its socket;
@@ -104,7 +105,7 @@ async def abuse(kind: str, url: str, talk: np.ndarray, info: dict, out=None) -> 
         sent_s = 0.0
         try:
             if kind == "idle_credit_burst":
-                await asyncio.sleep(5.0)
+                await asyncio.sleep(3.0)
                 frame = encode_audio(np.zeros(8000, np.float32), fmt)
                 while True:
                     await ws.send(frame)
