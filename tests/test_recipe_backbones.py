@@ -47,14 +47,47 @@ def test_docs_table_of_the_report():
     rep = backbones_report(_scores({"hf_pretrained": (20.0, 12.0), "hf_scratch": (15.0, 9.0), "xs_asr": (22.0, 14.0)}), [1])
     text = render_docs.backbones(rep)
     assert "| `hf_scratch` | 15.00 | 9.00 | 12.00 | 900 |  |" in text
-    assert "Pretrained minus scratch: +4.00 BLEU (goal > 0: met)" in text
+    assert ("1 training seed. ASR-pretrained encoder minus the same encoder trained on ST alone, at equal updates "
+            "(not equal compute): +4.00 BLEU (goal > 0: met)") in text
     assert "minus the `xs` encoder with its ASR pretraining: -2.00 BLEU" in text
+    assert "Computation-aware AL/LAAL: not in these results (the committed run predates them" in text
     assert "`xs_asr` de 23.0, ja 21.0" in text  # per language on tst-COMMON: 22 +- 1
     worse = backbones_report(_scores({"hf_pretrained": (10.0, 8.0), "hf_scratch": (15.0, 9.0), "xs_asr": (22.0, 14.0)}), [1])
     assert "(goal > 0: missed)" in render_docs.backbones(worse)
     # the verdict is the report's own (mmst-backbones decides it, e.g. missed when a system is missing)
     rep["summary"]["goal_met"] = False
     assert "+4.00 BLEU (goal > 0: missed)" in render_docs.backbones(rep)
+
+
+def test_computation_aware_latencies_in_report_and_table():
+    """LAAL, AL_CA and LAAL_CA on tst-COMMON: language average, then the mean over seeds; in both tables."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import render_docs
+
+    from mmst.evaluation.backbones import render_markdown
+
+    scores = _scores({"hf_pretrained": (20.0, 12.0), "hf_scratch": (15.0, 9.0), "xs_asr": (22.0, 14.0)})
+    # hf_pretrained, seed 1: AL_CA de 1500, ja 2500 (average 2000); seed 2: 3000 and 3000 (average 3000): mean 2500
+    for seed, (de, ja) in ((1, (1500.0, 2500.0)), (2, (3000.0, 3000.0))):
+        for split in ("tst-COMMON", "tst-unseen"):
+            per = scores["hf_pretrained"][split].setdefault(seed, {x: {"BLEU": 10.0, "AL": 900.0} for x in ("de", "ja")})
+            if split == "tst-COMMON":
+                per["de"].update(AL_CA=de, LAAL=1000.0, LAAL_CA=de + 100.0)
+                per["ja"].update(AL_CA=ja, LAAL=1000.0, LAAL_CA=ja + 100.0)
+    for name in ("hf_scratch", "xs_asr"):  # one seed, every language: LAAL_CA only
+        for lang in ("de", "ja"):
+            scores[name]["tst-COMMON"][1][lang]["LAAL_CA"] = 1200.0
+    rep = backbones_report(scores, [1])
+    lat = rep["systems"]["hf_pretrained"]["seen_latency"]
+    assert lat["AL_CA"]["values"] == [2000.0, 3000.0] and lat["AL_CA"]["mean"] == 2500.0
+    assert lat["LAAL_CA"]["mean"] == 2600.0 and lat["LAAL"]["mean"] == 1000.0
+    assert rep["systems"]["hf_scratch"]["seen_latency"] == {"LAAL_CA": {"mean": 1200.0, "std": None, "n": 1,
+                                                                        "values": [1200.0]}}
+    text = render_docs.backbones(rep)
+    assert "| system | BLEU tst-COMMON | BLEU tst-unseen | BLEU mean | AL tst-COMMON (ms) | LAAL tst-COMMON (ms) " in text
+    assert "| `hf_scratch` | 15.00 | 9.00 | 12.00 | 900 | - | - | 1200 |  |" in text
+    assert "1-2 training seeds per system" in text and "Computation-aware" not in text
+    assert "| hf_pretrained | " in render_markdown(rep) and "| 1000 | 2500 | 2600 | " in render_markdown(rep)
 
 
 @pytest.mark.slow

@@ -755,23 +755,35 @@ def int8_profile(d: Mapping[str, Any], top: int = 8) -> str:
 
 def backbones(d: Mapping[str, Any]) -> str:
     """``recipes/synthetic/run_backbones.sh`` (``mmst-backbones``): per system, BLEU at one wait-k on both test
-    sets (averaged over the languages) and their mean, AL on the seen set, then the summary against its goal."""
+    sets (averaged over the languages) and their mean, AL on the seen set (with LAAL, AL_CA and LAAL_CA when the
+    results have them), then the summary against its goal, named for what it compares: an ASR-then-ST
+    curriculum against ST alone, at equal updates, over the seeds the results hold."""
     k = str(d["k"]).lstrip("k")
     seen, unseen = d["splits"]
     desc = d.get("descriptions") or {}
+    lat = [m for m in ("LAAL", "AL_CA", "LAAL_CA") if any(m in (r.get("seen_latency") or {}) for r in d["systems"].values())]
     body = [[f"`{name}`", num(r["seen_bleu"]["mean"]), num(r["unseen_bleu"]["mean"]), num(r["bleu"]),
-             num(r["seen_al"]["mean"], "{:.0f}"), desc.get(name, "")] for name, r in d["systems"].items()]
+             num(r["seen_al"]["mean"], "{:.0f}"),
+             *(num((r.get("seen_latency") or {}).get(m, {}).get("mean"), "{:.0f}") for m in lat), desc.get(name, "")]
+            for name, r in d["systems"].items()]
     s = d["summary"]
     d_pre, d_xs = s[f"pretrained_minus_scratch_bleu_k{k}"], s[f"hf_minus_xs_asr_bleu_k{k}"]
     per_lang = "; ".join(f"`{name}` " + ", ".join(f"{lang} {num(r['seen_per_lang'][lang]['mean'], '{:.1f}')}"
                                                     for lang in d["langs"]) for name, r in d["systems"].items())
-    return (md_table(["system", f"BLEU {seen}", f"BLEU {unseen}", "BLEU mean", f"AL {seen} (ms)", "trained"], body)
-            + f"\n\nBLEU at wait-{k}, the mean over {', '.join(d['langs'])}. Pretrained minus scratch: "
-              f"{num(d_pre, '{:+.2f}')} BLEU (goal > 0: {'met' if s['goal_met'] else 'missed'}); pretrained "
+    ns = sorted({len(r["seeds"].get(seen, [])) for r in d["systems"].values()})
+    seeds = (f"{ns[0]} training seed" + ("" if ns[0] == 1 else "s") if len(ns) == 1
+             else f"{ns[0]}-{ns[-1]} training seeds per system")
+    ca = ("" if lat else f" Computation-aware AL/LAAL: not in these results (the committed run predates them; "
+          f"a rerun of the recipe adds LAAL, AL_CA and LAAL_CA on {seen}).")
+    return (md_table(["system", f"BLEU {seen}", f"BLEU {unseen}", "BLEU mean", f"AL {seen} (ms)",
+                      *(f"{m} {seen} (ms)" for m in lat), "trained"], body)
+            + f"\n\nBLEU at wait-{k}, the mean over {', '.join(d['langs'])}; {seeds}. ASR-pretrained encoder minus the "
+              f"same encoder trained on ST alone, at equal updates (not equal compute): "
+              f"{num(d_pre, '{:+.2f}')} BLEU (goal > 0: {'met' if s['goal_met'] else 'missed'}); ASR-pretrained "
               f"Hugging Face encoder minus the `xs` encoder with its ASR pretraining: {num(d_xs, '{:+.2f}')} BLEU "
               f"(reported)."
               + ("" if s.get("complete", True) else " Incomplete: " + ", ".join(d.get("missing", [])) + ".")
-              + f" BLEU per language on {seen}: {per_lang}.")
+              + f" BLEU per language on {seen}: {per_lang}." + ca)
 
 
 def goal_met(value: float | None, limit: float, strict: bool = False) -> str:

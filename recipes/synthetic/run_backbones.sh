@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Speech-encoder backbones on the quickstart setting (easy synthetic corpus, unified multi-k wait-k):
-# does a pretrained Hugging Face encoder folder transfer what it holds? Systems, at equal training updates
-# (--asr-max-update of ASR pretraining + --st-max-update of ST; the scratch system trains ST for their sum):
+# does an encoder pretrained here on English ASR (saved as a Hugging Face folder) transfer what it holds? An
+# ASR-then-ST curriculum against ST alone on a toy corpus, not evidence about real pretrained models. Systems, at
+# equal training updates, not equal compute (--asr-max-update of ASR pretraining + --st-max-update of ST; the
+# scratch system trains ST for their sum):
 #   hf_pretrained  a tiny wav2vec 2.0-style encoder (mmst-hf-encoder init --size wav2vec2-tiny) pretrained
 #                  on English ASR (CTC + attention, conf/asr_hf_tiny.yaml), written as a Hugging Face folder
 #                  (mmst-hf-encoder extract: save_pretrained, safetensors), then ST from it (conf/train_hf_tiny.yaml)
@@ -118,7 +120,7 @@ stage4() {
 stage5() {
   mmst-backbones --evals-dir "$evals_dir" --seeds "$seed" --waitk-lagging "$eval_waitk_lagging" \
     --command "bash recipes/synthetic/run_backbones.sh${recipe_args}" \
-    --describe "hf_pretrained=$encoder pretrained on English ASR ($asr_max_update updates), ST $st_max_update updates" \
+    --describe "hf_pretrained=ASR-pretrained $encoder ($asr_max_update updates of English ASR on the same synthetic train split), ST $st_max_update updates" \
     --describe "hf_scratch=$encoder from random weights, ST $((asr_max_update + st_max_update)) updates" \
     --describe "xs_asr=mmst's xs encoder pretrained on English ASR ($asr_max_update updates), ST $st_max_update updates" \
     --out "$exp_dir/backbones" ${copy_to:+--copy-to "$copy_to"}
