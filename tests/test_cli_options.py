@@ -103,6 +103,8 @@ def test_recipe_old_spellings_warn_and_still_work():
     ("recipes/synthetic/run_backbones.sh", "--results", "--copy-to"),
     ("recipes/synthetic/run_augment.sh", "--results", "--copy-to"),
     ("recipes/ted_mmst/run.sh", "--asr-checkpoint", "--pretrained-encoder"),
+    ("recipes/synthetic/run_policies_hard.sh", "--results-json", "--out-json"),
+    ("recipes/synthetic/run_policies_hard.sh", "--results-md", "--out-md"),
 ])
 def test_recipe_option_one_name_per_concept(recipe, old, new):
     """The recipes share one name per concept (docs/CONTRACTS.md): the old spelling warns and sets the new one."""

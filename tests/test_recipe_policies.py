@@ -35,7 +35,7 @@ def test_policies_recipe_on_tiny_models(tmp_path):
            "--models", "offline", "--eval-max-utterances", "2", "--waitk-args", "k=1,3,5", "--alignatt-args", "frames=1,20",
            "--edatt-args", "alpha=0.05,0.9,frames=1", "--la-args", "n=1,3", "--holdn-args", "multik:n=2 offline:n=1,8",
            "--ctcwaitk-args", "k=1,6", "--policies", "waitk alignatt-layer0 edatt la holdn ctcwaitk",
-           "--results-json", str(res_json), "--results-md", str(res_md),
+           "--out-json", str(res_json), "--out-md", str(res_md),
            "--plot-dir", str(tmp_path / "img")]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

@@ -150,7 +150,7 @@ def test_augment_recipe_help_and_bad_input(tmp_path):
     p = subprocess.run(["bash", "recipes/synthetic/run_augment.sh", "--help"], cwd=ROOT, text=True,
                        capture_output=True, timeout=60)
     assert p.returncode == 0
-    for opt in ("--systems", "--seeds", "--specaugment", "--speed-factors", "--asr-config", "--results"):
+    for opt in ("--systems", "--seeds", "--specaugment", "--speed-factors", "--asr-config", "--copy-to"):
         assert opt in p.stdout
     p = subprocess.run(["bash", "recipes/synthetic/run_augment.sh", "--data", str(tmp_path)], cwd=ROOT, text=True,
                        capture_output=True, timeout=60, env=_venv_env())

@@ -56,12 +56,12 @@ la_args="offline:n=3,4,5,6,8 multik:n=2,3,4,5,6"
 holdn_args="offline:n=6,8,12,16,24 multik:n=12,16,24,32,48"
 ctcwaitk_args="k=4,6,8,12,16"
 policies="waitk alignatt-layer0 alignatt-layer1 alignatt-layer2 edatt-layer0 edatt-layer1 edatt-layer2 la holdn ctcwaitk"
-results_json=docs/results/policies_hard.json
-results_md=docs/results/policies_hard.md
+out_json=docs/results/policies_hard.json
+out_md=docs/results/policies_hard.md
 plot_dir=docs/images
 eval_extra=""                # extra options for every eval/simultaneous_eval.py call, e.g. "--beam 4"
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs max_update eval_max_utterances source_segment_size eval_threads
-  jobs models checkpoint max_len_a max_len_b waitk_args alignatt_args edatt_args la_args holdn_args ctcwaitk_args policies results_json results_md
+  jobs models checkpoint max_len_a max_len_b waitk_args alignatt_args edatt_args la_args holdn_args ctcwaitk_args policies out_json out_md
   plot_dir eval_extra)
 parse_options "$@"
 # this recipe shares $exp_dir with run_waitk_hard.sh (same corpus and models): its own stage markers
@@ -139,11 +139,11 @@ stage3() {
     --describe "offline=xs unified, full attention, trained offline" \
     --describe "multik=xs unified, chunk-causal encoder, multi-k wait-k training" \
     --checkpoint "offline=$out/offline/checkpoint.pt" --checkpoint "multik=$out/multik/checkpoint.pt" \
-    --policies "$(echo $policies | tr ' ' ,)" --out-json "$results_json" --out-md "$results_md" --plot-dir "$plot_dir"
-  case "$results_json" in docs/results/*) python tools/render_docs.py ;; esac
+    --policies "$(echo $policies | tr ' ' ,)" --out-json "$out_json" --out-md "$out_md" --plot-dir "$plot_dir"
+  case "$out_json" in docs/results/*) python tools/render_docs.py ;; esac
 }
 
 run_stage 0 "corpus and models (reused when present)" stage0
 run_item_stage 1 "offline greedy BLEU of $models" each_model offline_one
 run_item_stage 2 "policy sweeps ($policies) on $models" each_model sweeps_one
-run_stage 3 "comparison at equal latency -> $results_json" stage3
+run_stage 3 "comparison at equal latency -> $out_json" stage3
