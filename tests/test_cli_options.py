@@ -52,6 +52,10 @@ def test_deprecated_alias_rewrites_and_warns_once(capsys):
     ("mmst.cli.unseen_gap", ["--evals-dir", "E", "--systems", "a", "--out", "O", "--k", "5"], "waitk_lagging", "5",
      "--waitk-lagging"),
     ("mmst.training.average", ["--dir", "D", "--last", "2", "--output", "o.pt"], "save_dir", "D", "--save-dir"),
+    ("mmst.cli.policy_results", ["--evals-dir", "E", "--checkpoint", "m=c.pt"], "checkpoint_of", ["m=c.pt"],
+     "--checkpoint-of"),
+    ("mmst.cli.compare_systems", ["--system", "a=D", "--out", "O", "--checkpoint", "a=c.pt"], "checkpoint_of",
+     ["a=c.pt"], "--checkpoint-of"),
 ])
 def test_renamed_options_of_the_clis(capsys, module, argv, dest, value, new):
     args = importlib.import_module(module).build_parser().parse_args(argv)
@@ -105,6 +109,7 @@ def test_recipe_old_spellings_warn_and_still_work():
     ("recipes/ted_mmst/run.sh", "--asr-checkpoint", "--pretrained-encoder"),
     ("recipes/synthetic/run_policies_hard.sh", "--results-json", "--out-json"),
     ("recipes/synthetic/run_policies_hard.sh", "--results-md", "--out-md"),
+    ("recipes/synthetic/run_policies_hard.sh", "--checkpoint", "--checkpoint-name"),
 ])
 def test_recipe_option_one_name_per_concept(recipe, old, new):
     """The recipes share one name per concept (docs/CONTRACTS.md): the old spelling warns and sets the new one."""

@@ -11,7 +11,7 @@ Usage::
 Each DIR is an output directory of ``mmst-eval`` (a k sweep ``--waitk-lagging 1,3,5,7``
 or a single k). ``NAME=DIR1,DIR2,...``: one directory per seed (mean and sample std over seeds).
 Repeating a NAME adds a language group (bilingual baselines: one model per language). Parameter
-counts come from ``--params NAME=N``, else ``--checkpoint NAME=CKPT`` (repeatable, summed), else the
+counts come from ``--params NAME=N``, else ``--checkpoint-of NAME=CKPT`` (repeatable, summed), else the
 checkpoint recorded in the evaluation output. Writes ``OUT/comparison.md``, ``OUT/comparison.json``
 and ``OUT/bleu_al_<lang>.png`` (one curve per system; also ``bleu_al_avg.png``). Exit status 1 with
 one ``error:`` line for bad input.
@@ -33,9 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a system and its evaluation directories, one per seed; repeat NAME for language groups")
     p.add_argument("--out", required=True, help="output directory (comparison.md, comparison.json, plots)")
     p.add_argument("--params", action="append", default=[], metavar="NAME=N",
-                   help="parameter count of a system (wins over --checkpoint and the evaluation output)")
-    p.add_argument("--checkpoint", action="append", default=[], metavar="NAME=CKPT",
+                   help="parameter count of a system (wins over --checkpoint-of and the evaluation output)")
+    p.add_argument("--checkpoint-of", action="append", default=[], metavar="NAME=CKPT",
                    help="checkpoint whose parameters are counted for NAME (repeatable; counts are summed)")
+    p.add_deprecated_alias("--checkpoint", "--checkpoint-of")
     p.add_argument("--describe", action="append", default=[], metavar="NAME=TEXT",
                    help="one-line description of a system for the table legend")
     p.add_argument("--metrics", default="BLEU,AL",
@@ -75,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError:
                 raise CompareError(f"--params {a!r}: N must be a number") from None
         ckpts: dict[str, list[str]] = {}
-        for a in args.checkpoint:
-            name, value = parse_assignment(a, "--checkpoint")
+        for a in args.checkpoint_of:
+            name, value = parse_assignment(a, "--checkpoint-of")
             ckpts.setdefault(name, []).append(value)
         metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
         if not metrics:

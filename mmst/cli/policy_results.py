@@ -52,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--describe", action="append", default=[], metavar="MODEL=TEXT",
                    help="one line describing a model (repeatable)")
     p.add_deprecated_alias("--description", "--describe")
-    p.add_argument("--checkpoint", action="append", default=[], metavar="MODEL=PATH",
+    p.add_argument("--checkpoint-of", action="append", default=[], metavar="MODEL=PATH",
                    help="the checkpoint a model's sweeps decoded (its training updates go into the results)")
+    p.add_deprecated_alias("--checkpoint", "--checkpoint-of")
     p.add_argument("--title", default="Simultaneous policies on the hard synthetic corpus")
     p.add_argument("--out-json", default=None, help="results JSON (required)")
     p.add_argument("--out-md", default=None, help="results Markdown (required)")
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
            "segment_ms": pcfg.get("source_segment_size_ms"), "models": {}, "equal_latency": eq, "sweeps": sweeps}
     for m in models:
         info: dict = {"description": desc.get(m, "")}
-        ckpts = dict(c.split("=", 1) for c in args.checkpoint if "=" in c)
+        ckpts = dict(c.split("=", 1) for c in args.checkpoint_of if "=" in c)
         if m in ckpts and Path(ckpts[m]).is_file():
             import torch
 

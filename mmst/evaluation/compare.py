@@ -220,7 +220,7 @@ def compare_systems(systems: Sequence[SystemRuns], *, metrics: Sequence[str] = D
     """
     params, checkpoints = dict(params or {}), dict(checkpoints or {})
     known = {s.name for s in systems}
-    for what, d in (("--params", params), ("--checkpoint", checkpoints)):
+    for what, d in (("--params", params), ("--checkpoint-of", checkpoints)):
         extra = [n for n in d if n not in known]
         if extra:
             raise CompareError(f"{what} names unknown system(s) {extra} (systems: {sorted(known)})")

@@ -13,7 +13,7 @@ declare -A RECIPE_RENAMED=([eval_k]=eval_waitk_lagging [longform_k]=longform_wai
   [max_utterances]=eval_max_utterances [threads]=eval_threads [eval_args]=eval_extra
   [src]=src_file_code [tgt]=tgt_file_codes [ctc_args]=ctcwaitk_args
   [asr_updates]=asr_max_update [st_updates]=st_max_update [results]=copy_to [asr_checkpoint]=pretrained_encoder
-  [results_json]=out_json [results_md]=out_md)
+  [results_json]=out_json [results_md]=out_md [checkpoint]=checkpoint_name)
 #
 # run_stage N "title" command...: runs a numbered stage when stage <= N <= stop_stage, prints a banner,
 #   and skips it when its done-marker exists (unless --force true). Markers live in $exp_dir/.done/,

@@ -19,7 +19,7 @@
 # before the source ends also at most S + 2. a = 0.45 lies above the largest target-tokens-per-state ratio
 # of the hard corpus's training sentences (every language), so no right translation is cut, while a
 # re-decoded continuation that runs on past what the audio so far can hold reaches the cap and READs.
-#   0  corpus + both models: reused when $exp_dir/models/<name>/$checkpoint exists, otherwise
+#   0  corpus + both models: reused when $exp_dir/models/<name>/$checkpoint_name exists, otherwise
 #      recipes/synthetic/run_waitk_hard.sh stages 0-2 (same corpus, same training); the checkpoint is
 #      copied once to $exp_dir/policies/<name>/checkpoint.pt, so every sweep decodes the same weights
 #      even while a training run keeps writing checkpoint_last.pt
@@ -46,7 +46,7 @@ source_segment_size=320      # ms
 eval_threads=1               # torch threads per evaluation
 jobs=2                       # evaluations run side by side (one per model)
 models=offline,multik
-checkpoint=checkpoint_last.pt
+checkpoint_name=checkpoint_last.pt  # file name of the checkpoint reused from $exp_dir/models/<name>/
 max_len_a=0.45               # length cap floor(a * S + b) tokens, S = encoder states (see above)
 max_len_b=5
 waitk_args="k=1,2,3,4,5,7"
@@ -61,7 +61,7 @@ out_md=docs/results/policies_hard.md
 plot_dir=docs/images
 eval_extra=""                # extra options for every eval/simultaneous_eval.py call, e.g. "--beam 4"
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs max_update eval_max_utterances source_segment_size eval_threads
-  jobs models checkpoint max_len_a max_len_b waitk_args alignatt_args edatt_args la_args holdn_args ctcwaitk_args policies out_json out_md
+  jobs models checkpoint_name max_len_a max_len_b waitk_args alignatt_args edatt_args la_args holdn_args ctcwaitk_args policies out_json out_md
   plot_dir eval_extra)
 parse_options "$@"
 # this recipe shares $exp_dir with run_waitk_hard.sh (same corpus and models): its own stage markers
@@ -77,17 +77,17 @@ IFS=, read -r -a model_list <<< "$models"
 stage0() {
   local m missing=false
   for m in "${model_list[@]}"; do
-    [ -f "$exp_dir/models/$m/$checkpoint" ] || missing=true
+    [ -f "$exp_dir/models/$m/$checkpoint_name" ] || missing=true
   done
   if $missing; then
     recipes/synthetic/run_waitk_hard.sh --exp_dir "$exp_dir" --tgt_langs "$tgt_langs" --max_update "$max_update" \
       --stop_stage 2
   else
-    echo "reusing $exp_dir/models/{$models}/$checkpoint"
+    echo "reusing $exp_dir/models/{$models}/$checkpoint_name"
   fi
   for m in "${model_list[@]}"; do
     mkdir -p "$out/$m"
-    [ -f "$out/$m/checkpoint.pt" ] || cp "$exp_dir/models/$m/$checkpoint" "$out/$m/checkpoint.pt"
+    [ -f "$out/$m/checkpoint.pt" ] || cp "$exp_dir/models/$m/$checkpoint_name" "$out/$m/checkpoint.pt"
   done
 }
 
@@ -138,7 +138,7 @@ stage3() {
   python eval/policy_results.py --evals-dir "$out" --models "$models" --waitk-lagging 3,5 \
     --describe "offline=xs unified, full attention, trained offline" \
     --describe "multik=xs unified, chunk-causal encoder, multi-k wait-k training" \
-    --checkpoint "offline=$out/offline/checkpoint.pt" --checkpoint "multik=$out/multik/checkpoint.pt" \
+    --checkpoint-of "offline=$out/offline/checkpoint.pt" --checkpoint-of "multik=$out/multik/checkpoint.pt" \
     --policies "$(echo $policies | tr ' ' ,)" --out-json "$out_json" --out-md "$out_md" --plot-dir "$plot_dir"
   case "$out_json" in docs/results/*) python tools/render_docs.py ;; esac
 }
