@@ -120,6 +120,18 @@ def test_recipe_option_one_name_per_concept(recipe, old, new):
     assert values[new] == "X7" and old not in values
 
 
+@pytest.mark.parametrize("recipe,argv,message", [
+    ("recipes/synthetic/run.sh", ["--stage", "x3"], "--stage needs a whole number, got 'x3'"),
+    ("recipes/synthetic/run.sh", ["--stop-stage", ""], "--stop-stage needs a whole number, got ''"),
+    ("recipes/synthetic/run.sh", ["--force", "yes"], "--force needs true or false, got 'yes'"),
+    ("recipes/synthetic/run_backbones.sh", ["--nproc", "2x"], "--nproc needs a whole number, got '2x'"),
+])
+def test_recipe_option_values_are_checked(recipe, argv, message):
+    """A value that cannot be right stops the recipe before any stage (exit 2, one line naming the option)."""
+    p = subprocess.run(["bash", recipe, *argv], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr == f"{recipe}: {message}\n" and p.stdout == ""
+
+
 def test_console_scripts_and_thin_wrappers():
     """Every console script is ``main`` of an ``mmst`` module that has ``build_parser()``; each script in
     ``eval/`` and ``data_prep/`` runs the ``main`` of one console script (nothing else)."""

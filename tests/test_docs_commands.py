@@ -145,8 +145,22 @@ def _check_recipe(path: Path, args: list[str]) -> str | None:
             return f"--{name}: recipe options are kebab-case (--{name.replace('_', '-')})"
         if name.replace("-", "_") not in known:
             return f"--{name}: not an option of {path.relative_to(REPO)}"
+        value = a.partition("=")[2] if eq else (args[i + 1] if i + 1 < len(args) else "")
+        if name in RECIPE_WHOLE_NUMBERS and not (value.isdigit() or _placeholder(value)):
+            return f"--{name} needs a whole number, got {value!r} (recipes/lib/stages.sh check_option_values)"
+        if name == "force" and value not in ("true", "false") and not _placeholder(value):
+            return f"--force needs true or false, got {value!r}"
         i += 1 if eq else 2
     return None
+
+
+#: recipe options whose value is a whole number (recipes/lib/stages.sh check_option_values)
+RECIPE_WHOLE_NUMBERS = ("stage", "stop-stage", "nproc", "jobs")
+
+
+def _placeholder(value: str) -> bool:
+    """A documented value that stands for the user's own (``N``, ``$nproc``, ``<K>``)."""
+    return value.isupper() or value.startswith(("$", "<"))
 
 
 def _check_make(targets: list[str]) -> str | None:
@@ -244,6 +258,9 @@ def test_readme_activates_the_environment_before_the_first_console_script():
     ("OMP_NUM_THREADS=1 python data_prep/prep_multiway.py --mustc-root R --out D && make tset", "make: no target"),
     ("bash recipes/synthetic/run.sh --stage 3 --stop_stage 3", "recipe options are kebab-case"),
     ("bash recipes/synthetic/run.sh --stage 3 \\\n    --eval-waitk-lag 1,3", "not an option of"),
+    ("bash recipes/synthetic/run.sh --stage x3", "--stage needs a whole number"),
+    ("bash recipes/synthetic/run.sh --force yes", "--force needs true or false"),
+    ("bash recipes/synthetic/run.sh --stage 3 --stop-stage 3 --force true", None),
     ("mmst-train --config C --data D --save-dir S model.arch=unified ...", "a literal '...'"),
     ("mmst-frobnicate --x", "not a program of this repository"),
     ("pip install foo   # docs-test: skip (pip's own options)", "skip"),

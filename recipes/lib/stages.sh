@@ -51,7 +51,24 @@ parse_options() {
     if [ "$name" != "--${var//_/-}" ]; then echo "$0: warning: $name is deprecated; use --${var//_/-}" >&2; fi
     printf -v "$var" '%s' "$value"
   done
+  check_option_values
   require_mmst
+}
+
+# check_option_values: exit 2 with one line naming the option when a value cannot be right: --stage,
+#   --stop-stage, --nproc and --jobs take a whole number, --force true or false (--stage x3 would
+#   otherwise run no stage, or every one).
+check_option_values() {
+  local v
+  for v in stage stop_stage nproc jobs; do
+    case " ${RECIPE_OPTIONS[*]} " in *" $v "*) ;; *) continue ;; esac
+    case "${!v}" in
+      ''|*[!0-9]*) echo "$0: --${v//_/-} needs a whole number, got '${!v}'" >&2; exit 2 ;;
+    esac
+  done
+  case " ${RECIPE_OPTIONS[*]} " in
+    *" force "*) case "$force" in true|false) ;; *) echo "$0: --force needs true or false, got '$force'" >&2; exit 2 ;; esac ;;
+  esac
 }
 
 # require_mmst: exit 2 with one line on stderr unless `python` imports mmst. It runs from / so that the
