@@ -431,6 +431,21 @@ def test_client_measured_latency_contains_the_server_added_latency():
         assert lag >= w["added_ms"] - 0.1, (w, lag)
 
 
+def test_load_summary_reports_the_client_latency():
+    """Two clients' words: client latencies 30, 50 and one unknown (NaN, left out): p50 40, p95 30 +
+    0.95 x 20 = 49 (numpy's linear interpolation); added latency and the rest as before."""
+    from mmst.serve.client import StreamResult
+    from mmst.serve.loadtest import summarize_clients
+
+    a = StreamResult(words=[{"added_ms": 10.0}, {"added_ms": 20.0}], lags_ms=[30.0, 50.0], close_code=1000,
+                     summary={"rtf": 0.1, "audio_ms": 1000.0})
+    b = StreamResult(words=[{"added_ms": 5.0}], lags_ms=[float("nan")], close_code=1000,
+                     summary={"rtf": 0.2, "audio_ms": 2000.0})
+    s = summarize_clients([a, b], 2.0)
+    assert s["client_latency_ms_p50"] == 40.0 and s["client_latency_ms_p95"] == pytest.approx(49.0)
+    assert s["added_latency_ms_p50"] == 10.0 and s["words_per_s"] == 1.5 and s["rtf_max"] == 0.2 and s["audio_s"] == 3.0
+
+
 # ---------------------------------------------------------------------------------------------- random clients
 class _ChunkDriver:
     """Writes ``w<k>`` when the audio pushed reaches k x 100 ms (whatever the pushes' sizes), at 100k ms."""

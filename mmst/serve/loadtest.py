@@ -5,6 +5,9 @@ Definitions (docs/serving.md):
 - *added latency* of a word: from the server receiving the audio frame after which the word could
   be written, to the server sending its event (the ``added_ms`` of each ``word`` event); its p50/p95
   are over all words of all clients;
+- *client latency* of a word: from the client sending the frame whose end reaches the word's
+  ``start_ms`` to the client receiving the word (:attr:`~mmst.serve.client.StreamResult.lags_ms`): what
+  the added latency leaves out (websockets' buffers, the wait for the event loop, the network) is in it;
 - *RTF* of a client: compute seconds the server spent on its stream / seconds of its audio (the
   ``summary`` event); the server's load is their sum (its compute thread's share of real time);
 - *words per second*: words of all clients / wall seconds of the run.
@@ -35,7 +38,7 @@ async def run_clients(url: str, audios: list[np.ndarray], *, frame_ms: float = 1
 
 
 def summarize_clients(results: list[StreamResult], wall_s: float) -> dict:
-    """Added latency p50/p95 over all words, per-client RTF (max, mean), words, words/s, failures.
+    """Added and client latency p50/p95 over all words, per-client RTF (max, mean), words, words/s, failures.
 
     Raises:
         ValueError: no client result.
@@ -43,6 +46,8 @@ def summarize_clients(results: list[StreamResult], wall_s: float) -> dict:
     if not results:
         raise ValueError("no client results")
     added = np.asarray([w["added_ms"] for r in results for w in r.words if "added_ms" in w], dtype=np.float64)
+    lags = np.asarray([x for r in results for x in r.lags_ms], dtype=np.float64)
+    lags = lags[np.isfinite(lags)]
     rtfs = [r.summary["rtf"] for r in results if r.summary and r.summary.get("rtf") is not None]
     n_words = sum(len(r.words) for r in results)
     return {
@@ -53,6 +58,8 @@ def summarize_clients(results: list[StreamResult], wall_s: float) -> dict:
         "added_latency_ms_p50": float(np.percentile(added, 50)) if added.size else None,
         "added_latency_ms_p95": float(np.percentile(added, 95)) if added.size else None,
         "added_latency_ms_max": float(added.max()) if added.size else None,
+        "client_latency_ms_p50": float(np.percentile(lags, 50)) if lags.size else None,
+        "client_latency_ms_p95": float(np.percentile(lags, 95)) if lags.size else None,
         "rtf_max": max(rtfs) if rtfs else None,
         "rtf_mean": float(np.mean(rtfs)) if rtfs else None,
         "audio_s": sum(r.summary["audio_ms"] for r in results if r.summary) / 1000.0,
