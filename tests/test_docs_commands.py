@@ -6,8 +6,9 @@ pipes, ``VAR=value`` prefixes, ``nice``), the program must exist (a console scri
 and its options must parse: Python programs through their ``build_parser()`` (no run), recipes against their
 ``RECIPE_OPTIONS``, SimulEval against its own parser plus the agent's options. A deprecated spelling is an
 error too. ``[--opt V]`` marks options as optional and is checked like ``--opt V``. A command that cannot be
-checked carries ``# docs-test: skip (reason)`` on its line. Also: ``--help`` texts name only files that
-exist."""
+checked carries ``# docs-test: skip (reason)`` on its line. Commands written inline in prose (a backtick span
+that starts with a program) are checked the same way, except that they may leave out required options and
+values. Also: ``--help`` texts name only files that exist."""
 
 from __future__ import annotations
 
@@ -96,7 +97,19 @@ def _strip_optional(args: list[str]) -> list[str]:
     return out
 
 
-def _parse(parser, args: list[str]) -> str | None:
+def _nothing_required(parser) -> None:
+    """Make every option, exclusive group and subcommand's option of an argparse parser optional."""
+    for group in parser._mutually_exclusive_groups:
+        group.required = False
+    for action in parser._actions:
+        action.required = False
+        for sub in (action.choices or {}).values() if isinstance(action.choices, dict) else ():
+            _nothing_required(sub)
+
+
+def _parse(parser, args: list[str], prose: bool = False) -> str | None:
+    if prose:  # prose leaves required options out
+        _nothing_required(parser)
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
@@ -120,10 +133,10 @@ def _load_file(path: Path):
     return mod
 
 
-def _check_module(mod, args: list[str], what: str) -> str | None:
+def _check_module(mod, args: list[str], what: str, prose: bool = False) -> str | None:
     if not hasattr(mod, "build_parser"):
         return f"{what} has no build_parser(): its options cannot be checked"
-    return _parse(mod.build_parser(), args)
+    return _parse(mod.build_parser(), args, prose)
 
 
 def _check_recipe(path: Path, args: list[str]) -> str | None:
@@ -189,8 +202,9 @@ def _check_simuleval(args: list[str]) -> str | None:
     return _parse(parser, args)
 
 
-def check(argv: list[str]) -> str | None:
-    """None when the command's program exists and its options parse, else what is wrong."""
+def check(argv: list[str], prose: bool = False) -> str | None:
+    """None when the command's program exists and its options parse, else what is wrong (``prose``: required
+    options may be left out)."""
     if "..." in argv or any(a.endswith(" ...") for a in argv):
         return "a literal '...' (write the command in full)"
     prog, args = argv[0], _strip_optional(argv[1:])
@@ -200,26 +214,26 @@ def check(argv: list[str]) -> str | None:
         return None if args == [".venv/bin/activate"] else f"{prog} {shlex.join(args)}: only .venv/bin/activate"
     if prog in ("python", "python3"):
         if args[:1] == ["-m"]:
-            return _check_module(importlib.import_module(args[1]), args[2:], f"python -m {args[1]}")
+            return _check_module(importlib.import_module(args[1]), args[2:], f"python -m {args[1]}", prose)
         path = REPO / args[0]
         if not path.is_file():
             return f"{args[0]}: no such file"
-        return _check_module(_load_file(path), args[1:], args[0])
+        return _check_module(_load_file(path), args[1:], args[0], prose)
     if prog == "bash" or prog.endswith(".sh"):
         path, rest = (args[0], args[1:]) if prog == "bash" else (prog, args)
         return _check_recipe(REPO / path, rest)
     if prog in SCRIPTS:
         module = SCRIPTS[prog].split(":")[0]
-        return _check_module(importlib.import_module(module), args, prog)
+        return _check_module(importlib.import_module(module), args, prog, prose)
     if prog == "torchrun":
         if "-m" not in args:
             return "torchrun without -m MODULE"
         i = args.index("-m")
-        return _check_module(importlib.import_module(args[i + 1]), args[i + 2:], f"torchrun -m {args[i + 1]}")
+        return _check_module(importlib.import_module(args[i + 1]), args[i + 2:], f"torchrun -m {args[i + 1]}", prose)
     if prog == "simuleval":
         return _check_simuleval(args)
     if prog == "omnisteval":  # a dependency (IWSLT scoring); its parser has subcommands
-        return _check_module(importlib.import_module("omnisteval.cli"), args, "omnisteval")
+        return _check_module(importlib.import_module("omnisteval.cli"), args, "omnisteval", prose)
     return f"{prog}: not a program of this repository (mark the command '# docs-test: skip (reason)')"
 
 
@@ -242,6 +256,66 @@ def test_documented_command(cmd):
 def test_every_doc_has_its_commands_found():
     assert len(ALL) > 60
     assert {c.argv[0] for c in ALL} >= {"make", "mmst-train", "mmst-eval", "bash", "python", "simuleval"}
+
+
+INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+RESULTS_BLOCK = re.compile(r"<!-- (results|generated):([A-Za-z0-9_.-]+) -->.*?<!-- /\1:\2 -->", re.S)
+PROSE_PROGRAM = re.compile(r"^(python3? (eval|bench|tools|data_prep)/\S+\.py|bash recipes/[\w/]+\.sh|make [a-z])")
+#: what a command in prose may leave out besides required options: an option's value, or a placeholder value (N)
+PROSE_OMISSIONS = re.compile(r"expected one argument|invalid \w+ value: '([A-Z][A-Z_]*|<[^>]*>)'")
+
+
+def prose_commands(text: str, name: str) -> list[Command]:
+    """The commands written inline in a Markdown text's prose (`` `mmst-eval --jobs 2` ``): a backtick span that
+    starts with a console script, ``python eval|bench|tools|data_prep/...py``, ``bash recipes/...sh`` or ``make``,
+    outside fenced blocks and rendered results (their commands are records of past runs). ``...`` stands for
+    options left out; of ``a | b`` (alternatives) the first is the command."""
+    text = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    text = RESULTS_BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    out = []
+    for m in INLINE.finditer(text):
+        code = m.group(1).replace("...", " ").strip()
+        words = code.split()
+        if not words or not (words[0] in SCRIPTS or PROSE_PROGRAM.match(code)) or re.search(r"[<*]", words[:2][-1]):
+            continue
+        if words[0] == "make" and not all(re.fullmatch(r"[a-z][\w-]*", w) for w in words[1:]):
+            continue  # make's output quoted in prose, not a command
+        where = f"{name}:{text[:m.start()].count(chr(10)) + 1}"
+        try:
+            cmds = split_commands(code, where)
+        except ValueError:  # an unbalanced quote: a fragment, not a command
+            continue
+        out += cmds[:1]
+    return out
+
+
+PROSE = [c for doc in DOCS for c in prose_commands(doc.read_text(encoding="utf-8"), str(doc.relative_to(REPO)))]
+
+
+def test_commands_in_prose_use_existing_options():
+    """A command written inline in the docs' prose names a program that exists and options it has, in their
+    current spelling; it may leave out required options and values, as prose does."""
+    assert len(PROSE) > 100, "the prose commands were not found"
+    problems = []
+    for cmd in PROSE:
+        found = check(cmd.argv, prose=True)
+        if found and not PROSE_OMISSIONS.search(found):
+            problems.append(f"{cmd.where}: `{shlex.join(cmd.argv)}`: {found}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("snippet,problem", [
+    ("Run `mmst-eval --waitk-laging 3` first.", "unrecognized arguments: --waitk-laging"),
+    ("Use `mmst-eval --checkpoint C`.", "--checkpoint is deprecated"),
+    ("Use `bash recipes/synthetic/run.sh --stage x3`.", "--stage needs a whole number"),
+    ("Run `mmst-eval --jobs N` (required options left out).", None),
+    ("See `mmst-train --distributed ddp | dropcompute` and `make test: pytest took S s`.", None),
+])
+def test_the_prose_checker_reports_what_it_should(snippet, problem):
+    """The prose checker itself: a misspelled, deprecated or malformed option is reported; omissions are not."""
+    found = [check(c.argv, prose=True) for c in prose_commands(snippet, "x.md")]
+    found = [f for f in found if f and not PROSE_OMISSIONS.search(f)]
+    assert found == [] if problem is None else (len(found) == 1 and problem in found[0]), found
 
 
 def test_readme_activates_the_environment_before_the_first_console_script():
