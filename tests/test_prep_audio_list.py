@@ -70,6 +70,22 @@ def test_audio_list_with_vocab_from(make_mustc, tmp_path) -> None:
     assert json.loads((out / "prep_report.json").read_text())["splits"]["list"]["no_filter"] is True
 
 
+def test_audio_list_with_vocab_from_a_model_folder_and_no_tgt_langs(tmp_path) -> None:
+    """--vocab-from MODEL_DIR alone: the languages come from the folder's config (those the list has), its
+    vocabulary and CMVN are copied."""
+    from eval_fixtures import make_tiny_system
+
+    from mmst.export import export_model
+
+    folder = export_model(make_tiny_system(tmp_path / "sys", langs=("de", "ja"))["ckpt"], tmp_path / "model")
+    tsv = _write_list(tmp_path)  # columns de, es
+    out = tmp_path / "eval"
+    assert _main()(["--tsv", str(tsv), "--out", str(out), "--vocab-from", str(folder), "--no-progress"]) == 0
+    assert load_data_config(out)["tgt_langs"] == ["de"]
+    assert (out / "spm_joint.model").read_bytes() == (folder / "spm_joint.model").read_bytes()
+    assert (out / "gcmvn.npz").read_bytes() == (folder / "gcmvn.npz").read_bytes()
+
+
 def test_audio_list_without_vocab_from_and_peak_normalize(tmp_path) -> None:
     tsv = _write_list(tmp_path)
     out, out2 = tmp_path / "a", tmp_path / "b"

@@ -30,8 +30,7 @@ import sys
 
 from mmst.cli_help import PREP_LOG_FORMAT, ArgumentParser, add_progress_arguments, run_cli
 from mmst.corpora.audiolist import AudioListError, drop_bad_audio, read_audio_list
-from mmst.corpora.multiway import BuildError, build_from_rows, format_summary
-from mmst.data.corpus import load_data_config
+from mmst.corpora.multiway import BuildError, build_from_rows, format_summary, vocab_source_config
 
 log = logging.getLogger("prep_audio_list")
 
@@ -44,12 +43,13 @@ def build_parser() -> ArgumentParser:
                         "language; other columns ignored")
     p.add_argument("--out", required=True, help="output DATA directory")
     p.add_argument("--tgt-langs", default=None,
-                   help="comma-separated target language columns; default: the --vocab-from DATA's languages "
+                   help="comma-separated target language columns; default: the --vocab-from source's languages "
                         "present in the TSV, else every language-code column except --src-col")
     p.add_argument("--src-col", default="en", help="column holding the English transcript (src_text)")
     p.add_argument("--split", default=None, help="split name of the manifest (default: TSV file stem)")
     p.add_argument("--vocab-from", default=None,
-                   help="DATA directory whose spm_*.model and gcmvn.npz are reused (the training DATA)")
+                   help="the training DATA directory, or an exported model folder, whose spm_*.model and gcmvn.npz "
+                        "are reused")
     p.add_argument("--vocab-size", type=int, default=None,
                    help="SentencePiece size when no --vocab-from (default automatic)")
     p.add_argument("--per-lang-vocab", action="store_true", help="also per-language models (no --vocab-from)")
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         from mmst.data.manifest import read_manifest_header
 
         header = read_manifest_header(args.tsv)
-        langs = [lang for lang in load_data_config(args.vocab_from)["tgt_langs"] if lang in header]
+        langs = [lang for lang in vocab_source_config(args.vocab_from)["tgt_langs"] if lang in header]
         if not langs:
             raise AudioListError(f"{args.tsv}: none of the --vocab-from languages is a column")
     rows, langs = read_audio_list(args.tsv, langs, args.src_col)

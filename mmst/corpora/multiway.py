@@ -759,23 +759,34 @@ def _train_vocabs(fit: list[dict[str, Any]], out: Path, tgt_langs: list[str], op
     return vocab_cfg, rep
 
 
+def vocab_source_config(src: str | os.PathLike[str]) -> dict[str, Any]:
+    """The DATA config of a ``--vocab-from`` source: a DATA directory's ``config.yaml``, or the one an exported
+    model folder keeps (``tgt_langs``, ``vocab``, ``gcmvn``, ``fbank``, ...).
+
+    Raises:
+        BuildError: ``src`` is neither (or its model folder is incomplete); the message names it.
+    """
+    from mmst.data.corpus import DataConfigError, load_data_config
+    from mmst.models.checkpoint import MODEL_CONFIG_FILE, CheckpointError, read_model_config
+
+    src = Path(src)
+    try:
+        if not (src / "config.yaml").is_file() and (src / MODEL_CONFIG_FILE).is_file():
+            return read_model_config(src)["data"]
+        return load_data_config(src)
+    except (DataConfigError, CheckpointError) as e:
+        raise BuildError(f"--vocab-from {src}: {e}") from None
+
+
 def _reuse_vocab(src: Path, out: Path, tgt_langs: list[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Copy vocabularies and gcmvn of another DATA directory or of an exported model folder (``--vocab-from``).
 
     Raises:
         BuildError: ``src`` is neither (or its model folder is incomplete), or has no gcmvn.
     """
-    from mmst.data.corpus import DataConfigError, load_data_config
     from mmst.data.vocab import Vocab
-    from mmst.models.checkpoint import MODEL_CONFIG_FILE, CheckpointError, read_model_config
 
-    try:
-        if not (src / "config.yaml").is_file() and (src / MODEL_CONFIG_FILE).is_file():
-            cfg = read_model_config(src)["data"]
-        else:
-            cfg = load_data_config(src)
-    except (DataConfigError, CheckpointError) as e:
-        raise BuildError(f"--vocab-from {src}: {e}") from None
+    cfg = vocab_source_config(src)
     vocab = cfg.get("vocab") or {}
     files = [v for k, v in vocab.items() if k != "per_lang" and v] + list((vocab.get("per_lang") or {}).values())
     for f in files:
