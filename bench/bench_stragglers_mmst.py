@@ -585,7 +585,9 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{path}: {e!r}" if isinstance(e, KeyError) else f"{path}: {e}")
         print(res["table_markdown"])
         path.write_text(json.dumps(res, indent=1, default=str))
-        path.with_suffix(".md").write_text(res["table_markdown"] + "\n")
+        page = path.with_suffix(".md")  # keep its Stale line (tools/render_docs.py): the runs are as old as before
+        status = re.match(r"\*\*(?:Stale|Superseded):\*\* [^\n]*\n\n", page.read_text()) if page.is_file() else None
+        page.write_text((status[0] if status else "") + res["table_markdown"] + "\n")
         print(f"wrote {path}, {path.with_suffix('.md')}", file=sys.stderr)
         return 0
     q = a.quick

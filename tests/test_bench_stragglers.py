@@ -67,7 +67,7 @@ def test_paired_bootstrap_ratio_equals_numpy_written_out():
     assert (low, high) == pytest.approx(tuple(np.percentile(r, [2.5, 97.5])))
 
 
-def test_intervals_pair_seeds_and_from_json_recomputes_only_them(tmp_path):
+def test_intervals_pair_seeds_and_from_json_recomputes_only_them(tmp_path, capsys):
     import json
 
     import bench_stragglers_mmst as bsm
@@ -92,15 +92,18 @@ def test_intervals_pair_seeds_and_from_json_recomputes_only_them(tmp_path):
               "aggregate": [{k: v for k, v in r.items() if k != "x_ddp_samples_per_s_ci"} for r in agg], "rows": rows}
     path = tmp_path / "s.json"
     path.write_text(json.dumps(stored))
+    (tmp_path / "s.md").write_text("**Stale:** measured at commit `abc`.\n\n| old table |\n")
     assert bsm.main(["--from-json", str(path)]) == 0
     out = json.loads(path.read_text())
     assert out["summary"]["x_ddp_samples_per_s_ci_w2"] == summ["x_ddp_samples_per_s_ci_w2"]
     assert [r["samples_per_s"] for r in out["aggregate"]] == [r["samples_per_s"] for r in agg]
     [rec] = out["provenance"]["recomputed"]
     assert rec["what"] == "x_ddp_samples_per_s_ci" and rec["command"].endswith(f"--from-json {path}")
-    assert (tmp_path / "s.md").read_text() == out["table_markdown"] + "\n"
+    # the page: its Stale line kept (the runs are as old as they were), the table rendered again
+    assert (tmp_path / "s.md").read_text() == "**Stale:** measured at commit `abc`.\n\n" + out["table_markdown"] + "\n"
     # a stored ratio that its runs do not give is an error naming the row
     stored["aggregate"][1]["x_ddp_samples_per_s"] = 2.0
     path.write_text(json.dumps(stored))
     with pytest.raises(SystemExit):
         bsm.main(["--from-json", str(path)])
+    assert "aggregate row W=2 slow dropcompute: x DDP 2.0 but its runs give" in capsys.readouterr().err
