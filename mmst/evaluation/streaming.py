@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from mmst.evaluation.latency import split_units
-from mmst.evaluation.loading import reset_translator
+from mmst.evaluation.translator_input import reset_translator
 
 SAMPLE_RATE = 16000
 

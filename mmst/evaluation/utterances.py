@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from mmst.evaluation.loading import LoadError
+from mmst.evaluation.bundle import LoadError
 
 logger = logging.getLogger("mmst.evaluation.utterances")
 
