@@ -17,6 +17,7 @@ from mmst.evaluation.policy_compare import (
     interpolate,
     load_sweep,
     summary,
+    waitk_range_coverage,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "eval"))
@@ -69,6 +70,22 @@ def test_equal_latency_and_summary():
         equal_latency({"alignatt": aa}, ["de"])
     with pytest.raises(CompareError, match="no k=7"):
         equal_latency({"waitk": waitk}, ["de"], (7,))
+
+
+def test_waitk_range_coverage_names_the_end_a_sweep_misses():
+    # wait-k's AL: de 800 (k=1) to 2200 (k=5), ja 700 to 2100; k=7 (3000 ms) is outside k=1..5 and ignored
+    waitk = _sweep("waitk", "k", [(1, {"de": (10, 800, 0), "ja": (5, 700, 0)}), (3, {"de": (20, 1500, 0), "ja": (15, 1400, 0)}),
+                                  (5, {"de": (25, 2200, 0), "ja": (22, 2100, 0)}), (7, {"de": (26, 3000, 0), "ja": (23, 3000, 0)})])
+    # edatt: de 800 to 2500 covers it; ja 900 to 2100 misses the low end. la: de 1400 only, no ja point
+    edatt = _sweep("edatt", "frames", [(1, {"de": (9, 800, 0), "ja": (8, 900, 0)}), (9, {"de": (24, 2500, 0), "ja": (20, 2100, 0)})])
+    la = _sweep("la", "n", [(2, {"de": (18, 1400, 0)})])
+    cov = waitk_range_coverage({"waitk": waitk, "edatt": edatt, "la": la}, ["de", "ja"], metric="AL")
+    assert cov["edatt"]["de"] == {"waitk": [800.0, 2200.0], "waitk_ks": [1, 5], "sweep": [800.0, 2500.0], "unreached": []}
+    assert cov["edatt"]["ja"]["unreached"] == ["low"] and cov["edatt"]["ja"]["sweep"] == [900.0, 2100.0]
+    assert cov["la"]["de"]["unreached"] == ["low", "high"] and cov["la"]["de"]["sweep"] == [1400.0, 1400.0]
+    assert cov["la"]["ja"] == {"waitk": [700.0, 2100.0], "waitk_ks": [1, 5], "sweep": None, "unreached": ["low", "high"]}
+    with pytest.raises(CompareError, match="no LAAL for de"):
+        waitk_range_coverage({"waitk": waitk}, ["de"])
 
 
 def test_load_sweep_reads_eval_output(tmp_path):
@@ -175,6 +192,11 @@ def test_policy_results_summary_on_a_synthetic_results_tree(tmp_path):
     assert "| alignatt[a=0.45,b=5] | frames=2 |" in md and "| wait-k BLEU | alignatt[a=0.45,b=5] | best |" in md
     assert "p_holm 0.02 beats" in md and res["summary"]["correction"]["tests"] == 2
     assert (out / "img" / "policies_hard_offline.png").stat().st_size > 1000
+    # alignatt's LAAL (1000 to 2000 ms) reaches neither end of wait-k's (700 at k=1 to 2200 at k=5): JSON and table
+    assert res["coverage"]["offline"]["alignatt"]["de"] == {"waitk": [700, 2200], "waitk_ks": [1, 5],
+                                                            "sweep": [1000, 2000], "unreached": ["low", "high"]}
+    assert s["sweeps_short_of_waitk_laal_range"] == {"short": 2, "of": 2}
+    assert "| alignatt[a=0.45,b=5] | es | 700 to 2200 | 1000 to 2000 | low (k=1), high (k=5) |" in md
 
 
 # ---------------------------------------------------------------- pairing and Holm's correction

@@ -6,11 +6,14 @@ For each model, language and k in ``--waitk-lagging``: wait-k's own LAAL (and LA
 policy's BLEU interpolated there on its sweep, with a paired bootstrap interval of the difference
 (``mmst.evaluation.policy_compare``). Writes:
 
-- ``--out-json``: ``{"summary": {...}, "provenance", "langs", "models", "equal_latency", "sweeps"}``;
+- ``--out-json``: ``{"summary": {...}, "provenance", "langs", "models", "equal_latency", "coverage", "sweeps"}``;
   ``summary`` counts, on the first model of ``--models`` (the offline-trained one), the languages where
   some adaptive policy beats wait-k at wait-k's LAAL (significant after Holm's correction over the table's
   paired bootstrap tests), per k, names the correction and the best policy per language, and gives
-  ``min_laal_ms``, ``min/max_length_ratio`` and ``points_per_policy_min`` over every point of every sweep;
+  ``min_laal_ms``, ``min/max_length_ratio`` and ``points_per_policy_min`` over every point of every sweep,
+  and ``sweeps_short_of_waitk_laal_range`` (how many model x policy x language sweeps miss an end of wait-k's
+  LAAL range for k=1..5); ``coverage`` says, per model, policy and language, which end
+  (``policy_compare.waitk_range_coverage``);
 - ``--out-md``: the same as tables; ``--plot-dir``: one BLEU-vs-AL/AL_CA figure per model.
 
 The summary table of ``docs/policies.md`` is rendered from the JSON by ``python tools/render_docs.py``, like every
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         provenance,
         render_markdown,
         summary,
+        waitk_range_coverage,
     )
     if not (args.out_json and args.out_md and args.plot_dir):
         print("error: --out-json, --out-md and --plot-dir are needed", file=sys.stderr)
@@ -102,12 +106,17 @@ def main(argv: list[str] | None = None) -> int:
             else cfg["config"]
         eq = {m: {metric: equal_latency(sweeps[m], langs, ks, metric, args.bootstrap) for metric in ("LAAL", "LAAL_CA")}
               for m in models}
+        coverage = {m: waitk_range_coverage(sweeps[m], langs) for m in models}
     except (CompareError, OSError, KeyError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     res = {"summary": summary(eq[models[0]]["LAAL"], sweeps, "LAAL"), "title": args.title, "provenance": provenance(),
            "langs": langs, "ks": ks, "split": pcfg.get("split"), "n_utterances": pcfg.get("n_utterances"),
-           "segment_ms": pcfg.get("source_segment_size_ms"), "models": {}, "equal_latency": eq, "sweeps": sweeps}
+           "segment_ms": pcfg.get("source_segment_size_ms"), "models": {}, "equal_latency": eq, "coverage": coverage,
+           "sweeps": sweeps}
+    short = [c for per in coverage.values() for pl in per.values() for c in pl.values() if c["unreached"]]
+    res["summary"]["sweeps_short_of_waitk_laal_range"] = {
+        "short": len(short), "of": sum(len(pl) for per in coverage.values() for pl in per.values())}
     for m in models:
         info: dict = {"description": desc.get(m, "")}
         ckpts = dict(c.split("=", 1) for c in args.checkpoint_of if "=" in c)

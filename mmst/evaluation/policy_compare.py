@@ -295,6 +295,53 @@ def equal_latency(
     return out
 
 
+def waitk_range_coverage(sweeps: Mapping[str, Mapping[str, Any]], langs: Sequence[str], ks: Sequence[int] = range(1, 6),
+                         metric: str = "LAAL") -> dict[str, dict[str, dict[str, Any]]]:
+    """How far each adaptive sweep of one model reaches over wait-k's ``metric`` range for ``ks`` (k=1..5):
+    ``{policy: {lang: {"waitk": [low, high], "waitk_ks": [k of low, k of high], "sweep": [low, high] or None,
+    "unreached": ["low"] and/or ["high"]}}}`` (ms). ``low`` is unreached when the sweep's lowest latency is
+    above wait-k's lowest (its comparisons there are dashes), ``high`` when its highest is below wait-k's highest;
+    a sweep without a point on ``lang`` reaches neither end.
+
+    Raises:
+        CompareError: no wait-k sweep, or none of ``ks`` has ``metric`` on a language.
+    """
+    if "waitk" not in sweeps:
+        raise CompareError("the comparison needs a wait-k sweep")
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for lang in langs:
+        wk = sorted((float(p["per_lang"][lang][metric]), p["params"]["k"]) for p in sweeps["waitk"]["points"]
+                    if p["params"].get("k") in ks and p["per_lang"].get(lang, {}).get(metric) is not None)
+        if not wk:
+            raise CompareError(f"wait-k sweep has no {metric} for {lang} at any k of {list(ks)}")
+        (lo, k_lo), (hi, k_hi) = wk[0], wk[-1]
+        for pol, sw in sweeps.items():
+            if pol == "waitk":
+                continue
+            xs = [x for x, _, _ in curve(sw, lang, metric)]
+            rng = [xs[0], xs[-1]] if xs else None
+            unreached = ([] if rng and rng[0] <= lo else ["low"]) + ([] if rng and rng[1] >= hi else ["high"])
+            out.setdefault(pol, {})[lang] = {"waitk": [lo, hi], "waitk_ks": [k_lo, k_hi], "sweep": rng,
+                                             "unreached": unreached}
+    return out
+
+
+def coverage_markdown(cov: Mapping[str, Mapping[str, Mapping[str, Any]]], sweeps: Mapping[str, Any],
+                      metric: str = "LAAL") -> list[str]:
+    """Markdown lines: the sweeps of :func:`waitk_range_coverage` that miss an end of wait-k's range, one row
+    each, or one line saying every sweep covers it."""
+    rows = [(pol, lang, c) for pol, per in cov.items() for lang, c in per.items() if c["unreached"]]
+    if not rows:
+        return [f"Every sweep covers wait-k's {metric} range on every language.", ""]
+    md = [f"| policy | lang | wait-k {metric} (ms) | sweep {metric} (ms) | end not reached |", "|---|---|---|---|---|"]
+    for pol, lang, c in rows:
+        (lo, hi), (k_lo, k_hi) = c["waitk"], c["waitk_ks"]
+        sw = f"{_f(c['sweep'][0], 0)} to {_f(c['sweep'][1], 0)}" if c["sweep"] else "–"
+        ends = ", ".join(f"{'low (k=' + str(k_lo) if e == 'low' else 'high (k=' + str(k_hi)})" for e in c["unreached"])
+        md.append(f"| {policy_label(pol, sweeps.get(pol, {}))} | {lang} | {_f(lo, 0)} to {_f(hi, 0)} | {sw} | {ends} |")
+    return md + [""]
+
+
 def summary(eq_offline: Mapping[str, Mapping[str, Any]],
             sweeps: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None, metric: str = "LAAL") -> dict[str, Any]:
     """The headline object from the offline model's comparison at equal ``metric``: languages (of all)
@@ -454,6 +501,9 @@ def render_markdown(res: Mapping[str, Any]) -> str:
                               f"{_f(w.get('length_ratio'), 2)}{' ⚑' if w.get('flagged') else ''}{' †' if w.get('degenerate') else ''} | {_f(w['BLEU'])} | "
                               + " | ".join(_cell(r, p) for p in pols) + f" | {r['best']} |")
             md.append("")
+        if (res.get("coverage") or {}).get(model) is not None:
+            md += ["### Reach of each sweep over wait-k's LAAL range (k=1..5)", ""]
+            md += coverage_markdown(res["coverage"][model], res["sweeps"][model])
         md += ["### Sweeps", "", "| policy | parameters | lang | BLEU | LAAL | AL | LAAL_CA | |Y|/|Y*| | RTF |",
                "|---|---|---|---|---|---|---|---|---|"]
         for pol, sw in res["sweeps"][model].items():
