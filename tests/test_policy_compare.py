@@ -197,6 +197,15 @@ def test_policy_results_summary_on_a_synthetic_results_tree(tmp_path):
                                                             "sweep": [1000, 2000], "unreached": ["low", "high"]}
     assert s["sweeps_short_of_waitk_laal_range"] == {"short": 2, "of": 2}
     assert "| alignatt[a=0.45,b=5] | es | 700 to 2200 | 1000 to 2000 | low (k=1), high (k=5) |" in md
+    # the docs summary (tools/render_docs.py) lists it too, and computes the same from the sweeps of results
+    # written before the JSON had "coverage"
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import render_docs
+
+    text = render_docs.policies_summary(res, "r.md")
+    assert "2 of 2 sweeps (model x policy x language) do not reach an end" in text
+    assert "| offline | alignatt[a=0.45,b=5] | de, es | de, es |" in text
+    assert render_docs.policies_summary({k: v for k, v in res.items() if k != "coverage"}, "r.md") == text
 
 
 # ---------------------------------------------------------------- pairing and Holm's correction

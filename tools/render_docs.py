@@ -1093,8 +1093,34 @@ def policies_summary(d: Mapping[str, Any], full: str) -> str:
                    f"{s['points_per_policy_min']} points per policy.")
     out.append(md_table(["lang", *(f"best at k={k[1:]} {metric}" for k in ks)],
                         [[lang, *(s["best_policy_per_lang"][lang][k] for k in ks)] for lang in langs]))
+    out += _policies_reach(d)
     out.append(f"Full tables: [{full}](results/{full}).")
     return "\n\n".join(out)
+
+
+def _policies_reach(d: Mapping[str, Any]) -> list[str]:
+    """The sweeps that miss an end of wait-k's LAAL range for k=1..5 (the JSON's ``coverage``, or computed from
+    its sweeps by :func:`mmst.evaluation.policy_compare.waitk_range_coverage` for results written before it)."""
+    from mmst.evaluation.policy_compare import policy_label, waitk_range_coverage
+
+    cov = d.get("coverage") or {m: waitk_range_coverage(sw, d["langs"]) for m, sw in d.get("sweeps", {}).items()}
+    rows, total = [], 0
+    for model, per in cov.items():
+        for pol, per_lang in per.items():
+            total += len(per_lang)
+            miss = {end: [lang for lang, c in per_lang.items() if end in c["unreached"]] for end in ("low", "high")}
+            if miss["low"] or miss["high"]:
+                rows.append([model, policy_label(pol, d["sweeps"][model].get(pol, {})),
+                             ", ".join(miss["low"]) or "-", ", ".join(miss["high"]) or "-"])
+    if not total:
+        return []
+    short = sum(1 for per in cov.values() for pl in per.values() for c in pl.values() if c["unreached"])
+    if not short:
+        return [f"Every sweep reaches both ends of wait-k's LAAL range for k=1..5 on every language ({total} sweeps)."]
+    return [f"{short} of {total} sweeps (model x policy x language) do not reach an end of wait-k's LAAL range for "
+            f"k=1..5; at a wait-k latency beyond its reach a sweep is compared on nothing (a dash):",
+            md_table(["model", "policy", "lowest wait-k LAAL (k=1) not reached on", "highest (k=5) not reached on"],
+                     rows)]
 
 
 @dataclass(frozen=True)
