@@ -153,33 +153,33 @@ def make_driver_factory(args: argparse.Namespace) -> tuple[Any, list[str]]:
     """``(DriverPool: make_driver(langs) -> LongFormTranslator, served languages)`` from the options.
 
     Raises:
-        mmst.evaluation.loading.LoadError: bad checkpoint, DATA or languages.
+        mmst.evaluation.bundle.LoadError: bad checkpoint, DATA or languages.
         ValueError: a bad policy, or a policy sweep (one setting only).
     """
-    from mmst.evaluation.loading import load_system
+    from mmst.evaluation.bundle import load_bundle
     from mmst.simultaneous.policy_spec import specs_from_args
     from mmst.simultaneous.vad import StreamingVad, load_vad_model
 
     from .drivers import DriverPool
 
     langs = [x.strip() for x in args.tgt_langs.split(",") if x.strip()] if args.tgt_langs else None
-    system = load_system(args.model, data_dir=args.data, tgt_langs=langs, device=args.device,
+    bundle = load_bundle(args.model, data_dir=args.data, tgt_langs=langs, device=args.device,
                          quantize=args.quantize)
     swept, specs, per_lang = specs_from_args(args, [args.waitk_lagging])
     if len(specs) != 1:
         raise ValueError(f"mmst-serve runs one policy setting; --policy-args sweeps {swept} over {len(specs)} values")
-    served = list(system.tgt_langs)
+    served = list(bundle.tgt_langs)
     bad = [lang for lang in per_lang if lang not in served]
     if bad:
         raise ValueError(f"--policy-per-lang names {', '.join(bad)}, not among the served languages {served}")
     policy = {lang: per_lang.get(lang, specs[0]) for lang in served}
-    system.translator(policy=policy, beam=args.beam, max_len_b=args.max_len_b)  # fail now, not per stream
+    bundle.translator(policy=policy, beam=args.beam, max_len_b=args.max_len_b)  # fail now, not per stream
     vad_model = load_vad_model()  # the bundled weights load (and fail) at start
 
     vad = {"threshold": args.vad_threshold, "min_silence_ms": args.vad_min_silence_ms,
            "speech_pad_ms": args.vad_speech_pad_ms, "max_segment_s": args.max_segment_s}
     StreamingVad(**vad, model=vad_model)  # out-of-range VAD options fail now
-    pool = DriverPool(system, policy, beam=args.beam, max_len_b=args.max_len_b, vad=vad,
+    pool = DriverPool(bundle, policy, beam=args.beam, max_len_b=args.max_len_b, vad=vad,
                       chunk_ms=args.source_segment_size, vad_model=vad_model,
                       max_idle=getattr(args, "max_clients", 8))
     return pool, served
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("websockets").setLevel(logging.WARNING)
     import torch
 
-    from mmst.evaluation.loading import LoadError
+    from mmst.evaluation.bundle import LoadError
 
     torch.set_num_threads(args.threads)
     try:

@@ -19,7 +19,7 @@ class DriverPool:
     """Makes and recycles :class:`~mmst.simultaneous.longform.LongFormTranslator` s.
 
     Args:
-        system: a loaded :class:`mmst.evaluation.loading.EvalSystem`.
+        bundle: the loaded model (:func:`mmst.evaluation.bundle.load_bundle`).
         policy: ``{lang: policy}`` for every served language (``PolicySpec`` or ``"name:k=v"``).
         beam, max_len_b: translator options (see ``StreamingTranslator``).
         vad: :class:`~mmst.simultaneous.vad.StreamingVad` keyword arguments (``threshold``,
@@ -32,10 +32,10 @@ class DriverPool:
     it for the next stream (call it only when no step of that driver is running).
     """
 
-    def __init__(self, system: Any, policy: dict, *, beam: int = 1, max_len_b: int = 200,
+    def __init__(self, bundle: Any, policy: dict, *, beam: int = 1, max_len_b: int = 200,
                  vad: dict | None = None, chunk_ms: float = 320.0, vad_model: Any = None,
                  max_idle: int = 8) -> None:
-        self.system = system
+        self.bundle = bundle
         self.policy = dict(policy)
         self.beam, self.max_len_b = int(beam), int(max_len_b)
         self.vad = dict(vad or {})
@@ -57,7 +57,7 @@ class DriverPool:
         from mmst.simultaneous.longform import LongFormTranslator
         from mmst.simultaneous.vad import StreamingVad, load_vad_model
 
-        tr = self.system.translator(tgt_langs=list(key), policy={lang: self.policy[lang] for lang in key},
+        tr = self.bundle.translator(tgt_langs=list(key), policy={lang: self.policy[lang] for lang in key},
                                     beam=self.beam, max_len_b=self.max_len_b)
         with self._lock:
             if self.vad_model is None:
