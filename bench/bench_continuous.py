@@ -166,8 +166,8 @@ def summarize(rows: list[dict[str, Any]], langs: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; print the table and write the JSON."""
     from mmst.corpora.long_talk import build_long_talk, write_long_talk
+    from mmst.evaluation.bundle import load_bundle
     from mmst.evaluation.frontend import read_utterance_audio
-    from mmst.evaluation.loading import load_system
     from mmst.evaluation.utterances import load_utterances
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.note:
         prov["note"] = args.note
     langs_arg = args.tgt_langs.split(",") if args.tgt_langs else None
-    system = load_system(args.model, data_dir=args.data, tgt_langs=langs_arg)
+    system = load_bundle(args.model, data_dir=args.data, tgt_langs=langs_arg)
     langs = list(system.tgt_langs)
     utts = load_utterances(system.data_dir, args.split, langs, args.utterances)
     audios = [read_utterance_audio(u) for u in utts]

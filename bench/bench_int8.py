@@ -165,16 +165,16 @@ def linear_summary(shapes: list[dict[str, Any]], fp32_compute_s: float) -> dict[
 
 def run(args) -> dict[str, Any]:
     """Both precisions on the same utterances; the results object (see the module docstring)."""
+    from mmst.evaluation.bundle import load_bundle
     from mmst.evaluation.frontend import read_utterance_audio
     from mmst.evaluation.instances import join_units
-    from mmst.evaluation.loading import load_system
     from mmst.evaluation.quality import corpus_bleu, latency_units
     from mmst.evaluation.utterances import load_utterances
 
     torch.set_num_threads(args.threads)
     n_utts, reps = (2, 1) if args.quick else (args.max_utterances, args.reps)
     langs = args.tgt_langs.split(",") if args.tgt_langs else None
-    systems = {m: load_system(args.model, data_dir=args.data, tgt_langs=langs, quantize=m) for m in MODES}
+    systems = {m: load_bundle(args.model, data_dir=args.data, tgt_langs=langs, quantize=m) for m in MODES}
     langs = list(systems["none"].tgt_langs)
     if systems["none"].data_dir is None:
         raise SystemExit("bench_int8: a model folder needs --data (the DATA directory of the streamed split)")

@@ -91,12 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
+    from mmst.evaluation.bundle import load_bundle
     from mmst.evaluation.frontend import read_utterance_audio
-    from mmst.evaluation.loading import load_system
     from mmst.evaluation.utterances import load_utterances
 
     langs = args.tgt_langs.split(",") if args.tgt_langs else None
-    system = load_system(args.checkpoint, data_dir=args.data, tgt_langs=langs)
+    system = load_bundle(args.checkpoint, data_dir=args.data, tgt_langs=langs)
     utts = load_utterances(system.data_dir, args.split, list(system.tgt_langs))
     audios = [read_utterance_audio(u) for u in utts]
     return system, utts, audios

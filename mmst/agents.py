@@ -236,8 +236,8 @@ def _parse_langs(value: str | None) -> list[str]:
 
 
 def build_translator_from_args(args: Namespace | None, tgt_langs: list[str]) -> Any:
-    """Load the model named by ``args.model`` (or ``args.checkpoint``: a model folder or a training
-    checkpoint) and build the streaming translator.
+    """Load the model bundle (:func:`mmst.evaluation.bundle.load_bundle`) named by ``args.model`` (or
+    ``args.checkpoint``: a model folder or a training checkpoint) and build its streaming translator.
 
     Raises:
         AgentConfigError: no ``--model``, both ``--model`` and ``--checkpoint``, languages not in the model,
@@ -252,7 +252,7 @@ def build_translator_from_args(args: Namespace | None, tgt_langs: list[str]) -> 
     model = model or ckpt
     if not model:
         raise AgentConfigError("--model is required (a model folder or a checkpoint)")
-    from mmst.evaluation.loading import LoadError, load_streaming_translator
+    from mmst.evaluation.bundle import LoadError, load_bundle
     from mmst.simultaneous.policy_spec import specs_from_args
 
     waitk = getattr(args, "waitk_lagging", 3)
@@ -267,17 +267,10 @@ def build_translator_from_args(args: Namespace | None, tgt_langs: list[str]) -> 
     if per_lang and not tgt_langs:
         raise AgentConfigError("--policy-per-lang needs --tgt-lang")
     try:
-        return load_streaming_translator(
-            model,
-            data_dir=getattr(args, "mmst_data", None),
-            tgt_langs=tgt_langs or None,
-            waitk=waitk,
-            max_len_a=getattr(args, "max_len_a", 0.0),
-            max_len_b=getattr(args, "max_len_b", 200),
-            beam=getattr(args, "beam", 1) or 1,
-            min_len=getattr(args, "min_len", 0),
-            policy=policy,
-            quantize=getattr(args, "quantize", "none"),
-        )
+        bundle = load_bundle(model, data_dir=getattr(args, "mmst_data", None), tgt_langs=tgt_langs or None,
+                             quantize=getattr(args, "quantize", "none"))
+        return bundle.translator(waitk, max_len_a=getattr(args, "max_len_a", 0.0),
+                                 max_len_b=getattr(args, "max_len_b", 200), beam=getattr(args, "beam", 1) or 1,
+                                 min_len=getattr(args, "min_len", 0), policy=policy)
     except LoadError as e:
         raise AgentConfigError(str(e)) from None

@@ -86,7 +86,7 @@ def add_progress_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup,
 
 def add_quantize_argument(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """Add ``--quantize none|int8``: run the model's linear layers in fp32 or dynamic int8
-    (``mmst.models.quantize.quantize_model``; CPU only). Pass ``args.quantize`` to ``load_system``."""
+    (``mmst.models.quantize.quantize_model``; CPU only). Pass ``args.quantize`` to ``load_bundle``."""
     from mmst.models.quantize import QUANTIZE_CHOICES
 
     p.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none",
@@ -99,7 +99,7 @@ def add_model_arguments(p: argparse.ArgumentParser, *, data_required: bool = Fal
                         langs_default: str | None = "all of the model's") -> None:
     """Add ``--model`` (required; ``--checkpoint``, its old spelling, is a deprecated alias), ``--data``, ``--tgt-langs`` and
     ``--quantize``: the trained system a script loads, the languages it decodes and the arithmetic of its
-    linear layers (``mmst.evaluation.loading.load_system``). Read the model back as ``args.model``.
+    linear layers (``mmst.evaluation.bundle.load_bundle``). Read the model back as ``args.model``.
 
     Args:
         p: the parser.

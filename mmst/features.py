@@ -121,7 +121,7 @@ class Dither:
     ``|x| < 0.5`` (digital silence, what the data prep uses). The k-th dithered sample of the stream
     always gets the k-th draw of a generator seeded with ``seed``, so the result does not depend on
     how the stream is cut into chunks. The one dither implementation: :class:`OnlineFbank` and the
-    evaluation's :class:`mmst.evaluation.loading.FeatureMatchedTranslator` both call it.
+    evaluation's :class:`mmst.evaluation.translator_input.FeatureMatchedTranslator` both call it.
 
     Args:
         std: standard deviation in 16-bit units (> 0).

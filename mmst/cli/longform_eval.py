@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (1 with a one-line error for bad options or input)."""
-    from mmst.evaluation.loading import LoadError
+    from mmst.evaluation.bundle import LoadError
 
     return run_cli(build_parser(), run, argv, errors=(LoadError, ValueError))
 
@@ -114,15 +114,15 @@ def _parse_refs(value: str | None) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load the system and the talks, stream and score them (see the module docstring).
+    """Load the model bundle and the talks, stream and score them (see the module docstring).
 
     Raises:
-        mmst.evaluation.loading.LoadError: bad checkpoint, DATA or languages.
+        mmst.evaluation.bundle.LoadError: bad checkpoint, DATA or languages.
         ValueError: bad options or input (:class:`mmst.evaluation.longform.LongFormInputError`).
     """
     import torch
 
-    from mmst.evaluation.loading import load_system
+    from mmst.evaluation.bundle import load_bundle
     from mmst.evaluation.longform import evaluate_talks, talks_from_files, talks_from_mustc
     from mmst.evaluation.quality import latency_units
     from mmst.simultaneous.longform import LongFormTranslator, OracleSegmenter
@@ -143,18 +143,18 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise ValueError(f"--tgt-langs {', '.join(missing)} without a --refs file")
     _, specs, per_lang = specs_from_args(args, [args.waitk_lagging])
-    system = load_system(args.model, data_dir=args.data, tgt_langs=langs, device=args.device,
+    bundle = load_bundle(args.model, data_dir=args.data, tgt_langs=langs, device=args.device,
                          quantize=args.quantize)
-    langs = list(system.tgt_langs)
+    langs = list(bundle.tgt_langs)
     if args.mustc_root:
         talks = talks_from_mustc(args.mustc_root, args.split, langs)
     else:
         talks = talks_from_files(args.audio, {lang: refs[lang] for lang in langs if lang in refs}, args.segments)
     units = latency_units(langs, args.eval_latency_unit)
     policy = {lang: per_lang.get(lang, specs[0]) for lang in langs}
-    tr = system.translator(args.waitk_lagging, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+    tr = bundle.translator(args.waitk_lagging, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
                            beam=args.beam, policy=policy)
-    config = {"checkpoint": str(args.model), "data": str(system.data_dir), "tgt_langs": langs,
+    config = {"checkpoint": str(args.model), "data": str(bundle.data_dir), "tgt_langs": langs,
               "policy": {lang: p.describe() for lang, p in policy.items()}, "beam": args.beam,
               "source_segment_size_ms": args.source_segment_size, "max_segment_s": args.max_segment_s,
               "segmentation": "oracle" if args.oracle_segments else "silero-vad",

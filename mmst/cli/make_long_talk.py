@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
     from mmst.corpora.long_talk import build_long_talk, write_long_talk
     from mmst.data.manifest import read_manifest
+    from mmst.evaluation.bundle import LoadError
     from mmst.evaluation.frontend import read_utterance_audio
-    from mmst.evaluation.loading import LoadError
     from mmst.evaluation.utterances import load_utterances
 
     try:

@@ -100,22 +100,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (1 with a one-line error for bad options or input)."""
-    from mmst.evaluation.loading import LoadError
+    from mmst.evaluation.bundle import LoadError
 
     return run_cli(build_parser(), run, argv, errors=(LoadError, ValueError))
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load the system and the utterances, evaluate every k (see the module docstring).
+    """Load the model bundle and the utterances, evaluate every k (see the module docstring).
 
     Raises:
-        mmst.evaluation.loading.LoadError: bad checkpoint, DATA, languages, manifest or audio.
+        mmst.evaluation.bundle.LoadError: bad checkpoint, DATA, languages, manifest or audio.
         ValueError: bad ``--waitk-lagging`` or ``--source-segment-size``.
     """
     import torch
 
+    from mmst.evaluation.bundle import LoadError, load_bundle
     from mmst.evaluation.frontend import read_utterance_audio
-    from mmst.evaluation.loading import LoadError, load_system
     from mmst.evaluation.quality import latency_units
     from mmst.evaluation.runner import run_sweep
     from mmst.evaluation.utterances import load_utterances
@@ -139,26 +139,26 @@ def run(args: argparse.Namespace) -> int:
     if beam < 1:
         raise ValueError(f"--beam must be >= 1, got {beam}")
     langs = [x.strip() for x in args.tgt_langs.split(",") if x.strip()] if args.tgt_langs else None
-    system = load_system(args.model, data_dir=args.data, tgt_langs=langs, device=args.device,
+    bundle = load_bundle(args.model, data_dir=args.data, tgt_langs=langs, device=args.device,
                          quantize=args.quantize)
-    langs = list(system.tgt_langs)
+    langs = list(bundle.tgt_langs)
     unknown = [lang for lang in per_lang if lang not in langs]
     if unknown:
         raise ValueError(f"--policy-per-lang names {', '.join(unknown)}, not among the decoded languages {langs}")
     units = latency_units(langs, args.eval_latency_unit)
-    utts = load_utterances(system.data_dir, args.split, langs, args.max_utterances)
+    utts = load_utterances(bundle.data_dir, args.split, langs, args.max_utterances)
     audios = [read_utterance_audio(u) for u in tqdm(utts, desc="audio", disable=args.no_progress)]
     if all(a.size == 0 for a in audios):
         raise LoadError(f"no readable audio in {args.split} ({len(utts)} utterances)")
     base_cfg = {
-        "checkpoint": str(args.model), "data": str(system.data_dir), "split": args.split, "tgt_langs": langs,
+        "checkpoint": str(args.model), "data": str(bundle.data_dir), "split": args.split, "tgt_langs": langs,
         "source_segment_size_ms": args.source_segment_size, "max_len_a": args.max_len_a,
         "max_len_b": args.max_len_b, "min_len": args.min_len, "latency_units": units,
-        "offline": bool(args.offline), "joint_decoding": True, "fbank": system.fbank_kwargs,
-        "peak_normalize": system.peak_normalize, "simuleval_compat": bool(args.simuleval_compat),
+        "offline": bool(args.offline), "joint_decoding": True, "fbank": bundle.fbank_kwargs,
+        "peak_normalize": bundle.peak_normalize, "simuleval_compat": bool(args.simuleval_compat),
         "n_utterances": len(utts), "quantize": args.quantize, "jobs": args.jobs,
     }
-    run_sweep(system, utts, audios, settings, Path(args.out), units=units, segment_ms=args.source_segment_size,
+    run_sweep(bundle, utts, audios, settings, Path(args.out), units=units, segment_ms=args.source_segment_size,
               base_config=base_cfg, max_len_a=args.max_len_a, max_len_b=args.max_len_b, min_len=args.min_len,
               beam=beam, progress=not args.no_progress, swept=swept, per_lang=per_lang, jobs=args.jobs)
     return 0

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from mmst.atomic import atomic_write_lines, atomic_write_text
     from mmst.audio import AudioError, load_audio
-    from mmst.evaluation.loading import LoadError, load_system
+    from mmst.evaluation.bundle import LoadError, load_bundle
     from mmst.evaluation.streaming import stream_utterance
 
     tsv = Path(args.tsv)
@@ -73,15 +73,15 @@ def main(argv: list[str] | None = None) -> int:
         swept, specs, per_lang = specs_from_args(args, [waitk])
         if swept is not None:
             raise ValueError(f"give one value for {swept} (sweeps are for mmst-eval)")
-        system = load_system(args.model, args.data, langs, quantize=args.quantize)
+        bundle = load_bundle(args.model, args.data, langs, quantize=args.quantize)
         policy = None if waitk is None and args.policy is None else {
-            lang: per_lang.get(lang, specs[0]) for lang in system.tgt_langs}
-        translator = system.translator(waitk, max_len_b=args.max_len_b, beam=args.beam, policy=policy)
+            lang: per_lang.get(lang, specs[0]) for lang in bundle.tgt_langs}
+        translator = bundle.translator(waitk, max_len_b=args.max_len_b, beam=args.beam, policy=policy)
     except (LoadError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if policy is not None:
-        print("policy: " + "; ".join(f"{lang}: {translator.policies[lang].describe()}" for lang in system.tgt_langs))
+        print("policy: " + "; ".join(f"{lang}: {translator.policies[lang].describe()}" for lang in bundle.tgt_langs))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     records = []
@@ -94,10 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         except AudioError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-        res = stream_utterance(translator, audio, system.tgt_langs, segment_ms=args.source_segment_size,
+        res = stream_utterance(translator, audio, bundle.tgt_langs, segment_ms=args.source_segment_size,
                                whole=waitk is None, utt_id=r["id"])
         rtf = res.compute_s * 1000.0 / max(res.source_length_ms, 1e-9)
-        for lang in system.tgt_langs:
+        for lang in bundle.tgt_langs:
             ls = res.per_lang[lang]
             records.append({"id": r["id"], "lang": lang, "en": r.get("en", ""),
                             "prediction": ("" if lang in ("ja", "zh") else " ").join(ls.units), "delays": ls.delays,

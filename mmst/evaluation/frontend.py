@@ -3,7 +3,7 @@
 Both the offline-corpus evaluation (``eval/simultaneous_eval.py``, :mod:`mmst.evaluation.runner`) and
 the SimulEval agent (:mod:`mmst.agents`) get their 16 kHz mono float32 samples from here and warn
 about empty and silent input the same way; everything after (the DATA's fbank settings, dither and
-gain) is the translator's (:meth:`mmst.evaluation.loading.EvalSystem.translator`).
+gain) is the translator's (:meth:`mmst.evaluation.bundle.ModelBundle.translator`).
 
 - :func:`read_utterance_audio`: one manifest utterance (``wav``, ``offset``, ``duration``, seconds),
   decoded, downmixed and resampled by :func:`mmst.audio.load_audio`; unreadable audio gives a warning
@@ -55,7 +55,7 @@ def read_utterance_audio(u: dict[str, Any]) -> np.ndarray:
     """Audio of one manifest utterance as 16 kHz mono float32.
 
     No gain here: the DATA's ``fbank.peak_normalize`` is applied causally, chunk by chunk, by the
-    translator (:class:`mmst.evaluation.loading.PeakGainTranslator`), exactly as in the SimulEval agent.
+    translator (:class:`mmst.evaluation.translator_input.PeakGainTranslator`), exactly as in the SimulEval agent.
 
     Args:
         u: ``{"id", "wav", "offset", "duration"}`` (seconds; ``duration`` '' or None = to the end).

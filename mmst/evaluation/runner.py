@@ -122,7 +122,7 @@ def evaluate_setting(
     """Evaluate one setting (one k, or offline) and write its instances and scores under ``out_dir``.
 
     Args:
-        translator: streaming translator (``reset``, ``accept_audio``), e.g. ``EvalSystem.translator(k)``.
+        translator: streaming translator (``reset``, ``accept_audio``), e.g. ``ModelBundle.translator(k)``.
         utts: utterances of :func:`mmst.evaluation.utterances.load_utterances`.
         audios: their 16 kHz float32 samples (same order; empty = empty hypothesis).
         langs: target languages decoded jointly.
@@ -219,7 +219,7 @@ def run_sweep(
     and BLEU-vs-AL_CA plots.
 
     Args:
-        system: :class:`mmst.evaluation.loading.EvalSystem`.
+        system: the loaded model, a :class:`mmst.evaluation.bundle.ModelBundle`.
         utts, audios: see :func:`evaluate_setting`.
         ks: settings: wait-k values (``int``, ``None`` = offline;
             :func:`mmst.simultaneous.waitk.parse_waitk_list`) or policies
@@ -239,7 +239,7 @@ def run_sweep(
         ``{setting label: scores.json object}``.
 
     Raises:
-        mmst.evaluation.loading.LoadError: a setting the system cannot decode (e.g. invalid k).
+        mmst.evaluation.bundle.LoadError: a setting the system cannot decode (e.g. invalid k).
     """
     from mmst.simultaneous.policy_spec import make_spec
 

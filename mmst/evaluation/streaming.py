@@ -15,7 +15,7 @@ SimulEval 1.1.4 (``SpeechInputInstance.send_source`` / ``TextOutputInstance.rece
 so the instances it produces can be scored by :mod:`mmst.evaluation.scorer` and compared with
 SimulEval's own runs (``tests/test_simuleval_crosscheck.py``).
 
-The translator protocol (implemented by ``mmst.simultaneous``; see :mod:`mmst.evaluation.loading`)::
+The translator protocol (implemented by ``mmst.simultaneous``; see :mod:`mmst.evaluation.bundle`)::
 
     translator.reset()
     translator.accept_audio(samples: float32 (n,) 16 kHz, finished: bool) -> {lang: [word, ...]}

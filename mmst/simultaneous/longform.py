@@ -320,7 +320,7 @@ class LongFormTranslator:
 
     Args:
         translator: a ``StreamingTranslator`` (or a wrapper with its ``reset`` / ``accept_audio``,
-            e.g. from :meth:`mmst.evaluation.loading.EvalSystem.translator`); its words carry ``text``.
+            e.g. from :meth:`mmst.evaluation.bundle.ModelBundle.translator`); its words carry ``text``.
         vad: the segmenter: a :class:`~mmst.simultaneous.vad.StreamingVad`, an :class:`OracleSegmenter`,
             or None = ``StreamingVad(max_segment_s=max_segment_s)``.
         max_segment_s: maximum segment length in seconds for the default VAD (> 0).
