@@ -226,12 +226,13 @@ def test_two_torchrun_nodes_with_a_straggler_end_with_the_single_process_paramet
     # Rank r draws batches[r::2] of the seeded epoch order, so update u holds batches 2u and 2u+1 on the two nodes,
     # the same micro-batches as one process with update_freq 2, as long as both stay in the first epoch (at an
     # epoch's end the shards are cut to a common length, one process is not): 500 padded frames make 9 batches an
-    # epoch, 3 updates use 6. Dropout 0 (each rank draws its own masks) and one training wait-k (the draws are per
-    # rank-local micro-batch index: with multi-k both ranks would train the same k where one process draws two).
+    # epoch, 3 updates use 6. Dropout 0 (each rank draws its own masks). Multi-k training as train_xs.yaml's: rank r's
+    # j-th micro-batch draws its k at update-wide index 2j + r, as one process does (seed 1 draws k = 3, 2 in update 1
+    # and 3, 4 in update 2; drawn per rank-local index, both ranks trained k = 3 and the gradient norms differed).
     """Slow: two torchrun launchers and their two ranks are four fresh interpreters that import torch; the
     single-process reference runs meanwhile."""
     same = ["optim.max_update=3", "logging.log_interval=1", "valid.interval_updates=0", "data.max_tokens=500",
-            "checkpoint.save_interval_updates=0", "model.overrides.dropout=0", "waitk_lagging=3"]
+            "checkpoint.save_interval_updates=0", "model.overrides.dropout=0", "waitk_lagging=[1,2,3,4,5,offline]"]
     two, one = tmp_path / "two_nodes", tmp_path / "one_process"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{find_free_port()}", "--rdzv-id", "mmst-two-nodes",

@@ -85,6 +85,26 @@ def test_multi_k_and_separate_arch(tiny_feature_data, tmp_path):
     assert (tmp_path / "checkpoint_best.pt").is_file()
 
 
+def test_data_ranks_draw_the_wait_k_one_process_draws_for_the_same_micro_batches():
+    from types import SimpleNamespace
+
+    from mmst.training.distributed import TrainerDDP
+    from mmst.training.loop import WaitkSampler
+
+    ks = [1, 2, 3, 4, 5, "offline"]
+    # one process, 4 micro-batches an update, over an epoch of batches 0..7
+    one = WaitkSampler(ks, 1)
+    want = {4 * u + i: one.sample(u, i) for u in range(2) for i in range(4)}
+    # two data ranks of 2 micro-batches each, sharded by the distributed modes' own rule
+    got = {}
+    for rank in (0, 1):
+        tr = SimpleNamespace(waitk=WaitkSampler(ks, 1), train_iter=SimpleNamespace(batches_for_epoch=lambda e: list(range(8))))
+        TrainerDDP._shard(tr, rank, 2)
+        shard = tr.train_iter.batches_for_epoch(1)
+        got.update({shard[2 * u + j]: tr.waitk.sample(u, tr.waitk.index_of(j)) for u in range(2) for j in range(2)})
+    assert got == want and len(set(want.values())) > 1
+
+
 def test_stop_time_hours_is_cumulative_across_resume(tiny_feature_data, tmp_path):
     # 1e-9 h = 3.6 us: the first update always takes longer, so the run stops right after it
     tr = build_trainer(_cfg("optim.max_update=50", "optim.stop_time_hours=1e-9", "valid.interval_updates=0"),

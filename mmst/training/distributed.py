@@ -12,7 +12,9 @@ The trainer (:mod:`mmst.training.strategy`) calls, per update,
   micro-batches computed. DropCompute's logged ``loss`` / ``ntokens`` / ``nll_loss`` count only those
   (a micro-batch dropped between its forward and its backward is not counted).
 * data sharding: ``setup`` restricts the trainer's ``EpochBatchIterator`` to every N-th batch
-  (``batches[rank::N]``, truncated to a common length) of the same seeded epoch order.
+  (``batches[rank::N]``, truncated to a common length) of the same seeded epoch order, and multi-k
+  training draws a rank's ``j``-th micro-batch's wait-k at update-wide index ``j N + rank``
+  (:class:`mmst.training.loop.WaitkSampler`), as one process would for the same micro-batches.
 * only the main process (rank 0; the server in ``param-server`` mode) validates, logs and writes
   checkpoints (``is_main_process``).
 * one update consumes the same nominal number of micro-batches in every mode, ``W x M`` (``W`` = data
@@ -167,6 +169,9 @@ class _Base:
 
     @staticmethod
     def _shard(trainer: Any, rank: int, world: int) -> None:
+        waitk = getattr(trainer, "waitk", None)
+        if waitk is not None:  # a rank's micro-batch draws the wait-k one process draws for it
+            waitk.data_rank, waitk.data_ranks = rank, max(1, world)
         it = getattr(trainer, "train_iter", None)
         if it is None or world <= 1 or getattr(it, "_mmst_sharded", False):
             return

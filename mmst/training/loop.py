@@ -75,11 +75,21 @@ def seed_everything(seed: int) -> None:
 
 class WaitkSampler:
     """Draws the training wait-k per micro-batch from ``cfg.waitk_lagging`` (multi-k training,
-    Elbayad et al. 2020). Deterministic in ``(seed, update, index)`` so resume needs no state."""
+    Elbayad et al. 2020). Deterministic in ``(seed, update, index)`` so resume needs no state.
+
+    ``index`` is the micro-batch's place in the whole update: on ``data_ranks`` data ranks, each reading every
+    ``data_ranks``-th batch from ``data_rank`` on (:mod:`mmst.training.distributed`), a rank's ``j``-th
+    micro-batch is ``j * data_ranks + data_rank`` (:meth:`index_of`), so the ranks draw the ks that one
+    process would draw for the same micro-batches, not each the same."""
 
     def __init__(self, spec: Any, seed: int) -> None:
         self.choices = normalize_waitk_list(spec)
         self.seed = int(seed)
+        self.data_rank, self.data_ranks = 0, 1
+
+    def index_of(self, j: int) -> int:
+        """The update-wide index of this rank's ``j``-th micro-batch (class docstring)."""
+        return j * self.data_ranks + self.data_rank
 
     def sample(self, update: int, index: int) -> int | None:
         """wait-k (int >= 1, or None = offline) of micro-batch ``index`` of update ``update`` (0-based)."""
@@ -274,7 +284,7 @@ class Trainer:
         micro = [prep(self.train_iter.next_batch()).to(self.device) for _ in range(n_micro)]
         self._loader_s += time.perf_counter() - t0
         self._padded_frames += sum(int(b.fbank.shape[0] * b.fbank.shape[1]) for b in micro)
-        waitks = [self.waitk.sample(u, j) for j in range(len(micro))]
+        waitks = [self.waitk.sample(u, self.waitk.index_of(j)) for j in range(len(micro))]
         try:
             result = self.strategy.run_update(self.model, self.criterion, self.optimizer, self.scheduler, micro,
                                               waitks, self.cfg.optim.clip_norm)
