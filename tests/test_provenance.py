@@ -84,7 +84,7 @@ def _stale(root: Path, record: dict, capsys) -> list[str]:
     (root / "docs" / "results").mkdir(parents=True, exist_ok=True)
     data = {"provenance": {"command": "python run.py", "git_commit": "0123456789abcdef", "depends_on": record}}
     (root / "docs" / "results" / "r.json").write_text(json.dumps(data))
-    assert render_docs.main(["--stale", "--root", str(root)]) == 0
+    assert render_docs.main(["--stale", "--checkout", str(root)]) == 0
     return capsys.readouterr().out.splitlines()
 
 
@@ -277,7 +277,7 @@ def test_a_superseded_result_is_not_stale(run_tree, capsys):
                                                                                            provenance.tree_files(root))}}))
     data = json.loads((root / "docs" / "results" / "r.json").read_text())
     (root / "docs" / "results" / "r.json").write_text(json.dumps({"superseded_by": "r2.json", **data}))
-    assert render_docs.main(["--stale", "--root", str(root)]) == 0
+    assert render_docs.main(["--stale", "--checkout", str(root)]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "docs/results/r.json: measured at commit 0123456789; superseded by r2.json",
         "none of 2 results files stale (1 superseded)"]

@@ -180,7 +180,7 @@ STALE = ("**Stale:** measured at commit `0123456789`; the code it measures has c
 
 
 def _stale_cli(root: Path, capsys) -> list[str]:
-    assert render_docs.main(["--stale", "--root", str(root)]) == 0
+    assert render_docs.main(["--stale", "--checkout", str(root)]) == 0
     return capsys.readouterr().out.splitlines()
 
 
@@ -209,7 +209,7 @@ def test_changed_dependency_is_listed_and_the_docs_say_so(tree, capsys):
         "1 of 1 results files stale"]
     # stale is information: --check still passes with the old text (tables equal their JSON) ...
     assert render_docs.run(check=True, root=tree) == []
-    assert render_docs.main(["--check", "--root", str(tree)]) == 0
+    assert render_docs.main(["--check", "--checkout", str(tree)]) == 0
     # ... and a render writes the line under the table and the freshness into the index
     assert render_docs.run(check=False, root=tree) == [doc]
     stale = doc.read_text()
