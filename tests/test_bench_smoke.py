@@ -132,7 +132,9 @@ def test_bench_stragglers_mmst_quick(tmp_path, tiny_feature_data):
         "dropcompute_over_ddp_samples_per_s", "dropcompute_drop_rate", "dropcompute_over_ddp_time_to_target",
         "param_server_over_ddp_slow_rank", "dropcompute_over_ddp_samples_per_s_slow_w2",
         "dropcompute_over_ddp_time_to_target_slow_w2", "dropcompute_drop_rate_slow_w2",
-        "prediction_error_samples_per_s_max", "param_server_over_ddp_samples_per_s_slow_w2", "curve_seeds"}
+        "prediction_error_samples_per_s_max", "param_server_over_ddp_samples_per_s_slow_w2", "curve_seeds",
+        "x_ddp_samples_per_s_ci_w2"}
+    assert res["summary"]["x_ddp_samples_per_s_ci_w2"] == {}  # one seed: no interval
     rows = {r["mode"]: r for r in res["aggregate"]}
     assert set(rows) == {"ddp", "dropcompute", "param-server"} and all(not r["errors"] for r in rows.values())
     assert all(r["samples_per_s"] > 0 and r["seeds"] == 1 and r["scenario"] == "slow" for r in rows.values())
