@@ -4,23 +4,14 @@ once; with a model folder the DATA directory is read for the test utterances and
 
 from __future__ import annotations
 
+import builtins
+import io
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 from cli_runner import run_main
-
-_OPENED: list[str] | None = None  # paths opened from Python while a test records them
-
-
-def _audit(event: str, args: tuple) -> None:
-    if _OPENED is not None and event == "open" and isinstance(args[0], (str, Path)):
-        _OPENED.append(str(Path(args[0]).resolve()))
-
-
-sys.addaudithook(_audit)  # stays for the process (audit hooks cannot be removed); records only in _reads()
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +52,13 @@ def _eval(model, data, out: Path) -> dict[str, list[str]]:
     import mmst.models.checkpoint
     from mmst.cli.simultaneous_eval import main
 
-    global _OPENED
-    reads: dict[str, list[str]] = {}
+    reads: dict[str, list[str]] = {"opened": []}
+    real_open = builtins.open
+
+    def recording_open(file, *a, **k):  # builtins.open and io.open (Path.read_bytes, numpy, yaml) are one function
+        if isinstance(file, (str, Path)):
+            reads["opened"].append(str(Path(file).resolve()))
+        return real_open(file, *a, **k)
 
     def spy(key, fn):
         def wrapper(path, *a, **k):
@@ -76,13 +72,11 @@ def _eval(model, data, out: Path) -> dict[str, list[str]]:
             mp.setattr(owner, name, spy(name, getattr(owner, name)))
         cmvn = spy("GlobalCMVN", mmst.cmvn.GlobalCMVN.load)
         mp.setattr(mmst.cmvn.GlobalCMVN, "load", classmethod(lambda cls, path: cmvn(path)))
-        _OPENED = []
-        try:
-            p = run_main(main, ["--model", model, "--data", data, "--tgt-langs", "de", "--waitk-lagging", "3",
-                                "--max-len-b", "4", "--max-utterances", "2", "--out", out, "--no-progress",
-                                "--threads", "1"])
-        finally:
-            reads["opened"], _OPENED = _OPENED, None
+        mp.setattr(builtins, "open", recording_open)
+        mp.setattr(io, "open", recording_open)
+        p = run_main(main, ["--model", model, "--data", data, "--tgt-langs", "de", "--waitk-lagging", "3",
+                            "--max-len-b", "4", "--max-utterances", "2", "--out", out, "--no-progress",
+                            "--threads", "1"])
     assert p.returncode == 0, p.stderr[-3000:]
     return reads
 
