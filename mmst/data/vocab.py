@@ -290,6 +290,8 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def vocab_fingerprint(path: str | Path, size: int) -> dict[str, Any]:
-    """``{"path", "size", "sha256"}`` of a SentencePiece model (stored in checkpoints)."""
-    return {"path": str(path), "size": int(size), "sha256": file_sha256(path)}
+def vocab_fingerprint(path: str | Path, size: int, model_proto: bytes | None = None) -> dict[str, Any]:
+    """``{"path", "size", "sha256"}`` of a SentencePiece model (stored in checkpoints); ``model_proto``: the
+    file's bytes when already read (hashed instead of reading ``path`` again)."""
+    sha = file_sha256(path) if model_proto is None else hashlib.sha256(model_proto).hexdigest()
+    return {"path": str(path), "size": int(size), "sha256": sha}

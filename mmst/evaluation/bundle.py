@@ -26,7 +26,6 @@ print them without a traceback):
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import logging
 from pathlib import Path
@@ -133,7 +132,7 @@ def _load_vocabs(data_dir: Path, ckpt: dict[str, Any], model: Any, langs: list[s
                  dcfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Path]]:
     """``({lang: Vocab}, {lang: its SentencePiece file})``; see :func:`load_target_vocabs`. Each file is read
     once: the vocabulary and its SHA-256 fingerprint come from the same bytes."""
-    from mmst.data.vocab import Vocab
+    from mmst.data.vocab import Vocab, vocab_fingerprint
     from mmst.models.checkpoint import VocabMismatchError, check_vocab_compat
 
     vcfg = dcfg.get("vocab") or {}
@@ -150,18 +149,18 @@ def _load_vocabs(data_dir: Path, ckpt: dict[str, Any], model: Any, langs: list[s
                 raise LoadError(f"{data_dir}/config.yaml: no vocab.joint entry")
         paths[lang] = _resolve(data_dir, p)
     vocabs: dict[str, Any] = {}
-    digests: dict[Path, str] = {}
+    protos: dict[Path, bytes] = {}
     cache: dict[Path, Any] = {}
     for lang, p in paths.items():
         if not p.is_file():
             raise LoadError(f"vocabulary file not found: {p}")
         if p not in cache:
-            proto = p.read_bytes()
-            cache[p], digests[p] = Vocab(proto, str(p)), hashlib.sha256(proto).hexdigest()
+            protos[p] = p.read_bytes()
+            cache[p] = Vocab(protos[p], str(p))
         vocabs[lang] = cache[p]
     saved = ckpt.get("vocab") or {}
-    if saved.get("tgt"):  # the fingerprint of mmst.data.vocab.vocab_fingerprint
-        current = {"tgt": {lang: {"path": str(paths[lang]), "size": len(vocabs[lang]), "sha256": digests[paths[lang]]}
+    if saved.get("tgt"):
+        current = {"tgt": {lang: vocab_fingerprint(paths[lang], len(vocabs[lang]), protos[paths[lang]])
                            for lang in langs}}
         sub = {"tgt": {lang: fp for lang, fp in saved["tgt"].items() if lang in langs}}
         try:
