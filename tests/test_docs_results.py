@@ -121,7 +121,8 @@ def test_quickstart_collection_and_tables(tmp_path):
     langs = ["de", "ja"]
 
     def scores(bleu):
-        return {"BLEU": bleu, "AL": 1000.0 + bleu, "LAAL": 1001.5, "AL_CA": 1020.25, "AP": 0.7}
+        return {"BLEU": bleu, "chrF": bleu - 2, "AL": 1000.0 + bleu, "LAAL": 1001.5, "YAAL": 990.0, "AL_CA": 1020.25,
+                "AP": 0.7}
 
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval_unseen").mkdir()
@@ -136,11 +137,11 @@ def test_quickstart_collection_and_tables(tmp_path):
     d = collect_quickstart.collect(tmp_path, "make demo")
     assert d["provenance"]["command"] == "make demo" and d["stage_seconds"] == {"2": 460}
     tab = render_docs.quickstart_sweep(d["tst-COMMON"]).splitlines()
-    assert tab[0] == "| lang | k | BLEU | AL | LAAL | AL_CA |"
-    assert "| ja | 3 | 94.00 | 1094.00 | 1001.50 | 1020.25 |" in tab
-    assert tab[-1] == "| avg | 3 | 94.00 | 1094.00 | 1001.50 | 1020.25 |"
+    assert tab[0] == "| lang | k | BLEU | chrF | AL | LAAL | YAAL | AL_CA |"
+    assert "| ja | 3 | 94.00 | 92.00 | 1094.00 | 1001.50 | 990.00 | 1020.25 |" in tab
+    assert tab[-1] == "| avg | 3 | 94.00 | 92.00 | 1094.00 | 1001.50 | 990.00 | 1020.25 |"
     unseen = render_docs.quickstart_single(d["tst-unseen"])
-    assert unseen.startswith("wait-3:") and "| avg | 80.00 | 1080.00 |" in unseen
+    assert unseen.startswith("wait-3:") and "| avg | 80.00 | 78.00 | 1080.00 |" in unseen
     assert "| 2 | train the xs unified model (multi-k wait-k) | 460 |" in render_docs.quickstart_stages(d)
     assert "setup" not in render_docs.quickstart_stages(d) and "did not record" in render_docs.quickstart_total(d)
     # make demo writes the seconds of setup and of the whole command beside the stage markers

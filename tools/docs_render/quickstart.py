@@ -8,11 +8,11 @@ from typing import Any
 
 from .common import md_table, num
 
-QUICKSTART_METRICS = ("BLEU", "AL", "LAAL", "AL_CA")
+QUICKSTART_METRICS = ("BLEU", "chrF", "AL", "LAAL", "YAAL", "AL_CA")
 
 
 def quickstart_sweep(d: Mapping[str, Any]) -> str:
-    """Per-language and average BLEU/AL/LAAL/AL_CA at every k of an ``eval/simultaneous_eval.py`` sweep."""
+    """Per-language and average BLEU/chrF/AL/LAAL/YAAL/AL_CA at every k of an ``eval/simultaneous_eval.py`` sweep."""
     rows = []
     for lang in [*d["langs"], "avg"]:
         for k in d["ks"]:
@@ -23,7 +23,7 @@ def quickstart_sweep(d: Mapping[str, Any]) -> str:
 
 
 def quickstart_single(d: Mapping[str, Any]) -> str:
-    """Per-language and average BLEU/AL/LAAL/AL_CA of one ``scores.json`` (one k)."""
+    """Per-language and average BLEU/chrF/AL/LAAL/YAAL/AL_CA of one ``scores.json`` (one k)."""
     langs = list(d["per_lang"])
     rows = [[lang, *(num(d["per_lang"][lang].get(m)) for m in QUICKSTART_METRICS)] for lang in langs]
     rows.append(["avg", *(num(d["average"].get(m)) for m in QUICKSTART_METRICS)])
