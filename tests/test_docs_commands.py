@@ -318,6 +318,59 @@ def test_the_prose_checker_reports_what_it_should(snippet, problem):
     assert found == [] if problem is None else (len(found) == 1 and problem in found[0]), found
 
 
+RECIPE_CALL = re.compile(r"(?:^|\s)((?:python3? (?:eval|bench|tools|data_prep)/\S+\.py|torchrun|"
+                         + "|".join(map(re.escape, sorted(SCRIPTS, key=len, reverse=True))) + r")(?=\s|$).*)")
+
+
+def recipe_commands(path: Path) -> list[Command]:
+    """The commands a recipe runs of this repository (console scripts, ``python eval|bench|tools|data_prep/...``,
+    ``torchrun``), continuation lines joined, with the shell's expansions made plain: ``${x:+--opt "$x"}`` is
+    ``--opt "$x"``, an array of extra options and ``$(...)`` are dropped or one word."""
+    out, lines = [], path.read_text().splitlines()
+    name = path.relative_to(REPO) if path.is_relative_to(REPO) else path.name
+    i = 0
+    while i < len(lines):
+        start, logical = i, lines[i]
+        while logical.rstrip().endswith("\\") and i + 1 < len(lines):
+            i += 1
+            logical = logical.rstrip()[:-1] + " " + lines[i].strip()
+        i += 1
+        m = RECIPE_CALL.search(logical.split(" #")[0])
+        if not m or logical.lstrip().startswith(("#", "echo")):
+            continue
+        cmd = re.sub(r'"?\$\{[^}]*\[@\]\}"?', "", m.group(1))     # "${extra[@]}"
+        cmd = re.sub(r"\$\{\w+:\+([^}]*)\}", r"\1", cmd)           # ${x:+--opt "$x"}
+        cmd = re.sub(r"\$\((?:[^()]|\([^()]*\))*\)", "$X", cmd)       # $(...)
+        cmd = re.split(r"\s(?:[12]?>|<|;;)(?:\s|$)", cmd)[0]
+        out += split_commands(cmd, f"{name}:{start + 1}")[:1]
+    return out
+
+
+RECIPE_COMMANDS = [c for p in sorted((REPO / "recipes").rglob("*.sh")) for c in recipe_commands(p)]
+
+
+def test_recipes_call_the_tools_with_current_options():
+    """Every command a recipe runs names a program of the repository and options it has, in their current
+    spelling (a deprecated one still works, with a warning, so only this test notices it); values that are shell
+    variables are not checked."""
+    assert len(RECIPE_COMMANDS) > 40, "the recipes' commands were not found"
+    problems = []
+    for cmd in RECIPE_COMMANDS:
+        found = check(cmd.argv, prose=True)
+        if found and not re.search(r"expected one argument|invalid (\w+ value|choice): '\$", found):
+            problems.append(f"{cmd.where}: `{shlex.join(cmd.argv)[:160]}`: {found}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_recipe_checker_finds_an_old_spelling(tmp_path):
+    """The recipes' checker itself: a deprecated option behind a continuation line and a shell expansion is found."""
+    sh = tmp_path / "run.sh"
+    sh.write_text('x() {\n  nice -n 2 python eval/simultaneous_eval.py --model "$m" \\\n    --out "$o" '
+                  '${k:+--waitk-lagging "$k"} --checkpoint "$c" "${extra[@]}" > log\n}\n')
+    [cmd] = recipe_commands(sh)
+    assert cmd.where == "run.sh:2" and "--checkpoint is deprecated" in check(cmd.argv, prose=True)
+
+
 def test_readme_activates_the_environment_before_the_first_console_script():
     readme = [c.argv[0] for c in doc_commands((REPO / "README.md").read_text(encoding="utf-8"), "README.md")]
     first = min(i for i, prog in enumerate(readme) if prog in SCRIPTS)
