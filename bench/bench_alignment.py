@@ -1,4 +1,4 @@
-"""Benchmark the MuST-C cross-pair alignment index (issue: 300,000 segments in < 60 s on 1 core).
+"""Benchmark the MuST-C cross-pair alignment index (budget: 300,000 segments in < 60 s on 1 core).
 
 Generates a MuST-C-like yaml/text corpus (no audio) with ``--segments`` segments in total spread over
 ``--num-langs`` pairs (default 300,000 over 8 pairs = 37,500 per pair, MuST-C v1's order of magnitude),
