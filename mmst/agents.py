@@ -34,6 +34,14 @@ SimulEval contract honoured here (SimulEval 1.1.4 ``SentenceLevelEvaluator``):
 - input scaling: SimulEval reads audio as float in [-1, 1]; a client that sends int16-scaled
   samples (any ``|x| > 1``) is detected per instance and divided by 32768 (``--input-scale`` forces
   either); any sample rate is resampled to 16 kHz with a streaming soxr resampler.
+
+Sentence restarts (``--sentence-restart``, on by default; ``--restart-min-speech-ms``, ``--restart-eos-chunks``:
+the options and defaults of ``mmst-eval-longform``): an instance is one segment of the long-form driver
+(:class:`~mmst.simultaneous.longform.LongFormTranslator` with a
+:class:`~mmst.simultaneous.longform.WholeStreamSegmenter` and Silero VAD speech probabilities), so an instance
+that holds several sentences gets all of them translated: a language that ends its sentence while speech goes
+on starts a new one where it ended (docs/longform.md). An instance of one sentence is translated as without
+restarts. ``--no-sentence-restart`` feeds the translator directly.
 """
 
 from __future__ import annotations
@@ -52,13 +60,24 @@ from simuleval.data.dataloader import register_dataloader
 from simuleval.data.dataloader.s2t_dataloader import SpeechToTextDataloader, load_list_from_file
 
 from mmst.audio import TARGET_SAMPLE_RATE
-from mmst.cli_help import add_length_arguments, add_quantize_argument
+from mmst.cli_help import add_length_arguments, add_quantize_argument, add_restart_arguments, restart_options
 from mmst.evaluation.frontend import StreamInput, read_source_file
+from mmst.simultaneous.longform import (
+    RESTART_EOS_CHUNKS,
+    RESTART_MIN_SPEECH_MS,
+    LongFormTranslator,
+    LongFormWord,
+    WholeStreamSegmenter,
+)
 from mmst.simultaneous.waitk import parse_waitk
 
 logger = logging.getLogger("mmst.agents")
 
 SAMPLE_RATE = TARGET_SAMPLE_RATE
+#: the long-form driver's processing chunk inside an instance (ms): fine enough that a SimulEval source segment
+#: of any length (at 16 kHz, a multiple of 10 ms) reaches the translator within the same call
+INSTANCE_CHUNK_MS = 10.0
+_VAD_MODEL: list = []  # the Silero model, loaded once per process by the first agent that restarts sentences
 
 
 def _word_text(w: Any) -> str:
@@ -105,10 +124,14 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
         translator: a ready streaming translator (tests); default: built from ``args``.
             It must provide ``reset()`` and ``accept_audio(samples_16k_float32, finished) ->
             {lang: [word, ...]}`` (words completed by this call; all remaining ones when finished).
+        speech: the speech probabilities of a sentence restart (a ``StreamingVad``-like object with
+            ``accept``, ``reset``, ``take_window_probs`` and ``threshold``); default: Silero VAD. Used only
+            when restarts are on and the translator supports them (``supports_restart``).
     """
 
-    def __init__(self, args: Namespace | None = None, translator: Any = None) -> None:
+    def __init__(self, args: Namespace | None = None, translator: Any = None, speech: Any = None) -> None:
         self.translator = None
+        self.longform: LongFormTranslator | None = None
         self.input_scale = getattr(args, "input_scale", "auto") if args is not None else "auto"
         self.input = StreamInput(self.input_scale)
         super().__init__(args)
@@ -116,6 +139,7 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
         self.translator = translator if translator is not None else build_translator_from_args(args, self.tgt_langs)
         if not self.tgt_langs:
             self.tgt_langs = list(getattr(self.translator, "tgt_langs", []))
+        self.longform = _instance_driver(args, self.translator, speech)
         self._reset_stream()
 
     # --------------------------------------------------------------------- SimulEval API
@@ -147,6 +171,7 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
         parser.add_argument("--beam", type=int, default=1,
                             help="beam search while streaming (alignatt, edatt, la, holdn); 1 = greedy")
         add_length_arguments(parser)
+        add_restart_arguments(parser)
         add_quantize_argument(parser)
         parser.add_argument(
             "--input-scale",
@@ -188,12 +213,18 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
         lang = self._current_lang()
         if samples.size == 0 and not finished:
             return ReadAction()
-        out = self.translator.accept_audio(samples, finished=finished)
-        words = [_word_text(w) for w in (out.get(lang) or [])]
+        if self.longform is not None:
+            evs = self.longform.push(samples) if samples.size else []
+            if finished:
+                evs += self.longform.finish()
+            words = [e.text for e in evs if isinstance(e, LongFormWord) and e.lang == lang]
+        else:
+            out = self.translator.accept_audio(samples, finished=finished)
+            words = [_word_text(w) for w in (out.get(lang) or [])]
         text = " ".join(w for w in words if w)
         if finished:
             self.input.check_level("source audio")
-            self.translator.reset()
+            self._reset_translator()
             self._reset_stream(keep_consumed=True)
             return WriteAction(text, finished=True)
         if text:
@@ -206,6 +237,12 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
             self._consumed = 0
         self.input.reset()
         if self.translator is not None and not keep_consumed:
+            self._reset_translator()
+
+    def _reset_translator(self) -> None:
+        if self.longform is not None:
+            self.longform.reset()  # its segmenter and the translator
+        else:
             self.translator.reset()
 
     def _current_lang(self) -> str:
@@ -217,6 +254,32 @@ class MMSTSpeechToTextAgent(SpeechToTextAgent):
         if not self.tgt_langs:
             raise AgentConfigError("no target language: pass --tgt-lang")
         return self.tgt_langs[0]
+
+
+def _instance_driver(args: Namespace | None, translator: Any, speech: Any) -> LongFormTranslator | None:
+    """The long-form driver of one instance (module docstring), or None: restarts off, or a translator without
+    them (offline decoding, async models, test doubles).
+
+    Raises:
+        AgentConfigError: ``--restart-min-speech-ms`` < 0 or ``--restart-eos-chunks`` < 1.
+    """
+    ns = Namespace(sentence_restart=getattr(args, "sentence_restart", True),
+                   restart_min_speech_ms=getattr(args, "restart_min_speech_ms", RESTART_MIN_SPEECH_MS),
+                   restart_eos_chunks=getattr(args, "restart_eos_chunks", RESTART_EOS_CHUNKS))
+    try:
+        restart = restart_options(ns)
+    except ValueError as e:
+        raise AgentConfigError(str(e)) from None
+    if not restart["restart"] or not getattr(translator, "supports_restart", False):
+        return None
+    if speech is None:
+        from mmst.simultaneous.vad import StreamingVad, load_vad_model
+
+        if not _VAD_MODEL:
+            _VAD_MODEL.append(load_vad_model())
+        speech = StreamingVad(model=_VAD_MODEL[0])
+    return LongFormTranslator(translator, vad=WholeStreamSegmenter(speech=speech), chunk_ms=INSTANCE_CHUNK_MS,
+                              measure_state=False, **restart)
 
 
 class AgentConfigError(ValueError):

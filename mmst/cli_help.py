@@ -177,6 +177,19 @@ def add_restart_arguments(p: argparse.ArgumentParser) -> None:
                         "chunks ends the sentence")
 
 
+def restart_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments of ``mmst.simultaneous.longform.LongFormTranslator`` from the options of
+    :func:`add_restart_arguments`: ``{"restart", "restart_min_speech_ms", "restart_eos_chunks"}``.
+
+    Raises:
+        ValueError: ``--restart-min-speech-ms`` < 0 or ``--restart-eos-chunks`` < 1.
+    """
+    if args.restart_min_speech_ms < 0 or args.restart_eos_chunks < 1:
+        raise ValueError("--restart-min-speech-ms must be >= 0 and --restart-eos-chunks >= 1")
+    return {"restart": bool(args.sentence_restart), "restart_min_speech_ms": float(args.restart_min_speech_ms),
+            "restart_eos_chunks": int(args.restart_eos_chunks)}
+
+
 def run_cli(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace], int],
             argv: Sequence[str] | None, errors: tuple[type[BaseException], ...], *,
             log_format: str = EVAL_LOG_FORMAT, error_log: logging.Logger | None = None) -> int:

@@ -200,3 +200,93 @@ def test_serve_summary_and_stats_read_the_drivers_share():
     summary = StreamSession(off, StartRequest(("de",), 16000, "f32")).summary()
     assert summary["untranslated_speech_share"] == {"de": round(1280.0 / 2400.0, 4)}
     assert pooled_untranslated_share([on, off]) == {"de": pytest.approx(1280.0 / 4800.0)}
+
+
+def _scripted_translator(policy: str = "waitk:k=1") -> StreamingTranslator:
+    tr = StreamingTranslator(ScriptedModel(script, ratio=RATIO, windowed=True), PieceVocab(), ["de"], policy=policy)
+    tr.frontend = SampledFrontEnd(RATIO, STATE)
+    tr.reset()
+    return tr
+
+
+@pytest.mark.parametrize("restart", [True, False])
+def test_serve_drivers_restart_with_the_options_of_mmst_serve(restart, monkeypatch):
+    """mmst-serve's drivers (DriverPool, built from --sentence-restart etc.) restart inside a segment: the one
+    segment of three sentences gives all three (the known words and restart points of the first test);
+    --no-sentence-restart gives only the first."""
+    from mmst.cli_help import restart_options
+    from mmst.serve.cli import build_parser
+    from mmst.serve.drivers import DriverPool
+    from mmst.simultaneous import vad as vad_module
+
+    class Bundle:
+        def translator(self, **kw):
+            return _scripted_translator(kw["policy"]["de"])
+
+    monkeypatch.setattr(vad_module, "StreamingVad", lambda **kw: ScriptedSegmenter())
+    argv = ["--model", "M", "--restart-min-speech-ms", "200"] + ([] if restart else ["--no-sentence-restart"])
+    pool = DriverPool(Bundle(), {"de": "waitk:k=1"}, vad={}, vad_model=object(),
+                      restart=restart_options(build_parser().parse_args(argv)))
+    words, ends = _stream(pool(["de"]))
+    if restart:
+        assert [w.text for w in words] == [f"w{i}" for i in range(10, 19)]
+        assert [r.restart_ms for r in ends[0].restarts] == [22 * 40.0, 46 * 40.0]
+    else:
+        assert [w.text for w in words] == ["w10", "w11", "w12"] and ends[0].restarts == ()
+
+
+def test_restart_options_have_one_name_and_default_everywhere():
+    """mmst-eval-longform, mmst-serve and the SimulEval agent parse the same restart options to the driver's
+    defaults; a bad value is refused."""
+    from argparse import ArgumentParser
+
+    from mmst.agents import MMSTSpeechToTextAgent
+    from mmst.cli.longform_eval import build_parser as longform_parser
+    from mmst.cli_help import restart_options
+    from mmst.serve.cli import build_parser as serve_parser
+
+    agent = ArgumentParser()
+    MMSTSpeechToTextAgent.add_args(agent)
+    defaults = {"restart": True, "restart_min_speech_ms": 200.0, "restart_eos_chunks": 2}
+    lf = LongFormTranslator(_scripted_translator(), vad=ScriptedSegmenter())
+    assert defaults == {"restart": lf.restart, "restart_min_speech_ms": lf.restart_min_speech_ms,
+                        "restart_eos_chunks": lf.restart_eos_chunks}
+    for p, base in ((longform_parser(), ["--model", "M", "--audio", "a.wav", "--out", "o"]), (serve_parser(), ["--model", "M"]),
+                    (agent, [])):
+        assert restart_options(p.parse_args(base)) == defaults
+        assert restart_options(p.parse_args([*base, "--no-sentence-restart", "--restart-eos-chunks", "3"])) == dict(
+            defaults, restart=False, restart_eos_chunks=3)
+        with pytest.raises(ValueError, match="restart-eos-chunks"):
+            restart_options(p.parse_args([*base, "--restart-eos-chunks", "0"]))
+
+
+@pytest.mark.parametrize("restart", [True, False])
+def test_simuleval_agent_translates_every_sentence_of_an_instance(restart):
+    """The SimulEval agent drives an instance through the long-form driver as one segment: on the three-sentence
+    stream it writes the nine words with the first test's delays (640 ms ... 2880 ms); without restarts, only
+    the first sentence."""
+    from argparse import Namespace
+
+    from simuleval.data.segments import EmptySegment, SpeechSegment
+
+    from mmst.agents import MMSTSpeechToTextAgent
+
+    args = Namespace(tgt_lang="de", input_scale="float", sentence_restart=restart, restart_min_speech_ms=200.0,
+                     restart_eos_chunks=2)
+    agent = MMSTSpeechToTextAgent(args, translator=_scripted_translator(), speech=ScriptedSegmenter())
+    audio, n, delays, words = np.zeros(N_STATES * STATE, np.float32), 5120, [], []
+    for step in range(0, audio.size + 1, n):
+        seg = (SpeechSegment(content=audio[step:step + n].tolist(), sample_rate=16000,
+                             finished=step + n >= audio.size, tgt_lang="de")
+               if step < audio.size else EmptySegment(finished=True))
+        out = agent.pushpop(seg)
+        if not out.is_empty and out.content:
+            words += out.content.split()
+            delays += [min(step + n, audio.size) / 16.0] * len(out.content.split())
+        if seg.finished:
+            break
+    if restart:
+        assert words == [f"w{i}" for i in range(10, 19)]
+        assert delays == [640.0, 960.0, 1280.0, 1600.0, 1920.0, 2240.0, 2560.0, 2880.0, 2880.0]
+    else:
+        assert words == ["w10", "w11", "w12"]

@@ -49,6 +49,7 @@ from mmst.cli_help import (
     add_restart_arguments,
     add_streaming_policy_arguments,
     add_vad_arguments,
+    restart_options,
     run_cli,
 )
 
@@ -164,10 +165,7 @@ def run(args: argparse.Namespace) -> int:
               "restart_eos_chunks": args.restart_eos_chunks,
               "latency_units": units, "n_talks": len(talks), "subtitles": args.subtitles,
               "subtitle_timing": args.subtitle_timing, "quantize": args.quantize}
-    if args.restart_min_speech_ms < 0 or args.restart_eos_chunks < 1:
-        raise ValueError("--restart-min-speech-ms must be >= 0 and --restart-eos-chunks >= 1")
-    restart = {"restart": args.sentence_restart, "restart_min_speech_ms": args.restart_min_speech_ms,
-               "restart_eos_chunks": args.restart_eos_chunks}
+    restart = restart_options(args)
     if args.oracle_segments:  # gold boundaries of the first language's sentences
         if len(talks) != 1 or not talks[0].timed:
             raise ValueError("--oracle-segments needs one talk with sentence positions (one --audio with --segments)")

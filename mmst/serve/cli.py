@@ -10,7 +10,8 @@ Then open http://127.0.0.1:8765/ (microphone or an audio file; one caption colum
 stream from a program with the protocol in ``docs/serving.md`` (``ws://HOST:PORT/ws``).
 
 Each stream is segmented by Silero VAD and translated by the long-form driver
-(:mod:`mmst.simultaneous.longform`) with the chosen policy. The server listens on 127.0.0.1 unless
+(:mod:`mmst.simultaneous.longform`) with the chosen policy and its sentence restarts (``--sentence-restart``,
+``--restart-min-speech-ms``, ``--restart-eos-chunks``: the options and defaults of ``mmst-eval-longform``). The server listens on 127.0.0.1 unless
 ``--host`` says otherwise. Exit status: 0 on Ctrl-C, 1 with a one-line error for a bad model
 (folder or checkpoint), DATA, language or policy, 2 for bad options.
 """
@@ -29,8 +30,10 @@ from typing import Any
 from mmst.cli_help import (
     HelpFormatter,
     add_model_arguments,
+    add_restart_arguments,
     add_streaming_policy_arguments,
     add_vad_arguments,
+    restart_options,
 )
 
 logger = logging.getLogger("mmst.serve")
@@ -55,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source-segment-size", type=float, default=320.0,
                    help="ms of audio the long-form driver feeds the translator per step (chunk_ms)")
     add_vad_arguments(p)
+    add_restart_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on (0.0.0.0 = all; explicit on purpose)")
     p.add_argument("--port", type=int, default=8765, help="TCP port (0 = any free port, printed at start)")
     p.add_argument("--max-clients", type=int, default=8, help="concurrent streams; more are refused (close 1013)")
@@ -147,6 +151,10 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("--tick-ms must be >= 0")
     if args.source_segment_size <= 0 or args.max_segment_s <= 0:
         p.error("--source-segment-size and --max-segment-s must be > 0")
+    try:
+        restart_options(args)
+    except ValueError as e:
+        p.error(str(e))
 
 
 def make_driver_factory(args: argparse.Namespace) -> tuple[Any, list[str]]:
@@ -181,7 +189,7 @@ def make_driver_factory(args: argparse.Namespace) -> tuple[Any, list[str]]:
     StreamingVad(**vad, model=vad_model)  # out-of-range VAD options fail now
     pool = DriverPool(bundle, policy, beam=args.beam, max_len_b=args.max_len_b, vad=vad,
                       chunk_ms=args.source_segment_size, vad_model=vad_model,
-                      max_idle=getattr(args, "max_clients", 8))
+                      max_idle=getattr(args, "max_clients", 8), restart=restart_options(args))
     return pool, served
 
 

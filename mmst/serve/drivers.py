@@ -27,6 +27,8 @@ class DriverPool:
             chunk (ms).
         vad_model: the Silero model every driver's segmenter uses (default: loaded on first use).
         max_idle: most drivers kept for reuse (over all language sets; the oldest go first).
+        restart: the driver's sentence-restart keywords (``restart``, ``restart_min_speech_ms``,
+            ``restart_eos_chunks``; :func:`mmst.cli_help.restart_options`); default: the driver's defaults.
 
     ``pool(langs)`` returns a driver for those languages; ``pool.release(driver)`` resets it and keeps
     it for the next stream (call it only when no step of that driver is running).
@@ -34,7 +36,7 @@ class DriverPool:
 
     def __init__(self, bundle: Any, policy: dict, *, beam: int = 1, max_len_b: int = 200,
                  vad: dict | None = None, chunk_ms: float = 320.0, vad_model: Any = None,
-                 max_idle: int = 8) -> None:
+                 max_idle: int = 8, restart: dict | None = None) -> None:
         self.bundle = bundle
         self.policy = dict(policy)
         self.beam, self.max_len_b = int(beam), int(max_len_b)
@@ -43,6 +45,7 @@ class DriverPool:
         self.chunk_ms = float(chunk_ms)
         self.vad_model = vad_model
         self.max_idle = int(max_idle)
+        self.restart = dict(restart or {})
         self._free: list[Any] = []  # idle drivers, oldest first
         self._lock = threading.Lock()
         self.created = 0
@@ -63,7 +66,8 @@ class DriverPool:
             if self.vad_model is None:
                 self.vad_model = load_vad_model()
         driver = LongFormTranslator(tr, vad=StreamingVad(**self.vad, model=self.vad_model),
-                                    max_segment_s=self.max_segment_s, chunk_ms=self.chunk_ms, measure_state=False)
+                                    max_segment_s=self.max_segment_s, chunk_ms=self.chunk_ms, measure_state=False,
+                                    **self.restart)
         driver._mmst_langs = key
         with self._lock:
             self.created += 1

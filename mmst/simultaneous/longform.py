@@ -241,6 +241,28 @@ class OracleSegmenter:
         return []
 
 
+class WholeStreamSegmenter(OracleSegmenter):
+    """The whole stream as one segment: an input that is already segmented (a SimulEval instance, one
+    utterance), so the long-form driver's sentence restarts apply inside it. Starts at sample 0 once audio
+    comes; ends at :meth:`finish`, at the last sample.
+
+    Args:
+        speech: as :class:`OracleSegmenter`: a :class:`~mmst.simultaneous.vad.StreamingVad` fed the same audio
+            for its speech probabilities only (the untranslated speech, the pauses of a restart), or None.
+    """
+
+    def __init__(self, speech: Any = None) -> None:
+        super().__init__([], speech=speech)
+
+    def accept(self, samples: np.ndarray) -> list[VadEvent]:
+        """Advance by ``len(samples)``; the segment's start with the first audio."""
+        super().accept(samples)
+        if self._next == 0 and self.num_samples > 0:
+            self._next = 1
+            return [VadEvent("start", 0, self.num_samples)]
+        return []
+
+
 class _RecentAudio:
     """The last ``capacity`` samples of a stream, addressed by absolute sample index."""
 
