@@ -9,7 +9,9 @@
 #   2  train the xs unified model with multi-k wait-k (mmst-train, conf/train_xs.yaml); with
 #      --speed-perturb true first the speed-perturbed copies (data_prep/speed_perturb.py), with
 #      --asr-pretrain true first English ASR pretraining of the encoder (conf/asr_xs.yaml), both with
-#      the same augmentation (docs/augmentation.md)
+#      the same augmentation (docs/augmentation.md); with --concat-utterances M > 1 on spans of 1..M
+#      consecutive utterances of one talk joined by --concat-pause-ms of silence (multi-sentence training:
+#      the model translates on past a sentence end in long-form streams; docs/training.md, docs/longform.md)
 #   3  evaluate on tst-COMMON at k = 1,3,5 and on tst-unseen at k = 3 with joint decoding
 #      (eval/simultaneous_eval.py --jobs: that many one-thread processes share out the utterances)
 #   4  print the results tables and the path of latency_quality.png
@@ -52,6 +54,9 @@ speed_perturb=false          # true: train on speed-perturbed copies (--speed-fa
 speed_factors=0.9,1.0,1.1
 asr_pretrain=false           # true: pretrain the encoder on English ASR first (same data and augmentation)
 asr_config=recipes/synthetic/conf/asr_xs.yaml
+concat_utterances=1          # >1: multi-sentence training, spans of 1..N consecutive utterances (data.concat_utterances)
+concat_pause_ms=0,600        # with concat_utterances > 1: silence between joined utterances, LO,HI ms (drawn
+                             # uniformly; data.concat_pause_ms); "real" = the recording's own gaps
 eval_waitk_lagging=1,3,5
 eval_extra=""                # stage 3: more eval/simultaneous_eval.py options, e.g. "--max-len-b 50"
 source_segment_size=320      # ms
@@ -60,7 +65,7 @@ longform_minutes=2.5         # stage 6: length of the synthetic talk
 longform_extra=""            # stage 6: more eval/longform_eval.py options, e.g. "--max-len-b 50"
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs difficulty num_train num_dev num_test
   num_test_unseen seed jobs config train_overrides specaugment speed_perturb speed_factors asr_pretrain
-  asr_config nproc omp_wait_policy eval_waitk_lagging eval_extra source_segment_size real_audio_tsv longform_minutes longform_extra)
+  asr_config concat_utterances concat_pause_ms nproc omp_wait_policy eval_waitk_lagging eval_extra source_segment_size real_audio_tsv longform_minutes longform_extra)
 parse_options "$@"
 case "$omp_wait_policy" in
   auto) if [ -n "${OMP_WAIT_POLICY:-}" ]; then train_omp=$OMP_WAIT_POLICY
@@ -68,6 +73,8 @@ case "$omp_wait_policy" in
   active|passive|ACTIVE|PASSIVE) train_omp=${omp_wait_policy^^} ;;
   *) echo "$0: --omp-wait-policy must be auto, active or passive (got '$omp_wait_policy')" >&2; exit 2 ;;
 esac
+case "$concat_utterances" in ''|*[!0-9]*|0) echo "$0: --concat-utterances must be a whole number >= 1 (got '$concat_utterances')" >&2; exit 2 ;; esac
+case "$concat_pause_ms" in real|[0-9]*,[0-9]*) ;; *) echo "$0: --concat-pause-ms must be LO,HI (ms) or real (got '$concat_pause_ms')" >&2; exit 2 ;; esac
 read -r -a eval_extra_args <<< "$eval_extra"
 read -r -a longform_extra_args <<< "$longform_extra"
 
@@ -92,7 +99,12 @@ stage1() {
 stage2() {
   local aug extra
   aug="$(augment_overrides "$specaugment" "$speed_perturb" "$speed_factors")"
-  extra="$aug $train_overrides"
+  extra="$aug"
+  if [ "$concat_utterances" -gt 1 ]; then
+    extra="$extra data.concat_utterances=$concat_utterances"
+    [ "$concat_pause_ms" != "real" ] && extra="$extra data.concat_pause_ms=[$concat_pause_ms]"
+  fi
+  extra="$extra $train_overrides"
   [ "$speed_perturb" = "true" ] && ensure_speed_perturbed "$data" "$speed_factors" "$jobs"
   echo "-- training with OMP_WAIT_POLICY=$train_omp (--omp-wait-policy $omp_wait_policy)"
   if [ "$asr_pretrain" = "true" ]; then
@@ -152,7 +164,7 @@ stage7() {
 
 run_stage 0 "generate the grammar corpus ($difficulty; en -> $tgt_langs)" stage0
 run_stage 1 "prep the multi-way corpus" stage1
-run_stage 2 "train the xs unified model (multi-k wait-k; SpecAugment $specaugment, speed perturbation $speed_perturb, ASR pretraining $asr_pretrain)" stage2
+run_stage 2 "train the xs unified model (multi-k wait-k; SpecAugment $specaugment, speed perturbation $speed_perturb, ASR pretraining $asr_pretrain, spans of up to $concat_utterances utterances)" stage2
 run_stage 3 "evaluate on tst-COMMON at k = $eval_waitk_lagging and on tst-unseen at k = 3 with joint decoding" stage3
 run_stage 4 "results" stage4
 if [ -n "$real_audio_tsv" ]; then
