@@ -1,37 +1,51 @@
 #!/usr/bin/env python
 """mmst-serve under load: 1 to 32 simulated real-time clients on loopback, cross-stream batching on and
-off, and a flooding client next to 8 real-time ones.
+off, and a flooding client next to 8 real-time ones, each load point run ``--reps`` times, with the latency
+the clients measure.
 
-Starts ``python -m mmst.serve`` (one server per batching mode), then, for each N, N clients that each
-stream a different talk of ``DATA/../raw`` (or ``--wav`` files) at real-time speed in 100 ms int16
-frames, all at once. The flood row (tick batching): ``--flood-clients`` such clients plus one flooder that
-declares the server's fastest pace (``rate`` = ``--max-rate``) and sends as fast as the server accepts
-(half ``--max-ahead-s`` ahead of that pace), for as long as the real-time clients stream. The clients run
-in this process, on the same machine as the server: their CPU (``clients_cpu_s``, recorded per row) is
-taken from the same cores. Reports, per N:
+Starts ``python -m mmst.serve`` once per configuration (tick batching; ``--batching off``; tick batching on
+one compute thread) and keeps the servers running. Each repetition then runs every load point once: for
+each N, N clients that each stream a different talk of ``DATA/tst-COMMON.tsv`` (or ``--wav`` files) at
+real-time speed in 100 ms int16 frames, all at once, against the tick server, and at the
+``--unbatched-clients`` points right before or after against the unbatched one (the order alternates
+between repetitions), so each pair of runs sees the same machine and the cost ratio of the pair cancels a
+drift of its speed. The repetitions are interleaved (all points of repetition 1, then of 2, ...), so a slow
+spell of the machine spreads over the points instead of spoiling one. The flood row (tick batching):
+``--flood-clients`` such clients plus one flooder that declares the server's fastest pace (``rate`` =
+``--max-rate``) and sends as fast as the server accepts, for as long as the real-time clients stream. The
+clients run in this process, on the same machine as the server: their CPU (``clients_cpu_s``) is taken from
+the same cores. Reports, per load point (the median over the repetitions, and the min-max of the p95s and of
+the cost ratio):
 
-- added latency p50 / p95 (ms; server receive of the frame after which a word could be written ->
-  server send of the word; over all words of all clients);
-- RTF per client (server compute seconds on that stream / its audio seconds; max over clients);
+- client latency p50 / p95 (ms; measured by each client: from the moment the audio a word needed had been
+  spoken, i.e. the frame whose end reaches the word's ``start_ms`` was due at real-time pace, to the client
+  receiving the word, :class:`mmst.serve.client.ClientLatency`; over all words of all clients of a run);
+- added latency p50 / p95 (ms; the server's own figure in the same run: server receive of the frame after
+  which a word could be written -> server send of the word);
+- the clients' send lateness p95 (ms after a frame's due time; the clients' own share of their latency);
+- RTF per client (server compute seconds on that stream / its audio seconds; max over clients and runs);
 - server CPU (process CPU seconds / wall seconds, %), CPU seconds per second of audio, peak RSS (MiB);
 - words per second (all clients);
-- streams per model call (tick mode): stream requests served per stacked call, per kind of call (Silero
-  VAD window, front end, encoder block, decoder step; from the server's ``/stats.json``; 1.0 = nothing
-  stacked).
+- streams per call (tick mode): stream requests served per stacked call, per kind of call (Silero VAD
+  window, front end, encoder block, decoder step; from the server's ``/stats.json``; 1.0 = nothing stacked).
 
-Summary (the first key of the JSON): ``p95_added_latency_ms_8_clients``,
-``batched_over_unbatched_cost_8_clients`` and ``batched_over_unbatched_cost_16_clients`` (server CPU
-seconds per second of audio at 8 / 16 clients, tick batching / ``--batching off``; with ``--cost-reps R``
-the median over R pairs of runs that alternate between a tick and an unbatched server, both started
-once and kept running, so a drift of the machine's speed between the two servers' rows cancels; the
-pairs are in ``cost_pairs``),
-``max_realtime_clients`` (the largest N whose clients all have RTF < 1 and whose p95 added latency is
-< 300 ms; 0 when none), ``max_realtime_clients_client_p95`` (the same with the p95 of the latency the
-clients measure, from sending a frame to receiving the word: ``client_latency_ms_p50/p95`` per row) and ``flood_p95_added_latency_ms`` (p95 added latency of the real-time clients of
-the flood row). ``goals`` records each target (:data:`GOALS`) and whether it was met.
+Summary (the first key of the JSON), each key with its goal and whether it was met (``summary.goals``,
+:data:`GOALS`): ``max_realtime_clients_client_p95`` (the largest N such that at every measured N' <= N no
+client failed, every client's RTF < 1, and the median over the repetitions of the client-measured p95 is
+< 300 ms; :func:`mmst.serve.loadtest.max_realtime_clients`), ``batched_over_unbatched_cost_8_clients``
+(server CPU seconds per second of audio at 8 clients, tick batching / ``--batching off``, the median of the
+paired repetitions), ``flood_client_p95_ms`` (the real-time clients of the flood row, median over the
+repetitions), and ``abuse_rss_growth_mib_max`` and ``abuse_realtime_client_p95_ms_max``: the summary of
+``bench/bench_serve_abuse.py`` read from ``--abuse-results`` (that bench's rows are not rerun here; the
+JSON's command, date, commit, and whether the code it measured has changed since, are recorded under
+``abuse_results``, and the file is a dependency of this result, so a newer abuse run makes this one stale).
+Also, without goals: ``max_realtime_clients_added_p95`` (the same rule with the server's added latency),
+``p95_added_latency_ms_8_clients``, ``client_p95_ms_8_clients``, ``batched_over_unbatched_cost_16_clients``,
+``flood_p95_added_latency_ms``, ``abuse_realtime_words_exact``.
 
 Writes ``docs/results/serve.json`` (with provenance) and prints the Markdown table. The machine's load
-average during the run is recorded: numbers from a shared machine are pessimistic.
+average during each run is recorded: numbers from a shared machine are pessimistic. Run
+``bench/bench_serve_abuse.py`` first: its JSON is read at the start.
 
 Usage::
 
@@ -46,7 +60,6 @@ import asyncio
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,11 +73,13 @@ import soundfile as sf
 from provenance import RESULTS_DIR, finish_record, run_record
 
 from mmst.cli_help import ArgumentParser, add_model_arguments
-from mmst.serve.loadtest import run_clients, summarize_clients
+from mmst.provenance import changed_dependencies
+from mmst.serve.loadtest import max_realtime_clients, repeated_point, run_clients, spread, summarize_clients
 from mmst.serve.protocol import DEFAULT_MAX_RATE
 
 #: The paths this benchmark uses: the script, and the server's code and page (the server process is stopped with
-#: SIGTERM, so it cannot record its own imports); the modules the script imports are recorded at run time.
+#: SIGTERM, so it cannot record its own imports); the modules the script imports are recorded at run time, and
+#: the abuse results it folds in (``--abuse-results``) are added when they lie in the repository.
 DEPENDS_ON = (
     "bench/bench_serve.py",
     "mmst/serve/",
@@ -77,8 +92,11 @@ DEPENDS_ON = (
 REPO = Path(__file__).resolve().parents[1]
 RT_P95_MS = 300.0
 #: targets on 2 cores with the quickstart xs model: summary key -> (comparison, value)
-GOALS = {"max_realtime_clients": (">=", 16), "batched_over_unbatched_cost_8_clients": ("<=", 0.7),
-         "flood_p95_added_latency_ms": ("<", 300.0)}
+GOALS = {"max_realtime_clients_client_p95": (">=", 16), "abuse_rss_growth_mib_max": ("<=", 64.0),
+         "abuse_realtime_client_p95_ms_max": ("<", 500.0), "batched_over_unbatched_cost_8_clients": ("<=", 0.7),
+         "flood_client_p95_ms": ("<", 300.0)}
+#: the summary keys of ``bench/bench_serve_abuse.py`` folded into this one's
+ABUSE_KEYS = ("abuse_rss_growth_mib_max", "abuse_realtime_client_p95_ms_max", "abuse_realtime_words_exact")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,18 +105,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(p, data_required=True, langs_default=None)
     p.add_argument("--wav", nargs="*", default=None,
                    help="talk wavs to stream (default: the tst-COMMON talks named by DATA/tst-COMMON.tsv)")
-    p.add_argument("--clients", default="1,4,8,16,24,32", help="numbers of concurrent clients")
+    p.add_argument("--clients", default="1,4,8,16,24,32", help="numbers of concurrent clients (tick batching)")
     p.add_argument("--unbatched-clients", default="8,16",
-                   help="numbers of clients of the runs with --batching off (comma list; empty = skip)")
+                   help="numbers of clients of the runs with --batching off, each paired with a tick run of the same "
+                        "number in every repetition for the cost ratio (comma list; empty = skip)")
     p.add_argument("--flood-clients", type=int, default=8,
                    help="real-time clients of the flood row, next to one flooder (0 = skip)")
     p.add_argument("--one-thread-clients", default="16",
                    help="numbers of clients of tick runs on ONE compute thread (--compute-workers 1), to compare "
                    "with the default threads (comma list; empty = skip)")
-    p.add_argument("--cost-reps", type=int, default=3,
-                   help="paired tick / unbatched runs at each --unbatched-clients N for the cost ratios (median; 0 = "
-                        "the ratio of the two single rows)")
-    p.add_argument("--seconds", type=float, default=20.0, help="audio per client (talks cut to this length)")
+    p.add_argument("--reps", type=int, default=3,
+                   help="runs of every load point (interleaved: every point once, then again); the table gives "
+                        "their median and the min-max of the p95s and of the cost ratios")
+    p.add_deprecated_alias("--cost-reps", "--reps")
+    p.add_argument("--seconds", type=float, default=15.0, help="audio per client (talks cut to this length)")
+    p.add_argument("--abuse-results", default=str(RESULTS_DIR / "serve_abuse.json"),
+                   help="results JSON of bench/bench_serve_abuse.py whose summary is folded into this one's "
+                        "(read at the start; empty = leave the abuse keys unmeasured)")
     p.add_argument("--server-args", default="", help="extra mmst-serve options, e.g. '--policy alignatt'")
     p.add_argument("--out", default=str(RESULTS_DIR / "serve.json"), help="output JSON")
     p.add_argument("--note", default="", help="free text stored with the results (e.g. 'shared machine')")
@@ -127,6 +150,7 @@ class Server:
             raise RuntimeError(f"mmst-serve did not start: {line!r}; see {log}")
         self.port = int(m.group(1))
         self.ps = psutil.Process(self.proc.pid)
+        self.warm_clients = 0  # drivers built so far (the server keeps them for reuse)
         self._peak = 0
         self._stop = threading.Event()
         threading.Thread(target=self._sample, daemon=True).start()
@@ -186,11 +210,16 @@ def streams_per_call(before: dict, after: dict) -> dict:
 
 
 def measure(server: Server, audios: list[np.ndarray], flood: np.ndarray | None = None) -> dict:
-    """One load point: warm the driver pool, then stream every audio at once in real time (and, with
-    ``flood``, one more client sending ``flood`` as fast as the server accepts until they are done)."""
+    """One run of a load point: the first time the server sees this many clients, warm its driver pool
+    (one driver per client, 1 s of audio each, not measured); then stream every audio at once in real time
+    (and, with ``flood``, one more client sending ``flood`` as fast as the server accepts until they are
+    done). Returns :func:`~mmst.serve.loadtest.summarize_clients`'s row with the server's side."""
     url = f"ws://127.0.0.1:{server.port}/ws"
-    warm = [a[:16000] for a in audios] + ([flood[:16000]] if flood is not None else [])
-    asyncio.run(run_clients(url, warm, realtime=False))  # one driver per client, warm
+    n_conn = len(audios) + (flood is not None)
+    if n_conn > server.warm_clients:
+        warm = [a[:16000] for a in audios] + ([flood[:16000]] if flood is not None else [])
+        asyncio.run(run_clients(url, warm, realtime=False))
+        server.warm_clients = n_conn
     server.reset_peak()
     stacked0 = stacked_counts(server.port)
     cpu0, load0, own0 = server.cpu_s(), os.getloadavg()[0], time.process_time()
@@ -208,8 +237,6 @@ def measure(server: Server, audios: list[np.ndarray], flood: np.ndarray | None =
                streams_per_call=streams_per_call(stacked0, stacked_counts(server.port)))
     if flood is not None:
         row["flooder"] = flooder
-    row["realtime"] = bool(row["failed"] == 0 and row["rtf_max"] is not None and row["rtf_max"] < 1.0
-                           and row["added_latency_ms_p95"] is not None and row["added_latency_ms_p95"] < RT_P95_MS)
     return row
 
 
@@ -235,14 +262,37 @@ async def _with_flooder(url: str, audios: list[np.ndarray], flood: np.ndarray, i
     return results, wall
 
 
+def abuse_results(path: Path) -> tuple[dict, dict]:
+    """The summary keys of ``bench/bench_serve_abuse.py`` (:data:`ABUSE_KEYS`) from its results JSON ``path``,
+    and where they come from: ``{"file", "command", "date", "git_commit", "changed_since"}``, the last the
+    files it measured whose code differs now (``[]``: current; ``None``: the JSON records no dependencies).
+
+    Raises:
+        ValueError: the file cannot be read, or its summary lacks a key (message names the file and key).
+    """
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: cannot read the abuse results: {e}") from e
+    summary = d.get("summary") if isinstance(d, dict) else None
+    missing = [k for k in ABUSE_KEYS if not isinstance(summary, dict) or k not in summary]
+    if missing:
+        raise ValueError(f"{path}: summary lacks {', '.join(missing)} (written by bench/bench_serve_abuse.py?)")
+    prov = d.get("provenance") or {}
+    rel = path.resolve().relative_to(REPO).as_posix() if path.resolve().is_relative_to(REPO) else str(path)
+    source = {"file": rel, "command": prov.get("command"), "date": prov.get("date"),
+              "git_commit": prov.get("git_commit"), "changed_since": changed_dependencies(prov.get("depends_on"))}
+    return {k: summary[k] for k in ABUSE_KEYS}, source
+
+
 def goals(summary: dict) -> dict:
-    """``{key: {"target": "<op> value", "value", "met"}}`` for every key of :data:`GOALS` (met False when
-    the value is missing)."""
+    """``{key: {"goal": "<op> value", "met"}}`` for every key of :data:`GOALS` (``met`` None when the value
+    was not measured), as ``docs/results/continuous.json`` records them."""
     ops = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b}
     out = {}
     for key, (op, target) in GOALS.items():
         v = summary.get(key)
-        out[key] = {"target": f"{op} {target:g}", "value": v, "met": bool(v is not None and ops[op](v, target))}
+        out[key] = {"goal": f"{op} {target:g}", "met": None if v is None else bool(ops[op](v, target))}
     return out
 
 
@@ -254,10 +304,28 @@ def table(res: dict) -> str:
     return serve_table(res)
 
 
+def _counts(text: str) -> list[int]:
+    return [int(n) for n in text.split(",") if n.strip()]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; exit 1 with a message when the server or the audio is missing."""
+    """Run the benchmark; exit 1 with a message when the audio or the abuse results are missing."""
     args = build_parser().parse_args(argv)
-    record = run_record(depends_on=DEPENDS_ON)
+    if args.reps < 1:
+        print(f"bench_serve: --reps must be at least 1, got {args.reps}", file=sys.stderr)
+        return 1
+    abuse, abuse_source = {k: None for k in ABUSE_KEYS}, None
+    declared = list(DEPENDS_ON)
+    if args.abuse_results:
+        path = Path(args.abuse_results)
+        try:
+            abuse, abuse_source = abuse_results(path)
+        except ValueError as e:
+            print(f"bench_serve: {e} (pass --abuse-results '' to leave the abuse keys unmeasured)", file=sys.stderr)
+            return 1
+        if path.resolve().is_relative_to(REPO):
+            declared.append(abuse_source["file"])
+    record = run_record(depends_on=declared)
     wavs = [Path(w) for w in args.wav] if args.wav else talk_wavs(Path(args.data))
     if not wavs:
         print("bench_serve: no talk wavs found (pass --wav)", file=sys.stderr)
@@ -270,87 +338,106 @@ def main(argv: list[str] | None = None) -> int:
 
             x = soxr.resample(x, sr, 16000)
         talks.append(np.ascontiguousarray(x.mean(axis=1)[: int(args.seconds * 16000)], dtype=np.float32))
-    ns = [int(n) for n in args.clients.split(",") if n.strip()]
-    ns_off = [int(n) for n in args.unbatched_clients.split(",") if n.strip()]
-    n_max = max(ns + ns_off + [args.flood_clients + 1])
+    ns_off = _counts(args.unbatched_clients)
+    ns = sorted(set(_counts(args.clients)) | set(ns_off))  # every unbatched point has its tick partner
+    ns_one = _counts(args.one_thread_clients)
+    n_max = max(ns + ns_off + ns_one + [args.flood_clients + 1])
     base = ["--model", args.model, "--data", args.data, "--max-clients", str(n_max),
             *args.server_args.split(), "--quantize", args.quantize]
-    rows: dict[str, dict] = {}
     log_dir = Path(tempfile.mkdtemp(prefix="bench_serve_"))
     print(f"server logs in {log_dir}", file=sys.stderr)
-    ns_one = [int(n) for n in args.one_thread_clients.split(",") if n.strip()]
-    modes = [("tick", ns, [])] + ([("off", ns_off, [])] if ns_off else []) + \
-        ([("tick", ns_one, ["--compute-workers", "1"])] if ns_one else [])
-    for mode, counts, extra in modes:
-        key = mode + ("-1thread" if extra else "")
-        server = Server([*base, "--batching", mode, *extra], log_dir / f"server_{key}.log")
-        try:
-            for n in counts:
-                audios = [talks[i % len(talks)] for i in range(n)]
-                print(f"batching {mode} {' '.join(extra)}: {n} client(s) ...", file=sys.stderr, flush=True)
-                rows[f"{key}/{n}"] = {"batching": mode, "n": n, **measure(server, audios)}
-            if mode == "tick" and not extra and args.flood_clients:
-                n = args.flood_clients
-                audios = [talks[i % len(talks)] for i in range(n)]
-                need = int((args.seconds + 5) * DEFAULT_MAX_RATE * 16000)  # enough for the whole row at the fastest pace
-                flood = np.tile(np.concatenate(talks), -(-need // sum(map(len, talks))))[:need]
-                print(f"batching {mode}: {n} client(s) + 1 flooder ...", file=sys.stderr, flush=True)
-                rows[f"flood/{n}"] = {"batching": "tick", "n": n, "flood": True, **measure(server, audios, flood)}
-        finally:
-            server.stop()
-
+    configs = {"tick": ["--batching", "tick"]}
+    if ns_off:
+        configs["off"] = ["--batching", "off"]
+    if ns_one:
+        configs["tick-1thread"] = ["--batching", "tick", "--compute-workers", "1"]
+    runs: dict[str, list[dict]] = {}  # "config/N" -> one row per repetition
     pairs: dict[str, list[dict]] = {}
-    if args.cost_reps > 0 and ns_off:
-        servers = {mode: Server([*base, "--batching", mode], log_dir / f"server_pairs_{mode}.log")
-                   for mode in ("tick", "off")}
-        try:
-            for r in range(args.cost_reps):
-                for n in ns_off:
-                    audios = [talks[i % len(talks)] for i in range(n)]
-                    order = ("tick", "off") if r % 2 == 0 else ("off", "tick")  # alternate which runs first
-                    cost = {}
-                    for mode in order:
-                        print(f"cost pair {r + 1}/{args.cost_reps}: {mode}, {n} client(s) ...", file=sys.stderr,
-                              flush=True)
-                        cost[mode] = measure(servers[mode], audios)["cpu_s_per_audio_s"]
-                    pairs.setdefault(str(n), []).append({**cost, "ratio": cost["tick"] / cost["off"]})
-        finally:
-            for server in servers.values():
-                server.stop()
+    flood = None
+    if args.flood_clients:
+        need = int((args.seconds + 5) * DEFAULT_MAX_RATE * 16000)  # enough for the whole row at the fastest pace
+        flood = np.tile(np.concatenate(talks), -(-need // sum(map(len, talks))))[:need]
+    servers: dict[str, Server] = {}
+    t_start = time.monotonic()
+    try:
+        for key, extra in configs.items():
+            servers[key] = Server([*base, *extra], log_dir / f"server_{key}.log")
+
+        def run(key: str, n: int, rep: int, flooded: bool = False) -> dict:
+            audios = [talks[i % len(talks)] for i in range(n)]
+            name = f"{'flood' if flooded else key}/{n}"
+            print(f"rep {rep + 1}/{args.reps}: {name}{' + 1 flooder' if flooded else ''} ...", file=sys.stderr,
+                  flush=True)
+            row = {"rep": rep, **measure(servers[key], audios, flood if flooded else None)}
+            runs.setdefault(name, []).append(row)
+            return row
+
+        for rep in range(args.reps):
+            for n in ns:
+                if n not in ns_off:
+                    run("tick", n, rep)
+                    continue
+                order = ("tick", "off") if rep % 2 == 0 else ("off", "tick")  # alternate which runs first
+                cost = {mode: run(mode, n, rep)["cpu_s_per_audio_s"] for mode in order}
+                pairs.setdefault(str(n), []).append(
+                    {"rep": rep, **cost, "ratio": cost["tick"] / cost["off"] if cost["tick"] and cost["off"] else None})
+            if args.flood_clients:
+                run("tick", args.flood_clients, rep, flooded=True)
+            for n in ns_one:
+                run("tick-1thread", n, rep)
+    finally:
+        for server in servers.values():
+            server.stop()
+    wall_s = time.monotonic() - t_start
+
+    rows: dict[str, dict] = {}
+    for name, reps in runs.items():
+        config, n = name.split("/")
+        rows[name] = {"batching": "off" if config == "off" else "tick", "n": int(n), "flood": config == "flood",
+                      "compute_workers": reps[0]["compute_workers"],
+                      **repeated_point(reps, RT_P95_MS),
+                      "streams_per_call": {kind: (spread(r["streams_per_call"].get(kind) for r in reps) or {}).get("median")
+                                           for kind in reps[0]["streams_per_call"]},
+                      "reps": reps}
+
+    def median_of(name: str, key: str):
+        r = rows.get(name)
+        return r[key]["median"] if r and r.get(key) else None
 
     def cost_ratio(n: int) -> float | None:
-        if pairs.get(str(n)):
-            return statistics.median(p["ratio"] for p in pairs[str(n)])
-        tick, off = rows.get(f"tick/{n}"), rows.get(f"off/{n}")
-        return tick["cpu_s_per_audio_s"] / off["cpu_s_per_audio_s"] if tick and off and off["cpu_s_per_audio_s"] else None
+        s = spread(p["ratio"] for p in pairs.get(str(n), []))
+        return s["median"] if s else None
 
-    tick8 = rows.get("tick/8")
-    flood_row = rows.get(f"flood/{args.flood_clients}")
-    realtime = [int(k.split("/")[1]) for k, r in rows.items() if k.startswith("tick/") and r["realtime"]]
-    realtime_client = [int(k.split("/")[1]) for k, r in rows.items() if k.startswith("tick/") and r["failed"] == 0
-                       and r["rtf_max"] is not None and r["rtf_max"] < 1.0
-                       and r.get("client_latency_ms_p95") is not None and r["client_latency_ms_p95"] < RT_P95_MS]
-    summary = {"p95_added_latency_ms_8_clients": tick8["added_latency_ms_p95"] if tick8 else None,
-               "batched_over_unbatched_cost_8_clients": cost_ratio(8),
-               "max_realtime_clients": max(realtime) if realtime else 0,
-               "max_realtime_clients_client_p95": max(realtime_client) if realtime_client else 0,
-               "batched_over_unbatched_cost_16_clients": cost_ratio(16),
-               "flood_p95_added_latency_ms": flood_row["added_latency_ms_p95"] if flood_row else None}
+    flood_name = f"flood/{args.flood_clients}"
+    summary = {
+        "max_realtime_clients_client_p95": max_realtime_clients({r["n"]: r["realtime"] for k, r in rows.items()
+                                                                 if k.startswith("tick/")}),
+        **abuse,
+        "batched_over_unbatched_cost_8_clients": cost_ratio(8),
+        "flood_client_p95_ms": median_of(flood_name, "client_latency_ms_p95"),
+        "max_realtime_clients_added_p95": max_realtime_clients({r["n"]: r["realtime_added_p95"]
+                                                                for k, r in rows.items() if k.startswith("tick/")}),
+        "client_p95_ms_8_clients": median_of("tick/8", "client_latency_ms_p95"),
+        "p95_added_latency_ms_8_clients": median_of("tick/8", "added_latency_ms_p95"),
+        "batched_over_unbatched_cost_16_clients": cost_ratio(16),
+        "flood_p95_added_latency_ms": median_of(flood_name, "added_latency_ms_p95"),
+    }
+    summary["goals"] = goals(summary)
     res = {
         "summary": summary,
-        "goals": goals(summary),
         "rows": rows,
-        "cost_pairs": pairs,
+        "cost_pairs": {n: {"ratio": spread(p["ratio"] for p in ps), "pairs": ps} for n, ps in pairs.items()},
+        "abuse_results": abuse_source,
         "config": {"checkpoint": args.model, "data": args.data, "quantize": args.quantize,
-                   "seconds_per_client": args.seconds,
+                   "seconds_per_client": args.seconds, "reps": args.reps,
                    "talks": [str(w) for w in wavs], "frame_ms": 100, "sample_format": "int16",
                    "server_args": base[4:], "realtime_p95_ms": RT_P95_MS, "cpus": os.cpu_count(),
-                   "flood_clients": args.flood_clients, "cost_reps": args.cost_reps, "note": args.note},
+                   "flood_clients": args.flood_clients, "wall_s": round(wall_s, 1), "note": args.note},
         "provenance": finish_record(record),
     }
     Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
     print(table(res))
-    print(json.dumps(res["summary"]))
+    print(json.dumps({k: v for k, v in summary.items() if k != "goals"}))
     return 0
 
 

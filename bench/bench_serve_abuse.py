@@ -14,8 +14,8 @@ then once next to each abusive client:
 
 Per row: how the server ended the abuser (close code, seconds after its first message), the server's RSS
 growth (peak during the row minus its RSS before it, MiB, sampled every 0.1 s), and the real-time
-client's words (they must equal its words alone) and client-measured latency p50 / p95 (ms, from
-sending a frame to receiving the word written after it, ``mmst.serve.client.StreamResult.lags_ms``).
+client's words (they must equal its words alone) and client-measured latency p50 / p95 (ms, from the
+moment the audio the word needed had been spoken to receiving the word, ``mmst.serve.client.ClientLatency``).
 
 Summary: ``abuse_rss_growth_mib_max``, ``abuse_realtime_client_p95_ms_max`` and
 ``abuse_realtime_words_exact`` (every row); ``goals`` records each target (:data:`GOALS`). Writes
