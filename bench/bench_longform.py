@@ -26,7 +26,11 @@ Reports, and writes to ``docs/results/longform.json`` (the ``summary`` object fi
    one by one (segmented, :func:`mmst.evaluation.streaming.stream_utterance`) and as one talk with
    pauses (long-form, VAD and oracle segmentation, scored by mWER resegmentation): BLEU and LAAL vs
    StreamLAAL per language; and (``crosscheck_capped``) the talk with 100 ms pauses, where the VAD's
-   segments are cut by the cap, against the oracle segmentation.
+   segments are cut by the cap, against the oracle segmentation. Each long-form run is also scored as the
+   IWSLT 2026 track scores it, through :mod:`mmst.evaluation.omnisteval_adapter`: LongYAAL (CU and CA),
+   LongAL, LongLAAL, BLEU and chrF after SoftSegmenter; then the ``omnisteval`` command scores the same files
+   (:mod:`mmst.evaluation.omnisteval_command`) and summary ``omnisteval_cli`` records the largest difference
+   per metric over every run (goal: <= 1e-6) and whether it is met.
 
 Needs a trained checkpoint (default: the quickstart's, ``exp/synthetic``) and its DATA. Runtime: about
 the talk length times the RTF (~0.2 on one core), plus the cross-check.
@@ -38,7 +42,9 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -194,10 +200,23 @@ def bounded_cost(system, audios, args, policy: str | None = None, minutes: float
 
 
 def crosscheck(system, utts, audios, args, pause_ms: str | None = None, max_segment_s: float = 20.0,
-               min_silence_ms: float | None = None) -> dict[str, Any]:
-    """Segmented vs long-form (VAD, oracle) evaluation of the same utterances."""
+               min_silence_ms: float | None = None, work_dir: str | Path | None = None) -> dict[str, Any]:
+    """Segmented vs long-form (VAD, oracle) evaluation of the same utterances. Each long-form run is scored
+    both ways: StreamLAAL and BLEU after mWER, and (with ``work_dir``, where the files are written)
+    LongYAAL, LongAL, LongLAAL (CU and CA), BLEU and chrF after SoftSegmenter through the adapter, then by
+    the ``omnisteval`` command on the same files (``omnisteval_cli``: the largest difference per metric)."""
     from mmst.corpora.long_talk import build_long_talk
+    from mmst.evaluation import omnisteval_command
     from mmst.evaluation.instances import make_instance
+    from mmst.evaluation.omnisteval_adapter import (
+        HYPOTHESIS_FILE,
+        REFERENCES_FILE,
+        SEGMENTS_FILE,
+        LongformFiles,
+        Recording,
+        cli_command,
+        score_recordings,
+    )
     from mmst.evaluation.quality import latency_units
     from mmst.evaluation.resegment import RefSentence, stream_instances, timed_units
     from mmst.evaluation.scorer import ScoringError, score_instances
@@ -228,6 +247,7 @@ def crosscheck(system, utts, audios, args, pause_ms: str | None = None, max_segm
                            "vad_min_silence_ms": args.vad_min_silence_ms if min_silence_ms is None else min_silence_ms,
                            "per_lang": {lang: {} for lang in langs}}
     seg_scores = {lang: score_instances(seg[lang], lang, units[lang]).metrics for lang in langs}
+    cli: list = []
     silence_ms = args.vad_min_silence_ms if min_silence_ms is None else min_silence_ms
     for name, segmenter in (("vad", StreamingVad(min_silence_ms=silence_ms, max_segment_s=max_segment_s)),
                             ("oracle", OracleSegmenter([(o, o + d) for o, d in zip(talk.offsets_s, talk.durations_s)]))):
@@ -242,19 +262,61 @@ def crosscheck(system, utts, audios, args, pause_ms: str | None = None, max_segm
         out[f"{name}_forced_cuts"] = sum(1 for e in evs if not hasattr(e, "lang") and e.forced)
         for lang in langs:
             ws = [e for e in evs if getattr(e, "lang", None) == lang]
+            tu = timed_units(ws, units[lang])
             try:
-                m = score_instances(stream_instances(timed_units(ws, units[lang]), sents[lang], units[lang]), lang,
-                                    units[lang]).metrics
+                m = score_instances(stream_instances(tu, sents[lang], units[lang]), lang, units[lang]).metrics
+                row = {"BLEU": m.get("BLEU"), "StreamLAAL": m["LAAL"], "StreamLAAL_CA": m.get("LAAL_CA")}
             except ScoringError as e:  # e.g. an untrained model that writes nothing: recorded, not fatal
-                out["per_lang"][lang][name] = {"BLEU": None, "StreamLAAL": None, "StreamLAAL_CA": None,
-                                               "error": str(e)}
-                continue
-            out["per_lang"][lang][name] = {"BLEU": m.get("BLEU"), "StreamLAAL": m["LAAL"],
-                                           "StreamLAAL_CA": m.get("LAAL_CA")}
+                row = {"BLEU": None, "StreamLAAL": None, "StreamLAAL_CA": None, "error": str(e)}
+            out["per_lang"][lang][name] = row
+            if work_dir is not None:  # SoftSegmenter and LongYAAL, then the omnisteval command on the same files
+                d = Path(work_dir) / name / lang
+                soft, info = score_recordings(d, [Recording("talk.wav", tu, talk.duration_s * 1000.0, sents[lang])],
+                                              lang, units[lang])
+                row.update(soft)
+                if "omnisteval_error" in info:
+                    row["omnisteval_error"] = info["omnisteval_error"]
+                elif soft:
+                    files = LongformFiles(d / HYPOTHESIS_FILE, d / SEGMENTS_FILE, d / REFERENCES_FILE)
+                    cli.append((row, d / "cli", omnisteval_command.start(
+                        cli_command(files, lang, units[lang], output_folder=d / "cli"))))
+    for row, folder, proc in cli:
+        try:
+            omnisteval_command.wait(proc)
+            c = omnisteval_command.compare(row, folder)
+        except (RuntimeError, OSError, ValueError) as e:
+            c = {"max_abs_diff": {}, "tsv_max_abs_diff": {}, "missing": [], "equal": False, "error": str(e)}
+        row["omnisteval_cli"] = c
     for lang in langs:
         out["per_lang"][lang]["segmented"] = {"BLEU": seg_scores[lang].get("BLEU"), "LAAL": seg_scores[lang]["LAAL"],
                                               "LAAL_CA": seg_scores[lang].get("LAAL_CA")}
     return out
+
+
+def omnisteval_summary(*crosschecks: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The adapter against the ``omnisteval`` command over every cross-check run (segmentation x language):
+    the largest absolute difference per metric (unrounded, and against the command's 4-decimal
+    ``scores.tsv``), the goal (every difference <= 1e-6) and whether it is met; None without OmniSTEval scores."""
+    from mmst.evaluation.omnisteval_adapter import OMNISTEVAL_VERSION
+    from mmst.evaluation.omnisteval_command import TOLERANCE
+
+    runs = [(key, lang, name, v) for key, x in zip(("crosscheck", "crosscheck_capped"), crosschecks) if x
+            for lang, per in x["per_lang"].items() for name, v in per.items() if name != "segmented"]
+    checked = [(f"{key} {name} {lang}", v["omnisteval_cli"]) for key, lang, name, v in runs if "omnisteval_cli" in v]
+    if not checked:
+        return None
+    diff: dict[str, float] = {}
+    tsv: dict[str, float] = {}
+    for _, c in checked:
+        for k, v in c["max_abs_diff"].items():
+            diff[k] = max(diff.get(k, 0.0), v)
+        for k, v in c["tsv_max_abs_diff"].items():
+            tsv[k] = max(tsv.get(k, 0.0), v)
+    failed = [what for what, c in checked if not c["equal"]]
+    unscored = [f"{key} {name} {lang}" for key, lang, name, v in runs if "omnisteval_cli" not in v]
+    return {"goal": f"every metric's |adapter - omnisteval command| <= {TOLERANCE:g}", "met": not failed and not unscored,
+            "max_abs_diff": diff, "tsv_max_abs_diff": tsv, "runs": len(checked), "failed": failed,
+            "not_scored": unscored, "langs": sorted({lang for _, lang, _, _ in runs}), "omnisteval": OMNISTEVAL_VERSION}
 
 
 def rss_child(system, audios, args) -> float:
@@ -339,15 +401,23 @@ def main(argv: list[str] | None = None) -> int:
     system, utts, audios = _load(args)
     res: dict[str, Any] = {}
     if args.crosscheck_utts:
-        res["crosscheck"] = crosscheck(system, utts, audios, args)
-        res["crosscheck_capped"] = crosscheck(system, utts, audios, args, pause_ms="100,100",
-                                              max_segment_s=args.capped_max_segment_s,
-                                              min_silence_ms=args.capped_vad_min_silence_ms)
+        with tempfile.TemporaryDirectory(prefix="bench_longform_") as tmp:
+            res["crosscheck"] = crosscheck(system, utts, audios, args, work_dir=Path(tmp) / "crosscheck")
+            res["crosscheck_capped"] = crosscheck(system, utts, audios, args, pause_ms="100,100",
+                                                  max_segment_s=args.capped_max_segment_s,
+                                                  min_silence_ms=args.capped_vad_min_silence_ms,
+                                                  work_dir=Path(tmp) / "crosscheck_capped")
         for key in ("crosscheck", "crosscheck_capped"):
             for lang, d in res[key]["per_lang"].items():
                 print(f"{key} {lang}: segmented BLEU {_f(d['segmented']['BLEU'])} LAAL {_f(d['segmented']['LAAL'], 0)} | "
                       f"long-form VAD BLEU {_f(d['vad']['BLEU'])} StreamLAAL {_f(d['vad']['StreamLAAL'], 0)} | "
                       f"oracle BLEU {_f(d['oracle']['BLEU'])} StreamLAAL {_f(d['oracle']['StreamLAAL'], 0)}", flush=True)
+                for name in ("vad", "oracle"):
+                    v = d[name]
+                    print(f"  {name}: LongYAAL {_f(v.get('LongYAAL'), 0)} (CA {_f(v.get('LongYAAL_CA'), 0)}) "
+                          f"SoftSeg BLEU {_f(v.get('SoftSeg_BLEU'))} chrF {_f(v.get('SoftSeg_chrF'))} | mWER BLEU "
+                          f"{_f(v['BLEU'])} StreamLAAL {_f(v['StreamLAAL'], 0)} | omnisteval command equal: "
+                          f"{v.get('omnisteval_cli', {}).get('equal', '-')}", flush=True)
     cost = bounded_cost(system, audios, args)
     rows = []
     if args.row_minutes:
@@ -364,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"cost_ratio_60min_vs_5min": cost["cost_ratio_cpu"],
                "rss_growth_mib_10_to_60min": cost["rss_growth_mib_10_to_end"], "rtf": cost["rtf"],
                "vad_share_of_compute": cost["vad_share_of_compute"],
-               "rss_growth_mib_one_push_5min": memory["one_push_minus_chunk_pushes_mib"] if memory else None}
+               "rss_growth_mib_one_push_5min": memory["one_push_minus_chunk_pushes_mib"] if memory else None,
+               "omnisteval_cli": omnisteval_summary(res.get("crosscheck"), res.get("crosscheck_capped"))}
     obj = {"summary": summary, "provenance": prov,
            "config": {"checkpoint": str(args.checkpoint), "data": str(system.data_dir), "split": args.split,
                       "tgt_langs": list(system.tgt_langs), "policy": args.policy, "minutes": args.minutes,

@@ -248,6 +248,33 @@ def test_longform_tables_render_rows_memory_capped_crosscheck_and_goals():
     assert x.count("| lang |") == 1 and x.endswith("4 VAD segments, 4 oracle segments.")
 
 
+def test_longform_iwslt_table_leads_with_longyaal_and_states_the_omnisteval_check():
+    """The cross-check runs scored both ways: LongYAAL first, StreamLAAL and BLEU after mWER beside it; the
+    ``omnisteval`` command's largest differences and the goal under the table (missed when a run differs);
+    a result without OmniSTEval scores says so."""
+    d = _longform_json(new=True)
+    soft = {"LongYAAL": 1151.4, "LongYAAL_CA": 1201.0, "SoftSeg_BLEU": 48.5, "SoftSeg_chrF": 60.25}
+    d["crosscheck"]["per_lang"]["de"]["vad"].update(soft)
+    d["crosscheck"]["per_lang"]["ja"]["oracle"].update(soft, SoftSeg_BLEU=40.0)
+    d["summary"]["omnisteval_cli"] = {
+        "goal": "every metric's |adapter - omnisteval command| <= 1e-06", "met": False, "runs": 7,
+        "max_abs_diff": {"SoftSeg_BLEU": 0.0, "LongYAAL": 2.5e-06}, "tsv_max_abs_diff": {"LongYAAL": 4.9e-05},
+        "failed": ["crosscheck vad de"], "not_scored": ["crosscheck_capped vad ja"], "langs": ["de", "ja"]}
+    lines = render_docs.longform_iwslt(d).splitlines()
+    assert lines[0] == ("| talk | segmentation | lang | LongYAAL (ms) | LongYAAL_CA (ms) | BLEU (SoftSegmenter) | "
+                        "chrF (SoftSegmenter) | StreamLAAL (ms, mWER) | BLEU (mWER) |")
+    assert "| 300-800 ms pauses | VAD | de | 1151 | 1201 | 48.50 | 60.25 | 900 | 49.00 |" in lines
+    assert "| 300-800 ms pauses | oracle | ja | 1151 | 1201 | 40.00 | 60.25 | 1100 | 50.00 |" in lines
+    assert "| 100 ms pauses, VAD cut at 10 s | VAD | ja | - | - | - | - | - | - |" in lines
+    assert len(lines) == 2 + 8 + 2
+    assert lines[-1] == (
+        "The `omnisteval` command on the same files (7 runs: talk x segmentation x language, de, ja; ja at character "
+        "level), largest difference from the adapter: LongYAAL 2.5e-06, SoftSeg_BLEU 0.0e+00 (goal: every metric's "
+        "|adapter - omnisteval command| <= 1e-06: missed); against the 4 decimals of its `scores.tsv`: at most "
+        "4.9e-05. Not equal: crosscheck vad de. Not scored by OmniSTEval: crosscheck_capped vad ja.")
+    assert render_docs.longform_iwslt(_longform_json(new=True)).startswith("This run recorded no OmniSTEval scores")
+
+
 def test_vs_fairseq_summary_table_renders_goals_and_both_dev_losses():
     s = {"ratio_fp32_median": 1.31, "ratio_compiled_median": 1.31, "ratio_bf16_median": 1.9, "compiled_measured": False,
          "mfu_s_1t": 0.49, "mfu_s_2t": 0.371, "speedup_2t_over_1t_s": 1.5,

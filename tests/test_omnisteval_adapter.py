@@ -1,30 +1,26 @@
 """mmst.evaluation.omnisteval_adapter: YAAL worked by hand, the degeneracy flag, SoftSegmenter and mWER on a
-boundary word, and the adapter's numbers equal to the ``omnisteval`` command's on the same files (de, es, fr
-and ja at character level; a stream decoded by the suite's tiny model)."""
+boundary word, and the adapter's numbers equal to the ``omnisteval`` command's on the same files to 1e-6
+(mmst.evaluation.omnisteval_command; de, es, fr and ja at character level; a stream decoded by the suite's tiny
+model)."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from mmst.evaluation import omnisteval_command
 from mmst.evaluation.instances import make_instance, read_instances, write_instances
 from mmst.evaluation.omnisteval_adapter import (
-    TSV_NAMES,
+    LONGFORM_KEYS,
+    SHORTFORM_KEYS,
     Recording,
     cli_command,
     longform_scores,
-    read_scores_tsv,
     shortform_scores,
     write_longform_files,
 )
 from mmst.evaluation.resegment import RefSentence, TimedUnit, resegment
-
-OMNISTEVAL = shutil.which("omnisteval") or str(Path(sys.executable).parent / "omnisteval")
 
 
 def _inst(i, words, delays, elapsed, ref, src_ms, unit="word"):
@@ -145,29 +141,22 @@ def _shortform(lang: str, unit: str) -> list[dict]:
     return out
 
 
-def _run_cli(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([OMNISTEVAL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _wait(p: subprocess.Popen, what: str) -> None:
-    out, err = p.communicate(timeout=120)
-    assert p.returncode == 0, f"{what}: {err[-2000:]}"
-
-
-def _close(adapter: dict, tsv: dict) -> None:
-    """The command prints 4 decimals: the adapter's value rounded so equals it."""
-    keys = [k for k in adapter if k in TSV_NAMES and k != "likely_degenerate"]
-    assert keys
-    for k in keys:
-        assert adapter[k] == pytest.approx(tsv[TSV_NAMES[k]], abs=5.001e-5), k
+def _equal(adapter: dict, cli_dir, longform: bool, what: str) -> None:
+    """Every metric of the adapter within 1e-6 of the command's unrounded score (and within the 4 decimals of its
+    scores.tsv), none on one side only."""
+    c = omnisteval_command.compare(adapter, cli_dir, longform)
+    assert c["equal"] and not c["missing"], (what, c)
+    keys = set((LONGFORM_KEYS if longform else SHORTFORM_KEYS).values())
+    assert set(c["max_abs_diff"]) == {k for k in adapter if k in keys} and len(keys & set(adapter)) >= 6, what
+    assert all(v <= 1e-6 for v in c["max_abs_diff"].values()), (what, c)
 
 
 def test_equal_to_the_omnisteval_command(tmp_path):
     """For each language, segmented instances (instances.log + references.txt, ``omnisteval shortform``) and two
     recordings written as mmst-eval-longform writes them (``omnisteval longform`` with SoftSegmenter): the
     adapter's YAAL, chrF, SWF, EFSW, DSPTV, LongYAAL, LongAL, LongLAAL (CU and CA), BLEU and chrF equal the
-    command's scores.tsv (4 decimals), and its resegmented sentences equal the command's
-    instances.resegmented.jsonl exactly. ja is scored at character level with ja-mecab BLEU, the others at
+    command's to 1e-6 (its score dict unrounded; and its scores.tsv to its 4 decimals), and its resegmented
+    sentences equal the command's instances.resegmented.jsonl exactly. ja is scored at character level with ja-mecab BLEU, the others at
     word level with the Moses tokenizer of the language. The eight commands run side by side."""
     from mmst.evaluation.quality import bleu_tokenizer_for, latency_unit_for
 
@@ -179,10 +168,10 @@ def test_equal_to_the_omnisteval_command(tmp_path):
         write_instances(d / "short" / "instances.log", ins)
         (d / "short" / "references.txt").write_text("".join(i["reference"] + "\n" for i in ins), encoding="utf-8")
         short = shortform_scores(read_instances(d / "short" / "instances.log"), lang, unit)
-        runs.append(_run_cli(["shortform", "--hypothesis_file", str(d / "short" / "instances.log"),
-                              "--ref_sentences_file", str(d / "short" / "references.txt"), "--bleu_tokenizer", tok,
-                              "--char_level" if unit == "char" else "--word_level",
-                              "--output_folder", str(d / "cli_short")]))
+        runs.append(omnisteval_command.start(
+            ["omnisteval", "shortform", "--hypothesis_file", str(d / "short" / "instances.log"),
+             "--ref_sentences_file", str(d / "short" / "references.txt"), "--bleu_tokenizer", tok,
+             "--char_level" if unit == "char" else "--word_level", "--output_folder", str(d / "cli_short")]))
         expect.append((f"{lang} shortform", short, d / "cli_short", None))
         recs = []
         for t in (0, 1):
@@ -190,19 +179,26 @@ def test_equal_to_the_omnisteval_command(tmp_path):
             recs.append(Recording(f"/data/{lang}/talk{t}.wav", units, length, sents))
         files = write_longform_files(d / "long", recs, unit)
         long = longform_scores(files, lang, unit)
-        runs.append(_run_cli(cli_command(files, lang, unit, output_folder=d / "cli_long")[1:]))
+        runs.append(omnisteval_command.start(cli_command(files, lang, unit, output_folder=d / "cli_long")))
         expect.append((f"{lang} longform", long, d / "cli_long", d / "long"))
-    for p, (what, *_rest) in zip(runs, expect):
-        _wait(p, what)
+    for p in runs:
+        omnisteval_command.wait(p, timeout_s=120)
     for what, ours, cli_dir, long_dir in expect:
-        _close(ours, read_scores_tsv(cli_dir / "scores.tsv"))
+        _equal(ours, cli_dir, long_dir is not None, what)
         if long_dir is not None:
             mine = [json.loads(x) for x in (long_dir / "instances.resegmented.jsonl").read_text().splitlines()]
             theirs = [json.loads(x) for x in (cli_dir / "instances.resegmented.jsonl").read_text().splitlines()]
             assert mine == theirs, what
             assert len(mine) == 5 and all(m["prediction"] for m in mine), what
-    de_long = expect[1][1]
+    de_long, cli_de = expect[1][1], expect[1][2]
     assert {"LongYAAL", "LongYAAL_CA", "LongAL", "LongLAAL", "SoftSeg_BLEU", "SoftSeg_chrF"} <= set(de_long)
+    # the check fails on a difference of 2e-6 (the tolerance is 1e-6) and on a metric one side lacks
+    off = omnisteval_command.compare({**de_long, "LongYAAL": de_long["LongYAAL"] + 2e-6}, cli_de)
+    assert not off["equal"] and off["max_abs_diff"]["LongYAAL"] == pytest.approx(2e-6, abs=1e-9)
+    short_of_one = omnisteval_command.compare({k: v for k, v in de_long.items() if k != "SoftSeg_chrF"}, cli_de)
+    assert not short_of_one["equal"] and short_of_one["missing"] == ["SoftSeg_chrF"]
+    with pytest.raises(ValueError, match="--output_folder"):
+        omnisteval_command.start(cli_command(files, "ja", "char"))
 
 
 # ------------------------------------------------------------------------- SoftSegmenter and mWER disagree
@@ -247,8 +243,8 @@ def test_longform_evaluation_of_a_tiny_model_stream_equals_the_command(tiny_syst
     """A talk of four of the tiny system's utterances with pauses, streamed by ``evaluate_talks`` (what
     ``mmst-eval-longform`` runs) with the gold segments: its words are poor, its delays and both
     resegmentations real. scores.json's LongYAAL, LongYAAL_CA, LongAL, LongLAAL, BLEU and chrF after
-    SoftSegmenter equal the ``omnisteval longform`` command recorded in it, run on the files it wrote, for de
-    and es; scores.md leads with LongYAAL, next to StreamLAAL. ``mmst-score --hypothesis-file`` on the written
+    SoftSegmenter equal (to 1e-6) the ``omnisteval longform`` command recorded in it, run on the files it wrote,
+    for de and es; scores.md leads with LongYAAL, next to StreamLAAL. ``mmst-score --hypothesis-file`` on the written
     omnisteval.jsonl, the talk's yaml and references gives the same numbers both ways (mWER ones to 1e-3 ms: the
     file keeps times to 1 us)."""
     import shlex
@@ -276,13 +272,12 @@ def test_longform_evaluation_of_a_tiny_model_stream_equals_the_command(tiny_syst
     for lang in ("de", "es"):
         cmd = shlex.split(obj["per_lang"][lang]["info"]["omnisteval_command"])
         assert cmd[0] == "omnisteval" and "--word_level" in cmd and cmd[cmd.index("--lang") + 1] == lang
-        runs[lang] = _run_cli(cmd[1:] + ["--output_folder", str(tmp_path / f"cli_{lang}")])
+        runs[lang] = omnisteval_command.start(cmd + ["--output_folder", str(tmp_path / f"cli_{lang}")])
     for lang, proc in runs.items():
-        _wait(proc, lang)
+        omnisteval_command.wait(proc, timeout_s=120)
         m = obj["per_lang"][lang]
         assert {"LongYAAL", "LongYAAL_CA", "SoftSeg_BLEU", "SoftSeg_chrF", "StreamLAAL", "BLEU"} <= set(m), m
-        _close({k: v for k, v in m.items() if k.startswith(("Long", "SoftSeg"))},
-               read_scores_tsv(tmp_path / f"cli_{lang}" / "scores.tsv"))
+        _equal(m, tmp_path / f"cli_{lang}", True, lang)
         hyp = [json.loads(x) for x in (tmp_path / "out" / lang / "omnisteval.jsonl").read_text().splitlines()]
         assert len(hyp) == 1 and hyp[0]["source"] == "talk.wav" and len(hyp[0]["delays"]) == len(hyp[0]["prediction"].split()) > 0
         mine = (tmp_path / "out" / lang / "instances.resegmented.jsonl").read_text()

@@ -154,3 +154,55 @@ def longform_crosscheck(d: Mapping[str, Any]) -> str:
             + md_table(["lang", "BLEU (VAD, capped)", "BLEU (oracle)", "StreamLAAL (VAD, capped)",
                         "StreamLAAL (oracle)"], rows)
             + "\n\n" + _crosscheck_foot(xc, cap=True))
+
+
+#: The metrics compared with the ``omnisteval`` command, in the order the check line names them.
+_OMNISTEVAL_METRICS = ("LongYAAL", "LongYAAL_CA", "LongAL", "LongAL_CA", "LongLAAL", "LongLAAL_CA", "SoftSeg_BLEU",
+                       "SoftSeg_chrF")
+
+
+def longform_iwslt(d: Mapping[str, Any]) -> str:
+    """The cross-check talks scored as the IWSLT 2026 track scores them: per talk, segmentation and language,
+    LongYAAL (CU and CA), BLEU and chrF after SoftSegmenter (OmniSTEval), then StreamLAAL and BLEU after mWER;
+    below, the ``omnisteval`` command on the same files (summary ``omnisteval_cli``: the largest difference per
+    metric, its goal and whether it is met). A JSON written before the bench scored with OmniSTEval gets one
+    line saying so."""
+    check = (d.get("summary") or {}).get("omnisteval_cli")
+    talks = [(key, d.get(key)) for key in ("crosscheck", "crosscheck_capped")]
+    if not check or not any(x for _, x in talks):
+        return ("This run recorded no OmniSTEval scores (`bench/bench_longform.py` writes them with its "
+                "cross-check, `--crosscheck-utts N`).")
+    seg = {"vad": "VAD", "oracle": "oracle"}
+    rows = []
+    for key, x in talks:
+        if not x:
+            continue
+        capped = key == "crosscheck_capped"
+        pauses = pause_range(x.get("pause_ms") or d["config"]["pause_ms"])
+        talk = f"{pauses} ms pauses" + (f", VAD cut at {num(x.get('max_segment_s'), '{:g}')} s" if capped else "")
+        for name, label in seg.items():
+            for lang, per in x["per_lang"].items():
+                v = per.get(name) or {}
+                rows.append([talk, label, lang, num(v.get("LongYAAL"), "{:.0f}"), num(v.get("LongYAAL_CA"), "{:.0f}"),
+                             num(v.get("SoftSeg_BLEU")), num(v.get("SoftSeg_chrF")),
+                             num(v.get("StreamLAAL"), "{:.0f}"), num(v.get("BLEU"))])
+    table = md_table(["talk", "segmentation", "lang", "LongYAAL (ms)", "LongYAAL_CA (ms)", "BLEU (SoftSegmenter)",
+                      "chrF (SoftSegmenter)", "StreamLAAL (ms, mWER)", "BLEU (mWER)"], rows)
+    diff = check.get("max_abs_diff") or {}
+    named = ", ".join(f"{k} {num(diff[k], '{:.1e}')}" for k in _OMNISTEVAL_METRICS if k in diff)
+    tsv = check.get("tsv_max_abs_diff") or {}
+    worst_tsv = max(tsv.values()) if tsv else None
+    langs = check.get("langs") or []
+    cjk = [lang for lang in langs if lang.split("-")[0] in ("ja", "zh")]
+    chars = f"; {' and '.join(cjk)} at character level" if cjk else ""
+    failed = check.get("failed") or []
+    unscored = check.get("not_scored") or []
+    line = (f"The `omnisteval` command on the same files ({check['runs']} runs: talk x segmentation x language, "
+            f"{', '.join(langs)}{chars}), largest difference from the adapter: "
+            f"{named} (goal: {check['goal']}: {'met' if check['met'] else 'missed'}); against the 4 decimals of its "
+            f"`scores.tsv`: at most {num(worst_tsv, '{:.1e}')}.")
+    if failed:
+        line += f" Not equal: {'; '.join(failed)}."
+    if unscored:
+        line += f" Not scored by OmniSTEval: {'; '.join(unscored)}."
+    return table + "\n\n" + line

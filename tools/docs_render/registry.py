@@ -9,7 +9,7 @@ from typing import Any
 from .comparisons import compare_avg, compare_langs, hard_waitk, offline_bleu, policies_summary
 from .development import test_durations, test_durations_totals
 from .distributed import stragglers, stragglers_mmst, stragglers_mmst_summary
-from .longform import continuous, longform_cost, longform_crosscheck, longform_rows
+from .longform import continuous, longform_cost, longform_crosscheck, longform_iwslt, longform_rows
 from .models import augment_cost, augment_prep, augment_report, backbones, config_keys, model_sizes
 from .performance import (
     alignment,
@@ -87,6 +87,7 @@ TABLES: dict[str, Table] = {
     "longform": Table("longform.json", longform_cost),
     "longform-crosscheck": Table("longform.json", longform_crosscheck),
     "longform-rows": Table("longform.json", longform_rows),
+    "longform-iwslt": Table("longform.json", longform_iwslt),
     "continuous": Table("continuous.json", continuous),
     "train": Table("train.json", train),
     "train-quick": Table("train_quick.json", train_quick),
