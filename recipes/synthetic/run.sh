@@ -11,7 +11,9 @@
 #      --asr-pretrain true first English ASR pretraining of the encoder (conf/asr_xs.yaml), both with
 #      the same augmentation (docs/augmentation.md); with --concat-utterances M > 1 on spans of 1..M
 #      consecutive utterances of one talk joined by --concat-pause-ms of silence (multi-sentence training:
-#      the model translates on past a sentence end in long-form streams; docs/training.md, docs/longform.md)
+#      the model translates on past a sentence end in long-form streams; docs/training.md, docs/longform.md);
+#      with --left-chunks N > 0 an encoder with a bounded left context of N chunks and rotary positions
+#      (encoder_left_chunks, encoder_pos_enc_type=rope): its state stays bounded on endless speech (docs/longform.md)
 #   3  evaluate on tst-COMMON at k = 1,3,5 and on tst-unseen at k = 3 with joint decoding
 #      (eval/simultaneous_eval.py --jobs: that many one-thread processes share out the utterances)
 #   4  print the results tables and the path of latency_quality.png
@@ -20,7 +22,8 @@
 #      (prep_audio_list.py + simultaneous_eval.py); without it, one line on how to use it
 #   6  long form: a --longform-minutes synthetic talk (tst-COMMON utterances joined with 300-800 ms
 #      pauses; data_prep/make_long_talk.py) streamed as one stream with VAD segmentation, wait-3, and
-#      scored by mWER resegmentation (eval/longform_eval.py; docs/longform.md)
+#      scored as IWSLT 2026 does (LongYAAL, BLEU and chrF after SoftSegmenter, OmniSTEval) beside
+#      StreamLAAL and BLEU after mWER resegmentation (eval/longform_eval.py; docs/longform.md)
 #   7  export the model as a self-contained folder, $exp_dir/model_export (mmst-export: config.json,
 #      model.safetensors, SentencePiece models, CMVN, README.md model card with the stage-3 scores);
 #      serve it with `mmst-serve --model $exp_dir/model_export`
@@ -55,6 +58,8 @@ speed_factors=0.9,1.0,1.1
 asr_pretrain=false           # true: pretrain the encoder on English ASR first (same data and augmentation)
 asr_config=recipes/synthetic/conf/asr_xs.yaml
 concat_utterances=1          # >1: multi-sentence training, spans of 1..N consecutive utterances (data.concat_utterances)
+left_chunks=0                # >0: bounded encoder left context of this many chunks, with rotary positions
+                             # (model.overrides.encoder_left_chunks, encoder_pos_enc_type=rope); 0 = unbounded
 concat_pause_ms=0,600        # with concat_utterances > 1: silence between joined utterances, LO,HI ms (drawn
                              # uniformly; data.concat_pause_ms); "real" = the recording's own gaps
 eval_waitk_lagging=1,3,5
@@ -65,7 +70,7 @@ longform_minutes=2.5         # stage 6: length of the synthetic talk
 longform_extra=""            # stage 6: more eval/longform_eval.py options, e.g. "--max-len-b 50"
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs difficulty num_train num_dev num_test
   num_test_unseen seed jobs config train_overrides specaugment speed_perturb speed_factors asr_pretrain
-  asr_config concat_utterances concat_pause_ms nproc omp_wait_policy eval_waitk_lagging eval_extra source_segment_size real_audio_tsv longform_minutes longform_extra)
+  asr_config concat_utterances concat_pause_ms left_chunks nproc omp_wait_policy eval_waitk_lagging eval_extra source_segment_size real_audio_tsv longform_minutes longform_extra)
 parse_options "$@"
 case "$omp_wait_policy" in
   auto) if [ -n "${OMP_WAIT_POLICY:-}" ]; then train_omp=$OMP_WAIT_POLICY
@@ -74,6 +79,7 @@ case "$omp_wait_policy" in
   *) echo "$0: --omp-wait-policy must be auto, active or passive (got '$omp_wait_policy')" >&2; exit 2 ;;
 esac
 case "$concat_utterances" in ''|*[!0-9]*|0) echo "$0: --concat-utterances must be a whole number >= 1 (got '$concat_utterances')" >&2; exit 2 ;; esac
+case "$left_chunks" in ''|*[!0-9]*) echo "$0: --left-chunks must be a whole number >= 0 (got '$left_chunks')" >&2; exit 2 ;; esac
 case "$concat_pause_ms" in real|[0-9]*,[0-9]*) ;; *) echo "$0: --concat-pause-ms must be LO,HI (ms) or real (got '$concat_pause_ms')" >&2; exit 2 ;; esac
 read -r -a eval_extra_args <<< "$eval_extra"
 read -r -a longform_extra_args <<< "$longform_extra"
@@ -103,6 +109,9 @@ stage2() {
   if [ "$concat_utterances" -gt 1 ]; then
     extra="$extra data.concat_utterances=$concat_utterances"
     [ "$concat_pause_ms" != "real" ] && extra="$extra data.concat_pause_ms=[$concat_pause_ms]"
+  fi
+  if [ "$left_chunks" -gt 0 ]; then
+    extra="$extra model.overrides.encoder_left_chunks=$left_chunks model.overrides.encoder_pos_enc_type=rope"
   fi
   extra="$extra $train_overrides"
   [ "$speed_perturb" = "true" ] && ensure_speed_perturbed "$data" "$speed_factors" "$jobs"

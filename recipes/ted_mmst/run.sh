@@ -14,7 +14,8 @@
 #   5  evaluate every model sweeping k on tst-COMMON with joint decoding (eval/simultaneous_eval.py)
 #   6  comparison table + BLEU-vs-AL plots (eval/compare_systems.py) -> $exp_dir/compare/comparison.md
 #   7  long form: every model on whole $eval_split talks, each talk one stream with VAD segmentation,
-#      wait-$longform_waitk_lagging, scored by mWER resegmentation (eval/longform_eval.py --mustc-root) ->
+#      wait-$longform_waitk_lagging, scored with LongYAAL, BLEU and chrF after SoftSegmenter (OmniSTEval) and
+#      StreamLAAL and BLEU after mWER resegmentation (eval/longform_eval.py --mustc-root) ->
 #      $exp_dir/eval_longform/<model>/seed<seed>/scores.md
 # Smoke test: bash recipes/ted_mmst/run.sh --size xs ... (tests/test_recipe_ted_mmst.py).
 set -euo pipefail
