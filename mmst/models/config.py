@@ -15,6 +15,8 @@ ARCHS = ("separate", "unified")
 ENCODER_TYPES = ("transformer", "hf")
 HF_FREEZE = ("all", "feature_extractor", "none")
 ENCODER_ATTENTION_MODES = ("chunk-causal", "offline")
+#: encoder position encodings (fairseq's ``pos_enc_type`` values): sinusoidal added to the input, rotary
+ENCODER_POS_ENC_TYPES = ("abs", "rope")
 STRATEGIES = ("sync", "async")
 
 #: Named sizes. ``s`` follows fairseq ``s2t_transformer_s``; ``m`` follows ``s2t_transformer_m``
@@ -59,6 +61,12 @@ class ModelConfig:
         encoder_left_chunks: chunk-causal only: a state attends at most this many chunks before its
             own (limited left context, as in streaming Transformer/Emformer encoders; bounds the
             per-chunk cost of long streams); 0 (default) = all earlier chunks.
+        encoder_pos_enc_type: encoder positions (fairseq's ``pos_enc_type``): ``"abs"`` (default; sinusoidal
+            positions added to the conv output, absolute from the stream's start) or ``"rope"`` (rotary
+            positions in each self-attention layer, Su et al. 2021: attention depends only on the distance
+            between states, so a model trained on short utterances sees no unseen position on an endless
+            stream; use with ``encoder_left_chunks`` > 0, :mod:`mmst.models.rope`). ``"transformer"``
+            encoders only; the head dimension ``d_model / attention_heads`` must be even.
         share_decoder_input_output_embed: tie decoder input embedding and output projection.
         pad_id, bos_id, eos_id: special ids (see CONTRACTS.md).
         strategy: unified only, ``"sync"`` or ``"async"`` (see :mod:`mmst.models.unified`).
@@ -104,6 +112,7 @@ class ModelConfig:
     encoder_attention: str = "chunk-causal"
     pre_decision_ratio: int = 7
     encoder_left_chunks: int = 0
+    encoder_pos_enc_type: str = "abs"
     share_decoder_input_output_embed: bool = True
     pad_id: int = 1
     bos_id: int = 0
@@ -185,6 +194,12 @@ class ModelConfig:
             bad("encoder_left_chunks", "must be >= 0 (0 = unlimited left context)")
         if self.encoder_left_chunks and self.encoder_attention != "chunk-causal":
             bad("encoder_left_chunks", "needs encoder_attention='chunk-causal'")
+        if self.encoder_pos_enc_type not in ENCODER_POS_ENC_TYPES:
+            bad("encoder_pos_enc_type", f"must be one of {ENCODER_POS_ENC_TYPES}")
+        if self.encoder_pos_enc_type == "rope" and (self.d_model // self.attention_heads) % 2:
+            bad("encoder_pos_enc_type", "rope needs an even head dimension d_model / attention_heads")
+        if self.encoder_pos_enc_type == "rope" and self.encoder_type != "transformer":
+            bad("encoder_pos_enc_type", "rope is an option of the 'transformer' encoder (encoder_type)")
         if self.strategy not in STRATEGIES:
             bad("strategy", f"must be one of {STRATEGIES}")
         if self.strategy == "async" and self.arch != "unified":

@@ -66,6 +66,25 @@ class DecoderState:
         self.cross_cache = [KVCache() for _ in self.cross_cache]
         self.cross_len = 0
 
+    def forget_cross_before(self, n: int) -> None:
+        """The encoder states fed to the cross-attention lost their first ``n`` rows (an endless stream
+        freed them): drop their cached keys/values, so cached position i is again row i of the states
+        passed next (``cross_len`` drops by as much; a cache shorter than ``n`` is emptied)."""
+        k = min(int(n), self.cross_len)
+        for c in self.cross_cache:
+            c.drop_front(c.start + k)
+        self.cross_len -= k
+
+    def forget_tokens_before(self, n: int) -> None:
+        """Drop the first ``n`` self-attention columns (inputs no query attends any more, e.g. the
+        sentences a restarted language ended); ``num_tokens`` drops by ``n``, so pass explicit positions
+        to later steps."""
+        if not 0 <= n <= self.num_tokens:
+            raise ValueError(f"cannot drop {n} of {self.num_tokens} decoder columns")
+        for c in self.self_cache:
+            c.drop_front(c.start + n)
+        self.num_tokens -= n
+
     def reorder(self, index: torch.Tensor, reorder_cross: bool = True) -> None:
         """Select/reorder batch rows of the caches with ``index (B',)`` (beam search, pruning)."""
         self.self_cache = [c.reorder(index) for c in self.self_cache]

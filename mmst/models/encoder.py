@@ -31,8 +31,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from .layers import EAGER_BLOCKS, KVCache, MultiheadAttention, SeqBuffer, init_linear, sinusoidal_positions
+from .layers import (
+    EAGER_BLOCKS,
+    KVCache,
+    MultiheadAttention,
+    SeqBuffer,
+    drop_front_amortised,
+    init_linear,
+    sinusoidal_positions,
+)
 from .masks import chunk_causal_mask, lengths_to_padding_mask
+from .rope import apply_rotary, rotary_cos_sin
 from .stacked import Steps, run_alone
 
 
@@ -112,29 +121,33 @@ class Conv1dSubsampler(nn.Module):
         return x.transpose(1, 2), n
 
     def conv_range(
-        self, layer: int, inp: torch.Tensor, n_total: int | None, out_start: int, out_end: int
+        self, layer: int, inp: torch.Tensor, n_total: int | None, out_start: int, out_end: int, inp_start: int = 0
     ) -> torch.Tensor:
         """Outputs ``[out_start, out_end)`` of conv layer ``layer`` (+GLU) for one utterance.
 
         Args:
             layer: conv layer index.
-            inp: ``(N, C_in)`` all input rows available so far (row r = input position r).
+            inp: ``(N, C_in)`` the input rows kept so far (row r = input position ``inp_start + r``).
             n_total: total input length if the source is finished (rows ``>= n_total`` are the zero
                 padding), else None (then every needed row must be available).
             out_start, out_end: output positions.
+            inp_start: input position of ``inp``'s first row (rows before it were dropped on a long stream).
 
-        Returns ``(out_end - out_start, C_out)``. Raises ``ValueError`` if a needed row is missing.
+        Returns ``(out_end - out_start, C_out)``. Raises ``ValueError`` if a needed row is missing (not yet
+        arrived, or already dropped).
         """
         conv = self.conv_layers[layer]
         k = self.kernel_sizes[layer]
         p = k // 2
         lo = 2 * out_start - p
         hi = 2 * (out_end - 1) - p + k  # exclusive
-        n_avail = inp.size(0)
+        n_avail = inp_start + inp.size(0)
         if hi > n_avail and (n_total is None or n_avail < n_total):
             raise ValueError("conv_range: receptive field not yet available")
         start, end = max(lo, 0), min(hi, n_avail)
-        window = inp[start:end].transpose(0, 1)[None]
+        if start < inp_start:
+            raise ValueError(f"conv_range: input row {start} was dropped (rows kept from {inp_start})")
+        window = inp[start - inp_start:end - inp_start].transpose(0, 1)[None]
         window = F.pad(window, (start - lo, hi - end))
         y = F.glu(F.conv1d(window, conv.weight, conv.bias, stride=2), dim=1)
         return y[0].transpose(0, 1)
@@ -162,10 +175,18 @@ class TransformerEncoderLayer(nn.Module):
         h = b.relu_dropout(self.fc1(h), self.activation_dropout, self.training)
         return b.residual_dropout(x, self.fc2(h), self.dropout, self.training)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
-        """``x (B, S, D)``, ``attn_mask`` bool broadcastable to ``(B, H, S, S)`` (True = attend)."""
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
+                rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """``x (B, S, D)``, ``attn_mask`` bool broadcastable to ``(B, H, S, S)`` (True = attend); ``rope``:
+        ``(cos, sin)`` of the states' positions, broadcastable to ``(B, H, S, dh)`` (rotary positions,
+        :mod:`mmst.models.rope`), or None (the positions were added to the input)."""
         h = self.self_attn_layer_norm(x)
-        return self._attn_ffn(x, self.self_attn(h, attn_mask=attn_mask))
+        if rope is None:
+            return self._attn_ffn(x, self.self_attn(h, attn_mask=attn_mask))
+        att = self.self_attn
+        k, v = att.project_kv(h)
+        q = apply_rotary(att.project_q(h), *rope)
+        return self._attn_ffn(x, att.attend(q, apply_rotary(k, *rope), v, attn_mask))
 
     def forward_incremental(
         self,
@@ -173,32 +194,40 @@ class TransformerEncoderLayer(nn.Module):
         cache: tuple[torch.Tensor, torch.Tensor] | KVCache | None,
         attn_mask: torch.Tensor | None,
         key_start: int = 0,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """New states ``x (B, n, D)`` attend cached keys/values ``(B, H, S_prev, dh)`` plus their own.
 
         ``cache``: a tuple (concatenated, O(S) copy) or a :class:`KVCache` (appended in place,
-        amortised O(n)). ``key_start``: attend only keys ``>= key_start`` (limited left context;
-        ``attn_mask`` then covers keys ``[key_start, S)``). Returns the layer output ``(B, n, D)`` and
-        all keys/values ``(B, H, S, dh)``.
+        amortised O(n)). ``key_start``: attend only cached keys ``>= key_start`` (an index into the
+        cache, limited left context; ``attn_mask`` then covers keys ``[key_start, S)``). ``rope``:
+        ``(cos, sin)`` of the new states' positions (``(n, dh)``): their queries and keys are rotated, and
+        the keys are cached rotated. Returns the layer output ``(B, n, D)`` and all keys/values
+        ``(B, H, S, dh)``.
         """
         h = self.self_attn_layer_norm(x)
         k, v = self.self_attn.project_kv(h)
+        q = self.self_attn.project_q(h)
+        if rope is not None:
+            q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         if isinstance(cache, KVCache):
             k, v = cache.append(k, v)
         elif cache is not None:
             k = torch.cat([cache[0], k], dim=2)
             v = torch.cat([cache[1], v], dim=2)
         ka, va = (k, v) if key_start == 0 else (k[:, :, key_start:], v[:, :, key_start:])
-        a = self.self_attn.attend(self.self_attn.project_q(h), ka, va, attn_mask)
+        a = self.self_attn.attend(q, ka, va, attn_mask)
         return self._attn_ffn(x, a), (k, v)
 
 
 class SpeechEncoder(nn.Module):
-    """Conv subsampler + sinusoidal positions + pre-LN Transformer encoder.
+    """Conv subsampler + positions + pre-LN Transformer encoder.
 
     ``forward(fbank (B, T, 80), lengths (B,)) -> EncoderOut`` with ``S ~= T / 4`` states.
     Attention mode ``cfg.encoder_attention``: ``"offline"`` (bidirectional) or ``"chunk-causal"``
     (state s attends states of chunks ``<= s // R``; see :mod:`mmst.models.masks`).
+    Positions ``cfg.encoder_pos_enc_type``: ``"abs"`` (sinusoidal, added to the input, fairseq) or ``"rope"``
+    (rotary, in every self-attention layer, :mod:`mmst.models.rope`: scores depend only on distances).
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -212,25 +241,39 @@ class SpeechEncoder(nn.Module):
         self.attention = cfg.encoder_attention
         self.ratio = cfg.pre_decision_ratio
         self.left_chunks = int(getattr(cfg, "encoder_left_chunks", 0) or 0)
+        self.pos_enc_type = str(getattr(cfg, "encoder_pos_enc_type", "abs"))
         self.d_model = d
+        self.head_dim = d // cfg.attention_heads
 
     def embed(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """Scale conv output ``(B, S, D)`` by sqrt(D), add positions ``offset..offset+S-1``, dropout."""
-        pos = sinusoidal_positions(torch.arange(offset, offset + x.size(1), device=x.device), self.d_model)
-        x = self.embed_scale * x + pos.to(x.dtype)
+        """Scale conv output ``(B, S, D)`` by sqrt(D), add positions ``offset..offset+S-1`` (``"abs"``; with
+        ``"rope"`` the positions enter the attention instead), dropout."""
+        x = self.embed_scale * x
+        if self.pos_enc_type == "abs":
+            pos = sinusoidal_positions(torch.arange(offset, offset + x.size(1), device=x.device), self.d_model)
+            x = x + pos.to(x.dtype)
         return F.dropout(x, self.dropout, self.training)
 
-    def forward(self, fbank: torch.Tensor, lengths: torch.Tensor) -> EncoderOut:
-        """Full-sequence encoding. ``fbank (B, T, C)`` float, ``lengths (B,)`` frames (>= 1)."""
+    def rotary(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(cos, sin)`` of the rotary angles of integer state ``positions`` (shape ``P``; each result
+        ``P + (dh,)``, the model's dtype), or None when the positions are ``"abs"``."""
+        if self.pos_enc_type != "rope":
+            return None
+        return rotary_cos_sin(positions, self.head_dim, self.layer_norm.weight.dtype)
+
+    def forward(self, fbank: torch.Tensor, lengths: torch.Tensor, offset: int = 0) -> EncoderOut:
+        """Full-sequence encoding. ``fbank (B, T, C)`` float, ``lengths (B,)`` frames (>= 1); ``offset``: the
+        stream position of the first state (default 0; states are numbered ``offset, offset + 1, ...``)."""
         x, n = self.subsample(fbank, lengths)
         s = x.size(1)
-        x = self.embed(x)
+        x = self.embed(x, offset)
+        rope = self.rotary(torch.arange(offset, offset + s, device=x.device))
         pad = lengths_to_padding_mask(n, s)
         mask = ~pad[:, None, None, :]
         if self.attention == "chunk-causal":
             mask = mask & chunk_causal_mask(s, s, self.ratio, device=x.device, left_chunks=self.left_chunks)[None, None]
         for layer in self.layers:
-            x = layer(x, mask)
+            x = layer(x, mask, rope)
         return EncoderOut(self.layer_norm(x), pad, n)
 
     input_kind = "fbank"  # reads 10 ms log-mel frames (a waveform encoder says "waveform")
@@ -256,6 +299,13 @@ class EncoderStream:
     computed only when their receptive field is complete (see module docstring); Transformer layers
     keep per-layer key/value caches. Use with the model in ``eval()`` mode and under ``no_grad``.
 
+    Memory on an endless stream. The conv input rows that no later conv output reads are dropped as
+    the stream goes. With ``encoder_left_chunks = L > 0`` each layer's key/value cache keeps only the keys
+    a later chunk may attend (the last ``L`` chunks, ``L * R`` states; rows go in amortised batches,
+    :func:`~mmst.models.layers.drop_front_amortised`). The final states are kept until the caller says
+    that no decoder reads them any more (:meth:`forget_states_before`). Indices stay absolute stream
+    positions: :attr:`states` starts at state :attr:`states_start`.
+
     Raises:
         ValueError: the encoder is not chunk-causal, or frames arrive after ``finished=True``.
     """
@@ -265,7 +315,7 @@ class EncoderStream:
             raise ValueError("incremental encoding needs encoder_attention='chunk-causal'")
         self.encoder = encoder
         n_layers = len(encoder.subsample.conv_layers)
-        # inputs of each conv layer + output, (n, C) rows growing with the stream (capacity doubling)
+        # inputs of each conv layer + output, (n, C) rows (capacity doubling; rows nobody reads are dropped)
         self._bufs: list[SeqBuffer] = [SeqBuffer(0, 256) for _ in range(n_layers + 1)]
         self._pending: torch.Tensor | None = None  # embedded conv outputs not yet encoded (n, D)
         self._cache: list[KVCache] = [KVCache(64) for _ in encoder.layers]
@@ -276,12 +326,30 @@ class EncoderStream:
 
     @property
     def states(self) -> torch.Tensor:
-        """All final states so far, ``(1, S, D)`` (``S`` may be 0)."""
+        """The final states kept, ``(1, num_states - states_start, D)`` (may be empty): row ``r`` is stream
+        state ``states_start + r``."""
         st = self._states.view()
         if st is None:
             p = next(self.encoder.parameters())
             return torch.zeros(1, 0, self.encoder.d_model, dtype=p.dtype, device=p.device)
         return st
+
+    @property
+    def states_start(self) -> int:
+        """Stream position of the first final state kept (0 until :meth:`forget_states_before` drops some)."""
+        return self._states.start
+
+    def forget_states_before(self, first: int) -> int:
+        """No reader needs the final states before stream state ``first`` any more: they may go. They are
+        dropped in amortised batches (once at least as many as the states kept, and at least 64), so
+        :attr:`states_start` may stay below ``first``. Returns the states dropped now.
+
+        Raises:
+            ValueError: ``first`` is after the states encoded.
+        """
+        if first > self.num_states:
+            raise ValueError(f"forget_states_before({first}): only {self.num_states} states were encoded")
+        return drop_front_amortised(self._states, first)
 
     @property
     def num_chunks(self) -> int:
@@ -312,6 +380,11 @@ class EncoderStream:
         h = yield block
         self._states.append(h)
         self.num_states += block.x.size(1)
+        enc = self.encoder
+        if enc.left_chunks:  # keys before the next block's first visible chunk are never attended again
+            first = max(0, (self.num_states // enc.ratio - enc.left_chunks) * enc.ratio)
+            for c in self._cache:
+                drop_front_amortised(c, first)
         return h
 
     def _prepare(self, frames: torch.Tensor | np.ndarray, finished: bool) -> EncoderBlock | None:
@@ -327,20 +400,20 @@ class EncoderStream:
         bufs = self._bufs
         if x.size(0):
             bufs[0].append(x)
-        # conv layers: compute newly computable outputs
+        # conv layers: compute newly computable outputs (buffer ends are stream positions)
         for i, k in enumerate(enc.subsample.kernel_sizes):
-            inp = bufs[i].view()
-            n_in = bufs[i].length
-            done = bufs[i + 1].length
+            n_in, done = bufs[i].end, bufs[i + 1].end
             ready = _conv_out_len(n_in, k, finished=finished)
             if ready > done:
-                bufs[i + 1].append(enc.subsample.conv_range(i, inp, n_in if finished else None, done, ready))
-        out = bufs[-1].view()
-        n_conv = bufs[-1].length
+                bufs[i + 1].append(enc.subsample.conv_range(i, bufs[i].view(), n_in if finished else None, done,
+                                                            ready, bufs[i].start))
+        n_conv = bufs[-1].end
         n_have = self.num_states + (0 if self._pending is None else self._pending.size(0))
         if n_conv > n_have:
-            new = enc.embed(out[n_have:n_conv][None], offset=n_have)[0]
+            first = bufs[-1].start
+            new = enc.embed(bufs[-1].view()[n_have - first:n_conv - first][None], offset=n_have)[0]
             self._pending = new if self._pending is None else torch.cat([self._pending, new], dim=0)
+        self._drop_conv_rows(n_conv)
         if self._pending is None:
             return None
         n_pend = self._pending.size(0)
@@ -357,7 +430,14 @@ class EncoderStream:
         else:
             mask = chunk_causal_mask(n_enc, off + n_enc - key_start, enc.ratio, query_offset=off, device=block.device,
                                      left_chunks=enc.left_chunks, key_offset=key_start)
-        return EncoderBlock(self, block, key_start, mask)
+        return EncoderBlock(self, block, key_start, mask, off)
+
+    def _drop_conv_rows(self, n_embedded: int) -> None:
+        """Drop the conv rows no later output reads: the next output ``o`` of conv layer ``i`` reads its inputs
+        from ``2 * o - k_i // 2`` on; the last conv's outputs once embedded (``n_embedded`` of them)."""
+        for i, k in enumerate(self.encoder.subsample.kernel_sizes):
+            drop_front_amortised(self._bufs[i], 2 * self._bufs[i + 1].end - k // 2)
+        drop_front_amortised(self._bufs[-1], n_embedded)
 
 
 @dataclass
@@ -367,9 +447,10 @@ class EncoderBlock:
     Attributes:
         stream: the :class:`EncoderStream` (its per-layer key/value caches are appended).
         x: ``(1, n, D)`` embedded conv outputs of the new states (whole chunks unless finished).
-        key_start: first cached key the block may attend (limited left context; 0 = all).
+        key_start: first key the block may attend, a stream position (limited left context; 0 = all).
         mask: ``(n, S - key_start)`` bool chunk-causal mask over keys ``[key_start, S)``, ``S`` = cached +
             new states, True = attend; None = attend every such key (a single chunk).
+        start: stream position of the block's first state (its rotary positions).
 
     The result is the block's final states ``(1, n, D)`` (after the encoder's final layer norm).
     """
@@ -379,6 +460,7 @@ class EncoderBlock:
     x: torch.Tensor
     key_start: int
     mask: torch.Tensor | None
+    start: int = 0
 
     def stack_key(self) -> tuple:
         return ("encoder", id(self.stream.encoder))
@@ -398,9 +480,10 @@ class EncoderBlock:
         """This block alone: each layer attends this stream's cache plus the block."""
         enc = self.stream.encoder
         mask = None if self.mask is None else self.mask[None, None]
+        rope = enc.rotary(torch.arange(self.start, self.start + self.x.size(1), device=self.x.device))
         h = self.x
         for layer, cache in zip(enc.layers, self.stream._cache):
-            h, _ = layer.forward_incremental(h, cache, mask, self.key_start)
+            h, _ = layer.forward_incremental(h, cache, mask, self.key_start - cache.start, rope)
         return enc.layer_norm(h)
 
     @classmethod
@@ -412,14 +495,16 @@ class EncoderBlock:
         appended to its own cache, then all caches are copied into ``(B, H, K_max, dh)`` with a mask
         ``(B, 1, n_max, K_max)`` that gives every real query exactly the keys it has alone (its
         chunk-causal mask over its own keys) and no padded key; padded queries attend one key and are
-        dropped. Linear layers, layer norms and the FFN run on the stacked rows.
-        Returns each block's states ``(1, n_b, D)``.
+        dropped. Rotary positions (``"rope"``): each row's queries and new keys are rotated by its own
+        stream positions (``(B, 1, n_max, dh)``). Linear layers, layer norms and the FFN run on the stacked
+        rows. Returns each block's states ``(1, n_b, D)``.
         """
         enc = blocks[0].stream.encoder
         x, rows = _pad_rows([b.x[0] for b in blocks])  # (B, n_max, D), [n_b]
         n_max = x.size(1)
         dev = x.device
-        spans = [(b.key_start, b.stream._cache[0].length + r) for b, r in zip(blocks, rows)]  # keys [a, e)
+        # keys [a, e) as indices into each stream's cache (its first cached key is stream position start)
+        spans = [(b.key_start - b.stream._cache[0].start, b.stream._cache[0].length + r) for b, r in zip(blocks, rows)]
         k_max = max(e - a for a, e in spans)
         mask = torch.zeros(len(blocks), 1, n_max, k_max, dtype=torch.bool, device=dev)
         for i, (b, r, (a, e)) in enumerate(zip(blocks, rows, spans)):
@@ -428,17 +513,23 @@ class EncoderBlock:
             else:
                 mask[i, 0, :r, : e - a] = b.mask
             mask[i, 0, r:, 0] = True  # padded queries: one key, output dropped
+        pos = torch.tensor([b.start for b in blocks], device=dev)[:, None] + torch.arange(n_max, device=dev)
+        rope = enc.rotary(pos)  # (B, n_max, dh) each, or None
+        rope = None if rope is None else (rope[0][:, None], rope[1][:, None])  # (B, 1, n_max, dh)
         for li, layer in enumerate(enc.layers):
             att = layer.self_attn
             h = layer.self_attn_layer_norm(x)
             k_new, v_new = att.project_kv(h)  # (B, H, n_max, dh)
+            q = att.project_q(h)
+            if rope is not None:
+                q, k_new = apply_rotary(q, *rope), apply_rotary(k_new, *rope)
             k_all = k_new.new_zeros(len(blocks), att.num_heads, k_max, att.head_dim)
             v_all = torch.zeros_like(k_all)
             for i, (b, r, (a, e)) in enumerate(zip(blocks, rows, spans)):
                 k, v = b.stream._cache[li].append(k_new[i : i + 1, :, :r], v_new[i : i + 1, :, :r])
                 k_all[i, :, : e - a] = k[0, :, a:e]
                 v_all[i, :, : e - a] = v[0, :, a:e]
-            a_out = att.attend(att.project_q(h), k_all, v_all, mask)
+            a_out = att.attend(q, k_all, v_all, mask)
             x = layer._attn_ffn(x, a_out)
         x = enc.layer_norm(x)
         return [x[i : i + 1, :r] for i, r in enumerate(rows)]

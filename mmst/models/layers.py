@@ -199,12 +199,16 @@ class SeqBuffer:
     back to ``torch.cat`` (in-place writes into storage that earlier graph nodes saved would be an
     autograd error); incremental decoding runs under ``no_grad`` and takes the fast path.
 
+    On an endless stream the rows nobody reads any more are dropped with :meth:`drop_front`; ``start`` then
+    counts the rows dropped, so row ``r`` of :meth:`view` is stream row ``start + r`` and ``end`` is the
+    stream row after the last one appended.
+
     Args:
         dim: the growing dimension (negative allowed).
         min_capacity: smallest allocation along ``dim`` (rows).
     """
 
-    __slots__ = ("dim", "min_capacity", "_buf", "length")
+    __slots__ = ("dim", "min_capacity", "_buf", "length", "start")
 
     #: benchmarking switch: True restores the old behaviour (``torch.cat`` of the whole history at
     #: every append), to measure the gain in the same run (``bench/bench_streaming.py --kv-cat``).
@@ -215,6 +219,34 @@ class SeqBuffer:
         self.min_capacity = min_capacity
         self._buf: torch.Tensor | None = None
         self.length = 0
+        self.start = 0
+
+    @property
+    def end(self) -> int:
+        """Stream row after the last one appended (``start + length``)."""
+        return self.start + self.length
+
+    def drop_front(self, first: int) -> int:
+        """Forget the rows before stream row ``first`` (clipped to ``[start, end]``); returns how many went.
+
+        The kept rows move to a new allocation of ``max(2 * kept, min_capacity)`` rows, so memory follows
+        what is kept. The copy costs the kept rows: callers drop once the dead rows are as many as the kept
+        ones (:func:`drop_front_amortised`), which keeps the cost O(1) per appended row.
+        """
+        n = min(max(0, first - self.start), self.length)
+        if n == 0:
+            return 0
+        kept = self.length - n
+        if self._buf is not None:
+            rest = self._buf.narrow(self.dim, n, kept)
+            shape = list(rest.shape)
+            shape[self.dim] = max(2 * kept, self.min_capacity)
+            buf = rest.new_empty(shape)
+            buf.narrow(self.dim, 0, kept).copy_(rest)
+            self._buf = buf
+        self.length = kept
+        self.start += n
+        return n
 
     @property
     def capacity(self) -> int:
@@ -251,10 +283,22 @@ class SeqBuffer:
     def index_select(self, dim: int, index: torch.Tensor) -> SeqBuffer:
         """A new buffer with rows ``index`` of dimension ``dim`` (e.g. beam reordering), same capacity."""
         out = SeqBuffer(self.dim, self.min_capacity)
+        out.start = self.start
         if self._buf is not None:
             out._buf = self._buf.index_select(dim, index)
             out.length = self.length
         return out
+
+
+def drop_front_amortised(buf: SeqBuffer | KVCache, first: int, min_rows: int = 64) -> int:
+    """:meth:`SeqBuffer.drop_front` of the rows before stream row ``first``, but only once they are at least
+    as many as the rows kept and at least ``min_rows`` (so each row is copied O(1) times on an endless
+    stream, and memory stays within a small factor of what is kept). Returns the rows dropped (0 if
+    postponed)."""
+    dead = first - buf.start
+    if dead < max(min_rows, buf.end - first):
+        return 0
+    return buf.drop_front(first)
 
 
 class KVCache:
@@ -271,6 +315,22 @@ class KVCache:
     def length(self) -> int:
         """Cached positions S."""
         return self.k.length
+
+    @property
+    def start(self) -> int:
+        """Positions dropped from the front (:meth:`drop_front`): cached position ``i`` is stream position
+        ``start + i``."""
+        return self.k.start
+
+    @property
+    def end(self) -> int:
+        """Stream position after the last cached one (``start + length``)."""
+        return self.k.end
+
+    def drop_front(self, first: int) -> int:
+        """Forget the keys/values before stream position ``first`` (:meth:`SeqBuffer.drop_front`)."""
+        self.v.drop_front(first)
+        return self.k.drop_front(first)
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append ``k, v (B, H, n, dh)``; returns views of all cached keys, values ``(B, H, S, dh)``."""

@@ -64,12 +64,12 @@ class FrontEndFrames:
         """A function that puts the stream's conv buffers and frame count back as they are now (undoes
         this request after a failed stacked call, :mod:`mmst.models.stacked`)."""
         bufs = self.stream._bufs
-        lengths = [b.length for b in bufs]
+        ends = [b.end for b in bufs]
         n_frames = self.stream.num_frames
 
         def restore() -> None:
-            for b, n in zip(bufs, lengths):
-                b.length = n
+            for b, e in zip(bufs, ends):
+                b.length = e - b.start
             self.stream.num_frames = n_frames
         return restore
 
@@ -82,8 +82,8 @@ class FrontEndFrames:
         for layer in range(len(sub.kernel_sizes)):
             todo = self._todo(layer)
             if todo is not None:
-                inp, n_total, done, ready = todo
-                self.stream._bufs[layer + 1].append(sub.conv_range(layer, inp, n_total, done, ready))
+                inp, first, n_total, done, ready = todo
+                self.stream._bufs[layer + 1].append(sub.conv_range(layer, inp, n_total, done, ready, first))
 
     # ------------------------------------------------------------------ stacked
     @classmethod
@@ -106,13 +106,13 @@ class FrontEndFrames:
             work = [(r, t) for r, t in work if t is not None]
             if not work:
                 continue
-            windows = [_window(inp, n_total, done, ready, k) for _, (inp, n_total, done, ready) in work]
+            windows = [_window(inp, first, n_total, done, ready, k) for _, (inp, first, n_total, done, ready) in work]
             longest = max(w.size(0) for w in windows)
             x = windows[0].new_zeros(len(windows), windows[0].size(1), longest)  # (B, C_in, L_max)
             for i, w in enumerate(windows):
                 x[i, :, : w.size(0)] = w.transpose(0, 1)
             y = F.glu(F.conv1d(x, conv.weight, conv.bias, stride=2), dim=1).transpose(1, 2)  # (B, L_out, C_out)
-            for i, (r, (_, _, done, ready)) in enumerate(work):
+            for i, (r, (_, _, _, done, ready)) in enumerate(work):
                 r.stream._bufs[layer + 1].append(y[i, : ready - done])
         return [None] * len(reqs)
 
@@ -135,25 +135,29 @@ class FrontEndFrames:
             s._bufs[0].append(x)
         s.num_frames += x.size(0)
 
-    def _todo(self, layer: int) -> tuple[torch.Tensor, int | None, int, int] | None:
-        """``(inputs (n, C), n_total or None, first new output, end of new outputs)`` of conv ``layer``,
-        or None when no new output is computable (the rule of ``EncoderStream``)."""
+    def _todo(self, layer: int) -> tuple[torch.Tensor, int, int | None, int, int] | None:
+        """``(inputs kept (n, C), stream position of their first row, n_total or None, first new output, end of
+        new outputs)`` of conv ``layer``, or None when no new output is computable (the rule of
+        ``EncoderStream``; positions are stream positions, the rows before the first were dropped)."""
         bufs = self.stream._bufs
-        n_in, done = bufs[layer].length, bufs[layer + 1].length
+        n_in, done = bufs[layer].end, bufs[layer + 1].end
         ready = _conv_out_len(n_in, self.stream.encoder.subsample.kernel_sizes[layer], finished=self.finished)
         if ready <= done:
             return None
-        return bufs[layer].view(), (n_in if self.finished else None), done, ready
+        return bufs[layer].view(), bufs[layer].start, (n_in if self.finished else None), done, ready
 
 
-def _window(inp: torch.Tensor, n_total: int | None, out_start: int, out_end: int, k: int) -> torch.Tensor:
+def _window(inp: torch.Tensor, first: int, n_total: int | None, out_start: int, out_end: int, k: int) -> torch.Tensor:
     """The input rows (``(L, C)``, zero rows for the padding) that outputs ``[out_start, out_end)`` of a
-    stride-2, padding ``k // 2`` conv read: the window of ``Conv1dSubsampler.conv_range``."""
+    stride-2, padding ``k // 2`` conv read: the window of ``Conv1dSubsampler.conv_range`` (``inp``'s row r is
+    input position ``first + r``)."""
     p = k // 2
     lo = 2 * out_start - p
     hi = 2 * (out_end - 1) - p + k  # exclusive
-    n_avail = inp.size(0)
+    n_avail = first + inp.size(0)
     if hi > n_avail and (n_total is None or n_avail < n_total):
         raise ValueError("conv window: receptive field not yet available")
     start, end = max(lo, 0), min(hi, n_avail)
-    return F.pad(inp[start:end], (0, 0, start - lo, hi - end))
+    if start < first:
+        raise ValueError(f"conv window: input row {start} was dropped (rows kept from {first})")
+    return F.pad(inp[start - first:end - first], (0, 0, start - lo, hi - end))

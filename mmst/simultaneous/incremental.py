@@ -131,9 +131,22 @@ class StreamingFrontEnd:
         """Usable pre-decision chunks now (the last one may be partial once finished)."""
         return -(-self.num_states // self.ratio)
 
+    @property
+    def states_start(self) -> int:
+        """Stream position of the first state :meth:`states` returns (0 unless states were forgotten)."""
+        return self._stream.states_start if self._stream is not None else 0
+
+    def forget_states_before(self, first: int) -> int:
+        """No decoder reads the states before ``first`` any more (incremental mode: they may be freed,
+        :meth:`mmst.models.encoder.EncoderStream.forget_states_before`; re-encode mode keeps them, as it
+        re-encodes the whole prefix anyway). Returns the states dropped now (:attr:`states_start` moved by
+        that much)."""
+        return self._stream.forget_states_before(first) if self._stream is not None else 0
+
     @torch.no_grad()
     def states(self) -> torch.Tensor:
-        """Usable encoder states ``(1, num_states, D)`` (re-encodes the prefix in reencode mode)."""
+        """Usable encoder states ``(1, num_states - states_start, D)``: row r is state ``states_start + r``
+        (re-encodes the prefix in reencode mode)."""
         if self._stream is not None:
             return self._stream.states
         n = self.num_states

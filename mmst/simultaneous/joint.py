@@ -329,12 +329,14 @@ class StreamingTranslator:
         ctc_langs = [lang for lang in self.tgt_langs if self.policies[lang].needs_ctc and not self.done[lang]]
         if ctc_langs and fe.num_states:
             enc = fe.states()
+            base = self._states_start()
             counts: dict[int, int] = {}
             for lang in ctc_langs:  # over the states of the language's sentence (from its restart point)
                 o = self._origin[lang]
                 if o not in counts:
                     with torch.no_grad():  # a running maximum: a later greedy path may be shorter
-                        counts[o] = ctc_greedy_count(self.model.ctc_proj(enc[0, o:]), blank=int(self.model.cfg.bos_id))
+                        counts[o] = ctc_greedy_count(self.model.ctc_proj(enc[0, o - base:]),
+                                                     blank=int(self.model.cfg.bos_id))
                 self._src_tokens[lang] = max(self._src_tokens[lang], counts[o])
         yield from self._write_tokens(t0, out, [lang for lang in self.tgt_langs if self._kind(lang) == "token"])
         with torch.no_grad():
@@ -343,8 +345,13 @@ class StreamingTranslator:
             self._closed = True
         return out
 
+    def _states_start(self) -> int:
+        """Stream state of the first row of :meth:`_states` (states before it were freed, :meth:`release_states`)."""
+        return int(getattr(self.frontend, "states_start", 0))
+
     def _states(self) -> torch.Tensor:
-        """Usable encoder states; drops cached cross keys/values when the prefix was re-encoded."""
+        """Usable encoder states kept, from state :meth:`_states_start` on; drops cached cross keys/values when
+        the prefix was re-encoded."""
         fe = self.frontend
         states = fe.states()
         if fe.version != self._version:  # re-encoded: cached cross keys/values are stale
@@ -386,13 +393,14 @@ class StreamingTranslator:
             if not want:  # nothing to attend yet
                 break
             states = self._states()
-            s = states.size(1)
+            base = self._states_start()
+            s = base + states.size(1)  # stream states received
             first = {lang: self._origin[lang] for lang in want}
             n_vis = {lang: first[lang] + self.policies[lang].visible_states(len(self.tokens[lang]) + 1, s - first[lang])
                      for lang in want}
             layers = tuple(sorted({self._layer(lang, n_layers) for lang in want if self.policies[lang].needs_attn}))
             logits, attn = yield from self._stepper.step_steps(want, self._last, states, n_vis, layers,
-                                                               first_visible=first)
+                                                               first_visible=first, states_start=base)
             for lang in want:
                 pol = self.policies[lang]
                 i = len(self.tokens[lang]) + 1
@@ -474,7 +482,8 @@ class StreamingTranslator:
         toks = list(self.tokens[lang])
         if hi <= o or not toks:
             return torch.zeros(len(toks), max(0, hi - o)), None, o, hi
-        states = self._states()[:, o:hi]
+        base = self._states_start()
+        states = self._states()[:, o - base:hi - base]
         layer = self._layer(lang, int(self.model.cfg.decoder_layers))
         eos = int(self.model.cfg.eos_id)
         attn = forced_cross_attention(self.model, lang, [], toks + [eos], states, layer)[:-1]  # (T, S')
@@ -512,6 +521,22 @@ class StreamingTranslator:
         if self._stepper is not None:
             self._stepper.restart(lang)
         self._closed = False
+        self.release_states()
+
+    def release_states(self) -> int:
+        """Free the state no language can attend any more: the encoder states before every language's current
+        sentence (``min`` over languages of :meth:`origin`; incremental encoding only) and the decoder inputs
+        of ended sentences (:meth:`~.stepper.LanguageStepper.forget`). Called by :meth:`restart`; with
+        restarts and a bounded encoder left context (``encoder_left_chunks``) the state stays bounded on an
+        endless stream. State indices stay stream positions. Returns the encoder states freed now
+        (amortised: 0 until enough are dead)."""
+        if not self.supports_restart:
+            return 0
+        forget = getattr(self.frontend, "forget_states_before", None)
+        dropped = forget(min(self._origin.values())) if forget is not None else 0
+        if self._stepper is not None:
+            self._stepper.forget(dropped)
+        return dropped
 
     def origin(self, lang: str) -> int:
         """First encoder state the current sentence of ``lang`` attends (0 until it restarts)."""
@@ -546,7 +571,7 @@ class StreamingTranslator:
         """:meth:`_write_hypotheses` for the languages ``todo``, whose sentences attend the states from ``o``."""
         fe = self.frontend
         eos = int(self.model.cfg.eos_id)
-        states = self._states()[:, o:]
+        states = self._states()[:, o - self._states_start():]
         banned = self._banned.to(states.device)
         cap = self._max_len(states.size(1))
         if self.beam == 1:

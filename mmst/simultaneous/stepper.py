@@ -15,6 +15,11 @@ passed at all, so a lockstep wait-k decode runs exactly the computation it alway
 A language that starts a new sentence inside the same utterance (:meth:`LanguageStepper.restart`) has every
 column of its row marked invalid and its position set back to 0; with ``first_visible`` its queries
 cross-attend only the states from its restart point on (the rows of one call may have different windows).
+
+On an endless stream the state stays bounded (:meth:`LanguageStepper.forget`): the encoder states before every
+language's restart point leave the cross-attention caches, and the leading columns that no row attends any more
+(inputs of ended sentences, rolled-back candidates) leave the self-attention caches. State indices stay
+absolute: ``states`` passed to :meth:`LanguageStepper.step_steps` start at stream state ``states_start``.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ class LanguageStepper:
         n_visible: dict[str, int],
         attn_layers: tuple[int, ...] = (),
         first_visible: dict[str, int] | None = None,
+        states_start: int = 0,
     ) -> Steps:
         """Feed ``inputs[lang]`` for every ``lang`` in ``want`` (a generator, :mod:`mmst.models.stacked`:
         each decoder call is a yielded :class:`~mmst.models.decoder.DecoderStep`, so the calls of several
@@ -70,8 +76,10 @@ class LanguageStepper:
         Args:
             want: languages to step.
             inputs: ``{lang: token id}`` (the start token, then the last written token).
-            states: ``(1, S, D)`` encoder states received.
-            n_visible: ``{lang: states the new token may attend}``: the states before this index.
+            states: ``(1, S - states_start, D)`` encoder states received, from stream state ``states_start``
+                on (the earlier ones were freed, :meth:`forget`).
+            n_visible: ``{lang: states the new token may attend}``: the states before this index (stream
+                positions, like ``first_visible``).
             attn_layers: decoder layers whose cross-attention to return.
             first_visible: ``{lang: first state the new token may attend}`` (a restarted sentence's restart
                 point; default 0).
@@ -80,7 +88,12 @@ class LanguageStepper:
             ``({lang: logits (V,)}, {lang: {layer: attention (H, S_vis)}})`` (per head); attention rows
             cover the states ``first_visible[lang] .. n_visible[lang] - 1``.
         """
-        lows = first_visible or {}
+        base = int(states_start)
+        lows = {lang: lo - base for lang, lo in (first_visible or {}).items()}  # indices into states
+        n_visible = {lang: n - base for lang, n in n_visible.items()}
+        bad = [lang for lang in want if lows.get(lang, 0) < 0]
+        if bad:
+            raise ValueError(f"{bad}: first visible state before the states kept (from {base})")
         dev = states.device
         logits: dict[str, torch.Tensor] = {}
         attn: dict[str, dict[int, torch.Tensor]] = {}
@@ -126,6 +139,36 @@ class LanguageStepper:
                 self.pos[lang] += 1
                 self._last_col[lang] = (g, col, r)
         return logits, attn
+
+    def forget(self, states_dropped: int, min_columns: int = 64) -> int:
+        """Free what no language can attend any more.
+
+        Args:
+            states_dropped: the encoder states passed to later steps lost this many leading rows (the front
+                end freed them): their cross-attention keys/values go.
+            min_columns: self-attention columns go once the leading columns that no row attends (invalid
+                for every row) are at least this many and at least as many as the columns kept (amortised:
+                each column is copied O(1) times).
+
+        Returns the self-attention columns dropped (positions are then passed explicitly to later steps).
+        """
+        dropped = 0
+        for g, (_, st, _) in enumerate(self.groups):
+            if states_dropped:
+                st.forget_cross_before(states_dropped)
+            dead = 0
+            for v in self.valid[g]:
+                if bool(v.any()):
+                    break
+                dead += 1
+            if dead < max(min_columns, len(self.valid[g]) - dead):
+                continue
+            st.forget_tokens_before(dead)
+            self.valid[g] = self.valid[g][dead:]
+            self._last_col = {lang: (gg, c - dead if gg == g else c, r) for lang, (gg, c, r) in self._last_col.items()
+                              if gg != g or c >= dead}
+            dropped += dead
+        return dropped
 
     def rollback(self, lang: str) -> None:
         """Undo the last :meth:`step` input of ``lang`` (its candidate was not written)."""
