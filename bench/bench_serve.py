@@ -325,6 +325,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if path.resolve().is_relative_to(REPO):
             declared.append(abuse_source["file"])
+        if abuse_source["changed_since"] != []:
+            print(f"bench_serve: warning: {path} is not current (the code it measured has changed since: "
+                  f"{abuse_source['changed_since']}); run bench/bench_serve_abuse.py first for fresh abuse keys",
+                  file=sys.stderr)
     record = run_record(depends_on=declared)
     wavs = [Path(w) for w in args.wav] if args.wav else talk_wavs(Path(args.data))
     if not wavs:

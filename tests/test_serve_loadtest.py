@@ -111,6 +111,7 @@ def test_serve_table_shows_medians_spreads_and_goals():
            "streams_per_call": {"VadWindows": 4.0}, "reps": [{}, {}, {}]}
     summary = {"max_realtime_clients_client_p95": 8, "max_realtime_clients_added_p95": 8,
                "batched_over_unbatched_cost_8_clients": 0.65, "abuse_rss_growth_mib_max": None,
+               "abuse_realtime_words_exact": True,
                "goals": {"max_realtime_clients_client_p95": {"goal": ">= 16", "met": False},
                          "abuse_rss_growth_mib_max": {"goal": "<= 64", "met": None}}}
     d = {"summary": summary, "rows": {"tick/8": row},
@@ -122,6 +123,12 @@ def test_serve_table_shows_medians_spreads_and_goals():
     assert "| tick | 2 | 8 | 3 | 100 / 280 | 250-320 | 50 / 120 | 2 | 0.300 | 35% | 0.050 |" in text
     assert "8 clients: 0.050/0.080 = 0.62 (median 0.65, 0.60-0.70)" in text
     assert "`docs/results/serve_abuse.json` (`bench/bench_serve_abuse.py`, run on 2026-12-04 at commit `1a1746efaf`; " \
-           "the code it measured was unchanged" in text
+           "the code it measured was unchanged when this run started; the real-time client's words were exact " \
+           "next to every abusive client)" in text
     assert "| `max_realtime_clients_client_p95` | >= 16 | 8 | **missed** |" in text
     assert "| `abuse_rss_growth_mib_max` | <= 64 | - | not measured |" in text
+    summary["abuse_rss_growth_mib_max"] = 5.5
+    summary["goals"]["abuse_rss_growth_mib_max"]["met"] = True
+    d["abuse_results"]["changed_since"] = ["mmst/serve/server.py"]
+    assert ("| `abuse_rss_growth_mib_max` | <= 64 | 5.5 (from a run whose code has changed since) | met |"
+            in serve_table(d))

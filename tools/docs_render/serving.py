@@ -28,15 +28,23 @@ def _largest(r: Mapping[str, Any], key: str) -> Any:
     return v.get("max") if isinstance(v, Mapping) else v
 
 
+#: summary keys of ``bench/bench_serve.py`` read from the abuse benchmark's results (``abuse_results``)
+ABUSE_KEYS = ("abuse_rss_growth_mib_max", "abuse_realtime_client_p95_ms_max")
+
+
 def _goal_rows(d: Mapping[str, Any]) -> list[list[str]]:
     """``key | target | measured | met`` from ``summary.goals`` (``{"goal", "met"}``) or, in runs written
-    before it, the top-level ``goals`` (``{"target", "value", "met"}``)."""
+    before it, the top-level ``goals`` (``{"target", "value", "met"}``); an abuse key read from a results file
+    whose code had changed when the run started says so."""
     s = d["summary"]
     goals = s.get("goals") or d.get("goals") or {}
+    src = d.get("abuse_results") or {}
     out = []
     for k, g in goals.items():
         v = s.get(k, g.get("value"))
         shown = "-" if v is None else num(v, "{:.3g}") if isinstance(v, float) else str(v)
+        if v is not None and k in ABUSE_KEYS and src and src.get("changed_since") != []:
+            shown += " (from a run whose code has changed since)"
         met = g.get("met")
         out.append([f"`{k}`", g.get("goal") or g.get("target"), shown,
                     "not measured" if met is None else "met" if met else "**missed**"])
@@ -119,8 +127,11 @@ def serve_table(d: Mapping[str, Any]) -> str:
                  "its dependencies are not recorded" if changed is None else
                  f"the code it measured had changed when this run started ({len(changed)} files)")
         commit = (src.get("git_commit") or "?")[:10]
+        exact = s.get("abuse_realtime_words_exact")
+        words = ("" if exact is None else "; the real-time client's words were exact next to every abusive client"
+                 if exact else "; **the real-time client's words differed** next to an abusive client")
         text += (f" The abuse keys are the summary of `{src['file']}` (`bench/bench_serve_abuse.py`, run on "
-                 f"{str(src.get('date') or '?')[:10]} at commit `{commit}`; {state}).")
+                 f"{str(src.get('date') or '?')[:10]} at commit `{commit}`; {state}{words}).")
     goal_rows = _goal_rows(d)
     if goal_rows:
         text += "\n\n" + md_table(["goal (2 cores, quickstart xs model)", "target", "measured", ""], goal_rows)
