@@ -417,10 +417,10 @@ def test_a_failed_tick_closes_only_the_streams_whose_steps_failed(monkeypatch):
 
 def test_client_measured_latency_contains_the_server_added_latency():
     """A file client (3 s in 100 ms frames, sent as fast as its pace allows, so many frames are out
-    before the first word comes back): every word's client-measured latency runs from sending the
-    frame the server's ``added_ms`` starts from (received after it was sent) to receiving the word
-    (after the server sent it), so it is at least ``added_ms``; timed from the last frame sent instead,
-    the first words would come out below it."""
+    before the first word comes back): every word's client-measured latency runs from the due time of
+    the frame the server's ``added_ms`` starts from (the frame is sent at or after it, and received
+    after that) to receiving the word (after the server sent it), so it is at least ``added_ms``; timed
+    from the last frame sent instead, the first words would come out below it."""
 
     async def fn(url, port, server):
         return await stream_audio(url, np.zeros(48000, np.float32), frame_ms=100.0, realtime=False)
