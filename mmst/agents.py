@@ -38,7 +38,7 @@ SimulEval contract honoured here (SimulEval 1.1.4 ``SentenceLevelEvaluator``):
 Sentence restarts (``--sentence-restart``, on by default; ``--restart-min-speech-ms``, ``--restart-eos-chunks``:
 the options and defaults of ``mmst-eval-longform``): an instance is one segment of the long-form driver
 (:class:`~mmst.simultaneous.longform.LongFormTranslator` with a
-:class:`~mmst.simultaneous.longform.WholeStreamSegmenter` and Silero VAD speech probabilities), so an instance
+:class:`~mmst.simultaneous.longform.WholeStreamSegmenter` and Silero VAD speech probabilities; 40 ms chunks), so an instance
 that holds several sentences gets all of them translated: a language that ends its sentence while speech goes
 on starts a new one where it ended (docs/longform.md). An instance of one sentence is translated as without
 restarts. ``--no-sentence-restart`` feeds the translator directly.
@@ -74,9 +74,10 @@ from mmst.simultaneous.waitk import parse_waitk
 logger = logging.getLogger("mmst.agents")
 
 SAMPLE_RATE = TARGET_SAMPLE_RATE
-#: the long-form driver's processing chunk inside an instance (ms): fine enough that a SimulEval source segment
-#: of any length (at 16 kHz, a multiple of 10 ms) reaches the translator within the same call
-INSTANCE_CHUNK_MS = 10.0
+#: the long-form driver's processing chunk inside an instance (ms): one encoder state, so a SimulEval source
+#: segment of a multiple of 40 ms at 16 kHz reaches the translator within its call (a resampled one may leave
+#: a few samples, under 40 ms, for the next call); finer chunks cost more per second of audio
+INSTANCE_CHUNK_MS = 40.0
 _VAD_MODEL: list = []  # the Silero model, loaded once per process by the first agent that restarts sentences
 
 

@@ -211,15 +211,14 @@ def test_real_44k_stereo_clip_through_dataloader_and_agent(tiny):
     samples = np.asarray(dl[0]["source"], dtype=np.float32)
     assert samples.ndim == 1 and samples.size == info.frames
     agent = MMSTSpeechToTextAgent.from_args(_args(tiny, min_len=4))
-    tr = agent.translator
     seen = []
-    orig = tr.accept_audio
+    orig = agent.longform.push  # the long-form driver (sentence restarts, the default) reads every sample
 
-    def spy(x, finished=False):
+    def spy(x):
         seen.append(np.asarray(x).size)
-        return orig(x, finished=finished)
+        return orig(x)
 
-    tr.accept_audio = spy
+    agent.longform.push = spy
     writes = _run(agent, samples, sr=info.samplerate)
     assert writes[-1][1] is True
     assert abs(sum(seen) - info.frames * 16000 / info.samplerate) <= 2  # resampled to 16 kHz
