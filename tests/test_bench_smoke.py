@@ -275,3 +275,27 @@ def test_gpu_check_without_cuda_says_so_in_one_line_and_exits_0():
     r = subprocess.run(["bash", "bench/gpu_check.sh"], cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["gpu_check: no GPU (torch.cuda.is_available() is False); nothing measured"]
+
+
+def test_bench_longform_omnisteval_summary_takes_the_largest_difference_and_fails_on_any_run():
+    """``omnisteval_summary`` over two cross-checks: the largest difference per metric over every run
+    (LongYAAL 2e-7 from the capped talk, SoftSeg_BLEU 3e-7 from the first), met only when every run is equal
+    and scored; a run OmniSTEval did not score, or one that differs, makes it missed and is named."""
+    import bench_longform as bl
+
+    def cli(diff, equal=True):
+        return {"max_abs_diff": diff, "tsv_max_abs_diff": {k: 4e-5 for k in diff}, "missing": [], "equal": equal}
+
+    first = {"per_lang": {"de": {"segmented": {"BLEU": 1.0}, "vad": {"omnisteval_cli": cli({"LongYAAL": 0.0, "SoftSeg_BLEU": 3e-7})},
+                                 "oracle": {"omnisteval_cli": cli({"LongYAAL": 1e-7, "SoftSeg_BLEU": 0.0})}}}}
+    capped = {"per_lang": {"ja": {"segmented": {}, "vad": {"omnisteval_cli": cli({"LongYAAL": 2e-7})},
+                                  "oracle": {"omnisteval_cli": cli({"LongYAAL": 0.0})}}}}
+    s = bl.omnisteval_summary(first, capped)
+    assert s["met"] is True and s["runs"] == 4 and s["langs"] == ["de", "ja"] and s["failed"] == s["not_scored"] == []
+    assert s["max_abs_diff"] == {"LongYAAL": 2e-7, "SoftSeg_BLEU": 3e-7} and s["tsv_max_abs_diff"]["LongYAAL"] == 4e-5
+    capped["per_lang"]["ja"]["vad"] = {"omnisteval_error": "omnisteval rejected ..."}
+    first["per_lang"]["de"]["oracle"]["omnisteval_cli"] = cli({"LongYAAL": 2e-6}, equal=False)
+    s = bl.omnisteval_summary(first, capped)
+    assert s["met"] is False and s["failed"] == ["crosscheck oracle de"]
+    assert s["not_scored"] == ["crosscheck_capped vad ja"] and s["max_abs_diff"]["LongYAAL"] == 2e-6
+    assert bl.omnisteval_summary(None, None) is None

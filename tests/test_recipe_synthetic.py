@@ -87,6 +87,10 @@ def test_synthetic_recipe_all_stages_tiny(tmp_path):
     # stage 6: a synthetic talk streamed as one stream, scored by resegmentation
     lf = json.loads((exp / "eval_longform" / "scores.json").read_text())
     assert lf["audio_s"] >= 18 and set(lf["per_lang"]) == {"de", "ja"} and "Long-form results" in p.stdout
+    # scored both ways, SoftSegmenter (OmniSTEval) and mWER; this model is untrained and writes no word, hence
+    # no latency columns (a trained one gets LongYAAL and LongYAAL_CA first, then StreamLAAL after BLEU)
+    assert "SoftSeg_BLEU | SoftSeg_chrF | BLEU |" in p.stdout
+    assert lf["per_lang"]["de"]["info"]["omnisteval_command"].startswith("omnisteval longform --speech_segmentation")
     assert lf["config"]["sentence_restart"] and "Untranslated speech share" in p.stdout
     # stage 5: the user's list, prepared with the training vocabulary and evaluated
     real = json.loads((exp / "eval_real_audio" / "scores.json").read_text())
