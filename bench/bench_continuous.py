@@ -1,28 +1,40 @@
 #!/usr/bin/env python
-"""Continuous speech: sentences that follow each other with short pauses, streamed as one talk, with and
-without sentence restarts, VAD against oracle segmentation.
+"""Continuous speech: sentences that follow each other with short pauses, streamed as one talk; three systems at
+two policies, VAD against the oracle segmentation of the same stream.
 
-For each pause range of ``--pause-ranges`` (default 0-100, 100-250 and 250-600 ms), ``--utterances`` utterances
-of ``--split`` are joined into one talk (:func:`mmst.corpora.long_talk.build_long_talk`) and streamed through
-:class:`mmst.simultaneous.LongFormTranslator` four times: Silero VAD or the oracle segmentation (the
-sentences' own boundaries), each with sentence restarts on and off (``restart``). Per run and language: BLEU
-and StreamLAAL (mWER resegmentation, :func:`mmst.evaluation.longform.evaluate_talks`), the untranslated
-speech share, the VAD segments and the restarts; per restart, its error: the distance from its restart point
-to the nearest pause between two reference sentences (0 inside one). With ``--merged-vad-min-silence-ms``
-(default 1000) the VAD runs again with that segment-ending silence, longer than the talk's pauses, so that
-its segments hold several sentences each (``vad_merged``, ``vad_merged_restart``).
+Talks: for each split of ``--splits`` (default tst-COMMON and tst-unseen) and each pause range of
+``--pause-ranges`` (default 0-100, 100-250 and 250-600 ms), ``--utterances`` utterances of the split joined into
+one talk (:func:`mmst.corpora.long_talk.build_long_talk`, pauses drawn uniformly from the range).
 
-Summary (the best of the two VAD systems, restarts off and on, by the first key):
+Systems (``SYSTEMS``), each at every policy of ``--policies`` (default wait-3 and AlignAtt), each talk streamed
+through :class:`mmst.simultaneous.LongFormTranslator` with Silero VAD segmentation:
 
-- ``bleu_ratio_vs_oracle_min``: min over languages and pause ranges of VAD BLEU / oracle BLEU (the oracle
-  without restarts: one sentence per segment); goal >= 0.95;
+- ``quickstart``: the ``--model`` (trained on single sentences) without sentence restarts;
+- ``quickstart+restart``: the same model with sentence restarts (the driver's default);
+- ``multisent`` / ``multisent+restart``: the ``--multisent-model`` (trained on spans of consecutive utterances,
+  ``data.concat_utterances``), without and with restarts; left out without ``--multisent-model``.
+
+Each model also streams each talk with the oracle segmentation (the sentences' own boundaries, restarts off:
+one sentence per segment), the reference its VAD runs are compared with. Per run and language: BLEU and
+StreamLAAL (mWER resegmentation, :func:`mmst.evaluation.longform.evaluate_talks`), the untranslated speech share,
+the VAD segments and the restarts; per restart, its error: the distance from its restart point to the nearest
+pause between two reference sentences (0 inside one). With ``--merged-vad-min-silence-ms`` > 0 the VAD also runs
+with that segment-ending silence (segments of several sentences each; ``vad_merged``).
+
+Summary, per system and policy (``systems``) and for the best of them by the first key:
+
+- ``bleu_ratio_vs_oracle_min``: min over languages, splits and pause ranges of VAD BLEU / oracle BLEU (the same
+  model's); goal >= 0.95;
 - ``streamlaal_excess_ms_max``: max of VAD StreamLAAL - oracle StreamLAAL; goal <= 500;
 - ``untranslated_share_max``: max untranslated speech share with the VAD; goal <= 0.02;
-- ``restart_error_ms_median``: median restart error over the VAD runs with restarts; goal <= 200;
-- ``rss_growth_mib_30min_no_pause``: not measured here (bounded state on endless speech is not built).
+- ``restart_error_ms_median``: median restart error over the best system's VAD runs (over the best system with
+  restarts when the best has none; ``restart_error_system``); goal <= 200;
+- ``rss_growth_mib_30min_no_pause``: with ``--rss-model`` (a bounded-left-context model), the RSS growth (MiB)
+  from minute 2 to the end of a ``--rss-minutes`` stream without a segment-ending pause, in a child process
+  (:func:`rss_no_pause`; ``--rss-only`` adds it to an existing result); goal <= 50.
 
-Needs a trained model (default: the quickstart's) and its DATA. Runtime: 12 talks of ``--utterances``
-utterances at the real-time factor (about 3 minutes for 30 utterances of the quickstart on one core).
+Needs the quickstart model, its DATA and (optionally) a multi-sentence model. Runtime: talks x policies x (2
+oracle + 4 VAD runs), each at the real-time factor: about 20 minutes for 25 utterances per talk on one core.
 """
 
 from __future__ import annotations
@@ -39,6 +51,7 @@ import torch
 from provenance import RESULTS_DIR, run_record, write_results
 
 from mmst.cli_help import ArgumentParser
+from mmst.simultaneous.longform import RESTART_EOS_CHUNKS, RESTART_MIN_SPEECH_MS
 
 #: The paths this benchmark runs without importing them (the modules it imports are recorded at run time).
 DEPENDS_ON = ("bench/bench_continuous.py",)
@@ -52,24 +65,48 @@ def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     p = ArgumentParser(description=__doc__)
     p.add_argument("--model", default="exp/synthetic/model_export",
-                   help="model folder (mmst-export) or checkpoint to load")
+                   help="the quickstart model: a model folder (mmst-export) or checkpoint trained on single sentences")
+    p.add_argument("--multisent-model", default=None,
+                   help="a multi-sentence model (data.concat_utterances > 1; same DATA and vocabularies); "
+                        "default: none (its systems are left out)")
     p.add_argument("--data", default="exp/synthetic/data", help="DATA directory of the utterances")
-    p.add_argument("--split", default="tst-COMMON", help="split whose utterances make the talks")
+    p.add_argument("--splits", default="tst-COMMON,tst-unseen",
+                   help="comma-separated splits whose utterances make the talks (one talk per split and pause range)")
     p.add_argument("--tgt-langs", default=None, help="comma-separated languages (default: the model's)")
-    p.add_argument("--utterances", type=int, default=30, help="utterances per talk")
+    p.add_argument("--utterances", type=int, default=25, help="utterances per talk")
     p.add_argument("--pause-ranges", default="0,100;100,250;250,600",
                    help="pause ranges in ms between utterances, LO,HI;LO,HI;...")
-    p.add_argument("--policy", default="waitk:k=3", help="streaming policy of every language (name:k=v)")
+    p.add_argument("--policies", default="waitk:k=3;alignatt:frames=4",
+                   help="streaming policies (name:k=v), ';'-separated: every system runs each, for every language")
+    p.add_argument("--systems", default=",".join(s[0] for s in SYSTEMS),
+                   help="comma-separated systems to run (module docstring); the multisent ones need --multisent-model")
+    p.add_argument("--restart-min-speech-ms", type=float, default=RESTART_MIN_SPEECH_MS,
+                   help="the systems with restarts: speech (ms, VAD) needed after the restart point")
+    p.add_argument("--restart-eos-chunks", type=int, default=RESTART_EOS_CHUNKS,
+                   help="the systems with restarts: chunks of EOS predicted on partial input that end a sentence "
+                        "(adaptive policies)")
     p.add_argument("--vad-min-silence-ms", type=float, default=250.0, help="silence (ms) that ends a VAD segment")
     p.add_argument("--max-segment-s", type=float, default=20.0, help="longest VAD segment in seconds")
-    p.add_argument("--merged-vad-min-silence-ms", type=float, default=1000.0,
+    p.add_argument("--merged-vad-min-silence-ms", type=float, default=0.0,
                    help="also run the VAD with this segment-ending silence (segments of several sentences); 0 = not")
     p.add_argument("--source-segment-size", type=float, default=320.0, help="processing chunk in ms")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--seed", type=int, default=0, help="seed of the pause lengths")
     p.add_argument("--note", default="", help="a note recorded in the provenance (e.g. machine load)")
     p.add_argument("--out", default=str(RESULTS_DIR / "continuous.json"), help="results JSON")
+    p.add_argument("--rss-model", default=None,
+                   help="also measure the RSS growth (rss_growth_mib_30min_no_pause) of this bounded-left-context model "
+                        "(model folder or checkpoint) on an --rss-minutes stream with no segment-ending pause, in a "
+                        "child process; default: not measured")
+    p.add_argument("--rss-minutes", type=float, default=30.0, help="length of the RSS measurement's stream, minutes")
+    p.add_argument("--rss-only", action="store_true",
+                   help="measure only the RSS growth (--rss-model) and put it into the existing --out JSON")
     return p
+
+
+#: ``(name, model, sentence restarts)``: model ``quickstart`` is ``--model``, ``multisent`` ``--multisent-model``
+SYSTEMS = (("quickstart", "quickstart", False), ("quickstart+restart", "quickstart", True),
+           ("multisent", "multisent", False), ("multisent+restart", "multisent", True))
 
 
 class _Recorder:
@@ -106,9 +143,9 @@ def restart_errors_ms(ends: list[Any], gaps_ms: list[tuple[float, float]]) -> li
     return out
 
 
-def run_talk(system, talk_dir: Path, langs: list[str], args, oracle: bool, restart: bool,
+def run_talk(system, talk_dir: Path, langs: list[str], args, oracle: bool, restart: bool, policy: str,
              min_silence_ms: float | None = None) -> dict[str, Any]:
-    """One talk, one segmentation, restarts on or off: per language BLEU, StreamLAAL and the share."""
+    """One talk, one model, one segmentation, restarts on or off: per language BLEU, StreamLAAL and the share."""
     from mmst.evaluation.longform import evaluate_talks, talks_from_files
     from mmst.evaluation.quality import latency_units
     from mmst.simultaneous.longform import LongFormTranslator, OracleSegmenter
@@ -121,8 +158,10 @@ def run_talk(system, talk_dir: Path, langs: list[str], args, oracle: bool, resta
     if oracle:
         vad = OracleSegmenter([(s.offset_ms / 1000.0, (s.offset_ms + s.duration_ms) / 1000.0) for s in sents],
                               speech=vad)
-    tr = system.translator(policy={lang: args.policy for lang in langs}, tgt_langs=langs)
-    lf = _Recorder(LongFormTranslator(tr, vad=vad, chunk_ms=args.source_segment_size, restart=restart))
+    tr = system.translator(policy={lang: policy for lang in langs}, tgt_langs=langs)
+    lf = _Recorder(LongFormTranslator(tr, vad=vad, chunk_ms=args.source_segment_size, restart=restart,
+                                      restart_min_speech_ms=args.restart_min_speech_ms,
+                                      restart_eos_chunks=args.restart_eos_chunks))
     with tempfile.TemporaryDirectory() as out:
         obj = evaluate_talks(lf, talks, langs, latency_units(langs, "auto"), out, progress=False)
     gaps = [(a.offset_ms + a.duration_ms, b.offset_ms) for a, b in zip(sents, sents[1:])]
@@ -133,26 +172,43 @@ def run_talk(system, talk_dir: Path, langs: list[str], args, oracle: bool, resta
             "rtf": obj["rtf"], "restart_errors_ms": errs}
 
 
-def summarize(rows: list[dict[str, Any]], langs: list[str]) -> dict[str, Any]:
-    """The summary keys (module docstring) for the best VAD system, and whether each goal is met."""
-    best = None
-    for restart in (False, True):
-        ratios, excess, shares = [], [], []
-        for r in rows:
-            vad, ora = r["vad_restart" if restart else "vad"], r["oracle"]
-            for lang in langs:
-                v, o = vad["per_lang"][lang], ora["per_lang"][lang]
-                if v.get("BLEU") is not None and o.get("BLEU"):
-                    ratios.append(v["BLEU"] / o["BLEU"])
-                if v.get("StreamLAAL") is not None and o.get("StreamLAAL") is not None:
-                    excess.append(v["StreamLAAL"] - o["StreamLAAL"])
-                shares.append(v.get("untranslated_speech_share") or 0.0)
-        cand = {"system": "restarts" if restart else "no restarts", "bleu_ratio_vs_oracle_min": min(ratios, default=None),
-                "streamlaal_excess_ms_max": max(excess, default=None), "untranslated_share_max": max(shares, default=None)}
-        if best is None or (cand["bleu_ratio_vs_oracle_min"] or 0) > (best["bleu_ratio_vs_oracle_min"] or 0):
-            best = cand
-    errs = [e for r in rows for e in r["vad_restart"]["restart_errors_ms"]]
-    best["restart_error_ms_median"] = statistics.median(errs) if errs else None
+def system_summary(rows: list[dict[str, Any]], langs: list[str], name: str, model: str, restart: bool,
+                   policy: str) -> dict[str, Any]:
+    """The summary keys of one system at one policy over the rows (talks) that ran it."""
+    ratios, excess, shares, errs, bleu = [], [], [], [], []
+    for r in rows:
+        if r["policy"] != policy or name not in r["vad"]:
+            continue
+        vad, ora = r["vad"][name], r["oracle"][model]
+        errs += vad["restart_errors_ms"]
+        for lang in langs:
+            v, o = vad["per_lang"][lang], ora["per_lang"][lang]
+            if v.get("BLEU") is not None:
+                bleu.append(v["BLEU"])
+            if v.get("BLEU") is not None and o.get("BLEU"):
+                ratios.append(v["BLEU"] / o["BLEU"])
+            if v.get("StreamLAAL") is not None and o.get("StreamLAAL") is not None:
+                excess.append(v["StreamLAAL"] - o["StreamLAAL"])
+            shares.append(v.get("untranslated_speech_share") or 0.0)
+    return {"system": name, "policy": policy, "restart": restart, "bleu_ratio_vs_oracle_min": min(ratios, default=None),
+            "vad_bleu_mean": statistics.mean(bleu) if bleu else None,
+            "streamlaal_excess_ms_max": max(excess, default=None), "untranslated_share_max": max(shares, default=None),
+            "restart_error_ms_median": statistics.median(errs) if errs else None, "n_restarts": len(errs)}
+
+
+def summarize(rows: list[dict[str, Any]], langs: list[str], policies: list[str],
+              systems: list[tuple[str, str, bool]]) -> dict[str, Any]:
+    """The summary keys (module docstring) per system and policy, the best one's, and whether each goal is met."""
+    per = [system_summary(rows, langs, name, model, restart, pol)
+           for pol in policies for name, model, restart in systems]
+    per = [x for x in per if x["bleu_ratio_vs_oracle_min"] is not None]
+    if not per:
+        raise ValueError("no system has a BLEU ratio (no references, or every oracle BLEU is 0)")
+    best = dict(max(per, key=lambda x: x["bleu_ratio_vs_oracle_min"]))
+    restarted = [x for x in per if x["restart"] and x["n_restarts"]]
+    src = best if best["restart"] or not restarted else max(restarted, key=lambda x: x["bleu_ratio_vs_oracle_min"])
+    best["restart_error_ms_median"] = src["restart_error_ms_median"]
+    best["restart_error_system"] = f"{src['system']} {src['policy']}"
     best["rss_growth_mib_30min_no_pause"] = None
     goals = {}
     for k, (op, g) in GOALS.items():
@@ -160,7 +216,130 @@ def summarize(rows: list[dict[str, Any]], langs: list[str]) -> dict[str, Any]:
         goals[k] = {"goal": f"{op} {g:g}", "met": None if v is None else (v >= g if op == ">=" else v <= g)}
     best["goals"] = goals
     best["not_measured"] = {"rss_growth_mib_30min_no_pause": "bounded state on endless speech is not built yet"}
+    best["systems"] = per
     return best
+
+
+# ---------------------------------------------------------------------------------------- RSS, endless speech
+def _rss_mib() -> float:
+    """This process's resident set size (``VmRSS`` of /proc/self/status), MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    raise OSError("no VmRSS in /proc/self/status (Linux only)")
+
+
+#: the stream of the RSS measurement: utterances of this split joined with pauses drawn from this range (ms),
+#: streamed at this policy with a VAD whose segment-ending silence is longer than any pause of the stream (with the
+#: utterances' own leading and trailing silence), so that no segment ends: one endless segment
+RSS_SPLIT, RSS_PAUSE_MS, RSS_POLICY, RSS_MIN_SILENCE_MS = "tst-COMMON", (0.0, 100.0), "waitk:k=3", 1000.0
+
+
+def _rss_child(model: str, data: str | None, split: str, minutes: float, pause_ms: tuple[float, float], policy: str,
+               chunk_ms: float, seed: int, queue: Any) -> None:
+    """In a fresh process: stream ``minutes`` of ``split``'s utterances (cycled, joined with pauses drawn from
+    ``pause_ms``, all shorter than the VAD's minimum silence) through one :class:`LongFormTranslator` with the
+    Silero VAD, sentence restarts and a segment cap longer than the stream (a safety net that never cuts);
+    per minute: RSS, the translator's tensor elements and the mean compute per chunk. Puts a dict on ``queue``."""
+    import time
+
+    import numpy as np
+
+    from mmst.evaluation.bundle import load_bundle
+    from mmst.evaluation.frontend import read_utterance_audio
+    from mmst.evaluation.utterances import load_utterances
+    from mmst.simultaneous.longform import LongFormTranslator, SegmentEnd, state_numel
+    from mmst.simultaneous.vad import StreamingVad
+
+    torch.set_num_threads(1)
+    bundle = load_bundle(model, data_dir=data)
+    langs = list(bundle.tgt_langs)
+    audios = [a for a in (read_utterance_audio(u) for u in load_utterances(bundle.data_dir, split, langs)) if a.size]
+    rng = np.random.default_rng(seed)
+    tr = bundle.translator(policy={lang: policy for lang in langs}, tgt_langs=langs)
+    cap_s = minutes * 60.0 + 60.0
+    lf = LongFormTranslator(tr, vad=StreamingVad(min_silence_ms=RSS_MIN_SILENCE_MS, max_segment_s=cap_s),
+                            chunk_ms=chunk_ms, measure_state=False)
+    chunk = int(round(chunk_ms * 16))
+    total = int(minutes * 60 * 16000)
+    buf, fed, i, minute = np.zeros(0, np.float32), 0, 0, 0
+    rows, ends, restarts, words = [], [], 0, 0
+    t_min, n_min = 0.0, 0
+    while fed < total:
+        while buf.size < chunk:
+            pause = np.zeros(int(rng.uniform(*pause_ms) * 16), np.float32)
+            buf = np.concatenate([buf, audios[i % len(audios)], pause])
+            i += 1
+        t0 = time.perf_counter()
+        out = lf.push(buf[:chunk])
+        t_min += time.perf_counter() - t0
+        n_min += 1
+        buf, fed = buf[chunk:], fed + chunk
+        ends += [e for e in out if isinstance(e, SegmentEnd)]
+        words += sum(1 for e in out if not isinstance(e, SegmentEnd))
+        if fed >= (minute + 1) * 60 * 16000 or fed >= total:
+            minute = min(minute + 1, fed / (60 * 16000))
+            restarts = sum(len(e.restarts) for e in ends) + sum(len(s) for s in tr.sentences.values())
+            rows.append({"minute": round(minute, 2), "rss_mib": round(_rss_mib(), 1), "state_elements": state_numel(tr),
+                         "ms_per_chunk": round(1000.0 * t_min / max(1, n_min), 2), "restarts": restarts,
+                         "words": words})
+            t_min, n_min = 0.0, 0
+    queue.put({"model": model, "langs": langs, "policy": policy, "minutes": minutes, "pause_ms": list(pause_ms),
+               "max_segment_s": cap_s, "segments_closed": len(ends), "cap_cuts": sum(1 for e in ends if e.forced),
+               "encoder_left_chunks": int(bundle.model.cfg.encoder_left_chunks),
+               "encoder_pos_enc_type": str(getattr(bundle.model.cfg, "encoder_pos_enc_type", "abs")), "per_minute": rows})
+
+
+def rss_no_pause(args) -> dict[str, Any]:
+    """``rss_growth_mib_30min_no_pause``: RSS growth (MiB) from minute 2 to the end of an ``--rss-minutes`` stream
+    with no pause that ends a segment, through ``--rss-model`` (a bounded-left-context model), measured in a
+    child process (:func:`_rss_child`) so that nothing else this benchmark loaded counts. Returns the child's
+    record plus ``rss_growth_mib`` and the growth of the per-chunk compute (last minute / minute 2)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_rss_child, args=(args.rss_model, args.data, RSS_SPLIT, args.rss_minutes, RSS_PAUSE_MS,
+                                                RSS_POLICY, args.source_segment_size, args.seed, queue))
+    proc.start()
+    rec = queue.get()
+    proc.join()
+    rows = rec["per_minute"]
+    base = rows[1] if len(rows) > 1 else rows[0]
+    rec["rss_growth_mib"] = round(rows[-1]["rss_mib"] - base["rss_mib"], 1)
+    rec["ms_per_chunk_ratio_last_vs_minute2"] = round(rows[-1]["ms_per_chunk"] / max(base["ms_per_chunk"], 1e-9), 3)
+    print(f"RSS, {rec['minutes']:g} min without a segment-ending pause ({args.rss_model}): minute 2 "
+          f"{base['rss_mib']} MiB, end {rows[-1]['rss_mib']} MiB (growth {rec['rss_growth_mib']} MiB); ms per chunk "
+          f"{base['ms_per_chunk']} -> {rows[-1]['ms_per_chunk']}; {rows[-1]['restarts']} restarts, "
+          f"{rec['cap_cuts']} cap cuts")
+    return rec
+
+
+def set_rss_growth(obj: dict[str, Any], rec: dict[str, Any]) -> None:
+    """Put the RSS record in ``obj`` (``rss_no_pause``) and its growth in the summary key
+    ``rss_growth_mib_30min_no_pause`` with its goal."""
+    key = "rss_growth_mib_30min_no_pause"
+    obj["rss_no_pause"] = rec
+    summary = obj.setdefault("summary", {})
+    summary[key] = rec["rss_growth_mib"]
+    op, goal = GOALS[key]
+    summary.setdefault("goals", {})[key] = {"goal": f"{op} {goal:g}", "met": rec["rss_growth_mib"] <= goal}
+    summary.get("not_measured", {}).pop(key, None)
+
+
+def rss_only(args, argv: list[str]) -> int:
+    """``--rss-only``: measure :func:`rss_no_pause` and put it into the existing ``--out`` JSON (its own provenance
+    under ``rss_no_pause``; the talks' rows and provenance are kept)."""
+    path = Path(args.out)
+    if not path.is_file():
+        raise SystemExit(f"--rss-only: {path} does not exist (run the benchmark once without --rss-only)")
+    obj = json.loads(path.read_text())
+    rec = rss_no_pause(args)
+    rec["provenance"] = run_record(" ".join(["python", "bench/bench_continuous.py", *argv]), depends_on=DEPENDS_ON)
+    set_rss_growth(obj, rec)
+    write_results(args.out, obj, indent=1, ensure_ascii=False)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,45 +351,72 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.rss_only:
+        return rss_only(args, argv)
     torch.set_num_threads(args.threads)
     prov = run_record(" ".join(["python", "bench/bench_continuous.py", *argv]), depends_on=DEPENDS_ON)
     if args.note:
         prov["note"] = args.note
     langs_arg = args.tgt_langs.split(",") if args.tgt_langs else None
-    system = load_bundle(args.model, data_dir=args.data, tgt_langs=langs_arg)
-    langs = list(system.tgt_langs)
-    utts = load_utterances(system.data_dir, args.split, langs, args.utterances)
-    audios = [read_utterance_audio(u) for u in utts]
-    refs = {lang: [u["refs"][lang] or "" for u in utts] for lang in langs}
+    models = {"quickstart": load_bundle(args.model, data_dir=args.data, tgt_langs=langs_arg)}
+    langs = list(models["quickstart"].tgt_langs)
+    if args.multisent_model:
+        models["multisent"] = load_bundle(args.multisent_model, data_dir=args.data, tgt_langs=langs)
+    wanted = [x.strip() for x in args.systems.split(",") if x.strip()]
+    unknown = [x for x in wanted if x not in {s[0] for s in SYSTEMS}]
+    if unknown:
+        raise SystemExit(f"bench_continuous.py: --systems: unknown {', '.join(unknown)} "
+                         f"(known: {', '.join(s[0] for s in SYSTEMS)})")
+    systems = [s for s in SYSTEMS if s[0] in wanted and s[1] in models]
+    models = {m: b for m, b in models.items() if any(s[1] == m for s in systems)}
+    policies = [x.strip() for x in args.policies.split(";") if x.strip()]
+    data_dir = models["quickstart"].data_dir
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for rng in args.pause_ranges.split(";"):
-            lo, hi = (float(x) for x in rng.split(","))
-            talk = build_long_talk(audios, refs, pause_s=(lo / 1000.0, hi / 1000.0), seed=args.seed)
-            d = Path(tmp) / f"p{lo:g}_{hi:g}"
-            write_long_talk(talk, d, "talk")
-            row: dict[str, Any] = {"pause_ms": [lo, hi], "audio_s": talk.duration_s}
-            runs = [("vad", False, False, None), ("vad_restart", False, True, None),
-                    ("oracle", True, False, None), ("oracle_restart", True, True, None)]
-            if args.merged_vad_min_silence_ms:
-                runs += [("vad_merged", False, False, args.merged_vad_min_silence_ms),
-                         ("vad_merged_restart", False, True, args.merged_vad_min_silence_ms)]
-            for key, oracle, restart, silence in runs:
-                row[key] = run_talk(system, d, langs, args, oracle, restart, silence)
-                per = " ".join(f"{lang} {v['BLEU']:.1f}/{v['untranslated_speech_share'] or 0:.2f}"
-                               for lang, v in row[key]["per_lang"].items())
-                print(f"pauses {lo:g}-{hi:g} ms {key:15s} segments {row[key]['n_segments']:3d} restarts "
-                      f"{row[key]['n_restarts']:3d}  BLEU/untranslated: {per}", flush=True)
-            rows.append(row)
-    summary = summarize(rows, langs)
+        for split in [x.strip() for x in args.splits.split(",") if x.strip()]:
+            utts = load_utterances(data_dir, split, langs, args.utterances)
+            audios = [read_utterance_audio(u) for u in utts]
+            refs = {lang: [u["refs"][lang] or "" for u in utts] for lang in langs}
+            for rng in args.pause_ranges.split(";"):
+                lo, hi = (float(x) for x in rng.split(","))
+                talk = build_long_talk(audios, refs, pause_s=(lo / 1000.0, hi / 1000.0), seed=args.seed)
+                d = Path(tmp) / f"{split}_p{lo:g}_{hi:g}"
+                write_long_talk(talk, d, "talk")
+                for pol in policies:
+                    row: dict[str, Any] = {"split": split, "pause_ms": [lo, hi], "audio_s": talk.duration_s,
+                                           "policy": pol, "oracle": {}, "vad": {}}
+                    runs = [("oracle", m, m, True, False, None) for m in models]
+                    runs += [("vad", name, m, False, restart, None) for name, m, restart in systems]
+                    if args.merged_vad_min_silence_ms:
+                        row["vad_merged"] = {}
+                        runs += [("vad_merged", name, m, False, restart, args.merged_vad_min_silence_ms)
+                                 for name, m, restart in systems]
+                    for kind, name, m, oracle, restart, silence in runs:
+                        res = row[kind][name] = run_talk(models[m], d, langs, args, oracle, restart, pol, silence)
+                        per = " ".join(f"{lang} {v['BLEU']:.1f}/{v['untranslated_speech_share'] or 0:.2f}"
+                                       for lang, v in res["per_lang"].items())
+                        print(f"{split} pauses {lo:g}-{hi:g} ms {pol} {kind} {name:18s} segments "
+                              f"{res['n_segments']:3d} restarts {res['n_restarts']:3d} RTF {res['rtf']:.2f}  "
+                              f"BLEU/untranslated: {per}", flush=True)
+                    rows.append(row)
+    summary = summarize(rows, langs, policies, systems)
     obj = {"summary": summary, "provenance": prov,
-           "config": {"model": str(args.model), "data": str(system.data_dir), "split": args.split,
-                      "tgt_langs": langs, "utterances": args.utterances, "policy": args.policy,
+           "config": {"model": str(args.model), "multisent_model": args.multisent_model,
+                      "data": str(data_dir), "splits": args.splits.split(","), "tgt_langs": langs,
+                      "utterances": args.utterances, "policies": policies, "systems": [s[0] for s in systems],
+                      "restart_min_speech_ms": args.restart_min_speech_ms,
+                      "restart_eos_chunks": args.restart_eos_chunks,
                       "vad_min_silence_ms": args.vad_min_silence_ms, "max_segment_s": args.max_segment_s,
                       "merged_vad_min_silence_ms": args.merged_vad_min_silence_ms,
                       "source_segment_size_ms": args.source_segment_size, "threads": args.threads, "seed": args.seed},
            "rows": rows}
-    print(json.dumps({k: v for k, v in summary.items() if k != "goals"}))
+    for x in summary["systems"]:
+        print(f"{x['system']:18s} {x['policy']:18s} BLEU ratio min {x['bleu_ratio_vs_oracle_min']:.3f} "
+              f"StreamLAAL excess max {x['streamlaal_excess_ms_max'] or 0:.0f} ms untranslated max "
+              f"{x['untranslated_share_max'] or 0:.3f} restarts {x['n_restarts']}")
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("goals", "systems")}))
+    if args.rss_model:
+        set_rss_growth(obj, rss_no_pause(args))
     write_results(args.out, obj, indent=1, ensure_ascii=False)
     return 0
 

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .comparisons import compare_avg, compare_langs, hard_waitk, offline_bleu, policies_summary
+from .continuous import continuous
 from .development import test_durations, test_durations_totals
 from .distributed import stragglers, stragglers_mmst, stragglers_mmst_summary
-from .longform import continuous, longform_cost, longform_crosscheck, longform_iwslt, longform_rows
+from .longform import longform_cost, longform_crosscheck, longform_iwslt, longform_rows
 from .models import augment_cost, augment_prep, augment_report, backbones, config_keys, model_sizes
 from .performance import (
     alignment,

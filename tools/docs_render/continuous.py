@@ -1,0 +1,69 @@
+"""Table of docs/longform.md for continuous speech (``bench/bench_continuous.py``): per talk and policy, BLEU of
+each system with VAD segmentation against each model's oracle segmentation; per system, the summary keys; for the
+best system, the goals. A JSON written before the bench compared systems (one model, restarts off and on per
+row) renders in the earlier layout (:func:`continuous_v1`)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from .common import md_table, num, pct
+from .longform import continuous as continuous_v1
+
+
+def _mean_bleu(run: Mapping[str, Any] | None, langs: list[str]) -> str:
+    vals = [run["per_lang"][lang]["BLEU"] for lang in langs if run and run["per_lang"][lang].get("BLEU") is not None]
+    return num(statistics.mean(vals)) if vals else "-"
+
+
+def _share_max(run: Mapping[str, Any] | None, langs: list[str]) -> str:
+    if not run:
+        return "-"
+    return pct(max((run["per_lang"][lang].get("untranslated_speech_share") or 0.0) for lang in langs))
+
+
+def _goals(summ: Mapping[str, Any]) -> str:
+    goals = summ.get("goals", {})
+    label = f"measure (best system: {summ['system']}" + (f", {summ['policy']}" if summ.get("policy") else "") + ")"
+    return md_table([label, "value", "goal", "met"],
+                    [[k, num(summ.get(k), "{:.3f}" if "ratio" in k or "share" in k else "{:.0f}"), g["goal"],
+                      "-" if g["met"] is None else ("met" if g["met"] else "missed")] for k, g in goals.items()])
+
+
+def continuous(d: Mapping[str, Any]) -> str:
+    """Continuous speech: the talks table (mean BLEU over languages per system, the oracle per model, the largest
+    untranslated share), the systems table (the summary keys of each system and policy) and the goals."""
+    cfg, rows, summ = d["config"], d["rows"], d["summary"]
+    if "systems" not in cfg:
+        return continuous_v1(d)
+    langs, systems = cfg["tgt_langs"], cfg["systems"]
+    models = [m for m in ("quickstart", "multisent") if any(r["oracle"].get(m) for r in rows)]
+    body = []
+    for r in rows:
+        vad = r["vad"]
+        first = next((vad[s] for s in systems if s in vad), None)
+        body.append([r["split"], f"{num(r['pause_ms'][0], '{:g}')}-{num(r['pause_ms'][1], '{:g}')}", r["policy"],
+                     f"{first['n_segments']}" if first else "-",
+                     *[_mean_bleu(r["oracle"].get(m), langs) for m in models],
+                     *[_mean_bleu(vad.get(s), langs) for s in systems],
+                     " / ".join(_share_max(vad.get(s), langs) for s in systems),
+                     " / ".join(f"{vad[s]['n_restarts']}" if s in vad else "-" for s in systems if "restart" in s)])
+    out = [md_table(["split", "pauses (ms)", "policy", "VAD segments", *[f"BLEU oracle, {m}" for m in models],
+                     *[f"BLEU VAD, {s}" for s in systems], "untranslated (max): " + " / ".join(systems),
+                     "restarts: " + " / ".join(s for s in systems if "restart" in s)], body),
+           f"BLEU: mean over {', '.join(langs)} (per language in the JSON); {cfg['utterances']} utterances per talk, "
+           f"VAD with {num(cfg['vad_min_silence_ms'], '{:.0f}')} ms segment-ending silence and segments of at most "
+           f"{num(cfg['max_segment_s'], '{:g}')} s, {num(cfg['source_segment_size_ms'], '{:.0f}')} ms chunks; the "
+           f"oracle: each sentence its own segment, no restarts. Models: quickstart = `{cfg['model']}`, multisent = "
+           f"`{cfg.get('multisent_model') or '-'}`."]
+    per = summ.get("systems") or []
+    out.append(md_table(["system", "policy", "BLEU VAD / oracle (min)", "BLEU VAD (mean)", "StreamLAAL excess (max, ms)",
+                         "untranslated (max)", "restarts", "restart error (median, ms)"],
+                        [[x["system"], x["policy"], num(x["bleu_ratio_vs_oracle_min"], "{:.3f}"),
+                          num(x.get("vad_bleu_mean")), num(x["streamlaal_excess_ms_max"], "{:.0f}"),
+                          pct(x["untranslated_share_max"]), f"{x['n_restarts']}",
+                          num(x["restart_error_ms_median"], "{:.0f}")] for x in per]))
+    out.append(_goals(summ))
+    return "\n\n".join(out)
