@@ -1,0 +1,60 @@
+"""Table of docs/longform.md: quality of a bounded encoder left context (rotary positions) against unbounded
+(``bench/bench_left_context.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .common import md_table, num
+
+
+def left_context(d: Mapping[str, Any]) -> str:
+    """Per wait-k and language: BLEU (LAAL ms) of the unbounded and the bounded model, and their BLEU difference
+    (mean over languages); a line naming each model's encoder settings and experiment."""
+    langs, systems = d["langs"], d["systems"]
+    rows = []
+    for k in d["ks"]:
+        for name in ("unbounded", "bounded"):
+            sc = systems[name]["scores"][k]
+            rows.append([k.replace("k", "wait-"), name]
+                        + [f"{num(sc[lang]['BLEU'])} ({num(sc[lang]['LAAL'], '{:.0f}')})" for lang in langs]
+                        + [num(d["summary"]["bleu_diff_mean"][k], "{:+.2f}") if name == "bounded" else ""])
+    table = md_table(["k", "left context"] + [f"{lang} BLEU (LAAL ms)" for lang in langs]
+                     + ["BLEU bounded - unbounded (mean)"], rows)
+
+    def describe(name: str) -> str:
+        e = systems[name]["encoder"]
+        left = f"{e['encoder_left_chunks']} chunks" if e["encoder_left_chunks"] else "unbounded"
+        return (f"{name}: left context {left}, positions {e['encoder_pos_enc_type']}, "
+                f"{e['pre_decision_ratio']} states per chunk, {e['encoder_layers']} encoder layers")
+
+    return table + "\n\ntst-COMMON, joint decoding of all languages. " + "; ".join(
+        describe(n) for n in ("unbounded", "bounded")) + "."
+
+
+def continuous_rss(d: Mapping[str, Any]) -> str:
+    """The RSS measurement of ``bench/bench_continuous.py --rss-model`` (``rss_no_pause``): growth from minute 2 to
+    the end against its goal, and RSS, the translator's tensor elements and the compute per chunk every 5 minutes
+    (and at minutes 1, 2 and the end)."""
+    rec = d.get("rss_no_pause")
+    if not rec:
+        return "Not measured in this run (`--rss-model`)."
+    rows = rec["per_minute"]
+    last = rows[-1]["minute"]
+    keep = [r for r in rows if r["minute"] in (1, 2, last) or float(r["minute"]).is_integer() and r["minute"] % 5 == 0]
+    table = md_table(["minute", "RSS (MiB)", "translator state (elements)", "ms per chunk", "sentence restarts"],
+                     [[num(r["minute"], "{:g}"), num(r["rss_mib"], "{:.1f}"), str(r["state_elements"]),
+                       num(r["ms_per_chunk"], "{:.1f}"), str(r["restarts"])] for r in keep])
+    goal = d.get("summary", {}).get("goals", {}).get("rss_growth_mib_30min_no_pause", {})
+    met = {True: "met", False: "missed"}.get(goal.get("met"), "-")
+    left = rec["encoder_left_chunks"]
+    return (f"RSS growth from minute 2 to minute {num(last, '{:g}')}: **{num(rec['rss_growth_mib'], '{:.1f}')} MiB** "
+            f"(goal {goal.get('goal', '<= 50')}: {met}); compute per chunk at the end / at minute 2: "
+            f"{num(rec['ms_per_chunk_ratio_last_vs_minute2'], '{:.2f}')}.\n\n" + table
+            + f"\n\n{num(rec['minutes'], '{:g}')} minutes of tst-COMMON utterances joined with pauses of "
+            f"{num(rec['pause_ms'][0], '{:g}')}-{num(rec['pause_ms'][1], '{:g}')} ms (VAD segments closed: "
+            f"{rec['segments_closed']}, cut by the {num(rec['max_segment_s'], '{:g}')} s cap: {rec['cap_cuts']}), "
+            f"{rec['policy']}, {', '.join(rec['langs'])} jointly; the model: left context "
+            f"{f'{left} chunks' if left else 'unbounded'}, positions {rec['encoder_pos_enc_type']}. Measured in a child "
+            "process.")
