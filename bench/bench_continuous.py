@@ -215,7 +215,7 @@ def summarize(rows: list[dict[str, Any]], langs: list[str], policies: list[str],
         v = best.get(k)
         goals[k] = {"goal": f"{op} {g:g}", "met": None if v is None else (v >= g if op == ">=" else v <= g)}
     best["goals"] = goals
-    best["not_measured"] = {"rss_growth_mib_30min_no_pause": "bounded state on endless speech is not built yet"}
+    best["not_measured"] = {"rss_growth_mib_30min_no_pause": "measured with --rss-model (a bounded-left-context model)"}
     best["systems"] = per
     return best
 

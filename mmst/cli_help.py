@@ -172,7 +172,7 @@ def add_restart_arguments(p: argparse.ArgumentParser) -> None:
                         "--no-sentence-restart: one sentence per segment")
     p.add_argument("--restart-min-speech-ms", type=float, default=200.0,
                    help="speech (ms, VAD) needed after the restart point before a language restarts")
-    p.add_argument("--restart-eos-chunks", type=int, default=2,
+    p.add_argument("--restart-eos-chunks", type=int, default=6,
                    help="adaptive policies: end-of-sentence predicted on partial input for this many consecutive "
                         "chunks ends the sentence")
 

@@ -149,7 +149,7 @@ def test_adaptive_policy_ends_its_sentence_after_eos_on_partial_input_for_n_chun
         ("eos-partial", 960.0, 880.0, 1280.0), ("eos-partial", 1920.0, 1840.0, 2240.0)]
     # without restarts the language READs on EOS to the segment's end: the loss counts from where the run of
     # EOS began (960 ms): states 24-43 and 48-67, 1600 ms of 2400
-    off = _driver("alignatt:frames=2", restart=False)
+    off = _driver("alignatt:frames=2", restart=False, restart_eos_chunks=2)
     words, ends = _stream(off)
     assert [w.text for w in words] == ["w10", "w11", "w12"]
     assert ends[0].untranslated_speech_ms == {"de": pytest.approx(1600.0)}
@@ -247,7 +247,7 @@ def test_restart_options_have_one_name_and_default_everywhere():
 
     agent = ArgumentParser()
     MMSTSpeechToTextAgent.add_args(agent)
-    defaults = {"restart": True, "restart_min_speech_ms": 200.0, "restart_eos_chunks": 2}
+    defaults = {"restart": True, "restart_min_speech_ms": 200.0, "restart_eos_chunks": 6}
     lf = LongFormTranslator(_scripted_translator(), vad=ScriptedSegmenter())
     assert defaults == {"restart": lf.restart, "restart_min_speech_ms": lf.restart_min_speech_ms,
                         "restart_eos_chunks": lf.restart_eos_chunks}

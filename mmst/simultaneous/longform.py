@@ -97,7 +97,7 @@ from .vad import SAMPLE_RATE, VAD_WINDOW_SAMPLES, StreamingVad, VadEvent
 
 #: defaults of the sentence restart (:class:`LongFormTranslator`)
 RESTART_MIN_SPEECH_MS = 200.0
-RESTART_EOS_CHUNKS = 2
+RESTART_EOS_CHUNKS = 6
 #: at a segment's end (the whole segment read, EOS forced by the source's end rather than predicted on partial
 #: input) a restart needs this many times ``restart_min_speech_ms`` of speech after its point: a model that has
 #: read everything often attends before its sentence's last word, and a pause there is not a sentence end
