@@ -109,8 +109,8 @@ def test_rope_config_errors():
 # ---------------------------------------------------------------------------------------- bounded state
 
 SR = 16000
-CALL_S = 4.8  # audio per accept_audio call
-SENTENCE_S = 9.6  # each language ends its sentence and restarts at the stream's present state this often
+CALL_S = 12.0  # audio per accept_audio call (5 a minute)
+SENTENCE_S = 12.0  # each language ends its sentence and restarts at the stream's present state this often
 
 
 def state_bound(cfg, langs: int, call_s: float, sentence_s: float, max_len_b: int) -> int:
@@ -151,7 +151,7 @@ def test_pause_free_ten_minutes_keep_a_bounded_state(tiny_model):
     """Slow: 10 minutes of audio (60,000 fbank frames) through the real front end, encoder and decoder.
 
     A RoPE model with 2 left chunks, 2 languages, no pause at all: each language ends its sentence and
-    restarts at the present state every 9.6 s (what the long-form driver does at a sentence end). The
+    restarts at the present state every 12 s (what the long-form driver does at a sentence end). The
     translator's tensor elements stay under :func:`state_bound` from minute 2 to minute 10 and do not grow
     (minute 10 is within the bound's live rows of minute 2). Without freeing, the fbank rows alone grow by
     48,000 x 80 elements over those 8 minutes and the final states by 12,000 x 32.
