@@ -10,6 +10,7 @@ from .comparisons import compare_avg, compare_langs, hard_waitk, offline_bleu, p
 from .continuous import continuous
 from .development import test_durations, test_durations_totals
 from .distributed import stragglers, stragglers_mmst, stragglers_mmst_summary
+from .endless import continuous_rss, left_context
 from .longform import longform_cost, longform_crosscheck, longform_iwslt, longform_rows
 from .models import augment_cost, augment_prep, augment_report, backbones, config_keys, model_sizes
 from .performance import (
@@ -90,6 +91,8 @@ TABLES: dict[str, Table] = {
     "longform-rows": Table("longform.json", longform_rows),
     "longform-iwslt": Table("longform.json", longform_iwslt),
     "continuous": Table("continuous.json", continuous),
+    "continuous-rss": Table("continuous.json", continuous_rss),
+    "left-context": Table("left_context.json", left_context),
     "train": Table("train.json", train),
     "train-quick": Table("train_quick.json", train_quick),
     "train-compile": Table("train_compile.json", train_compile),
