@@ -179,3 +179,20 @@ def test_pause_free_ten_minutes_keep_a_bounded_state(tiny_model):
     assert sizes[10] - sizes[2] <= bound // 4, sizes
     assert starts[10] > starts[2] > 0  # the states before the restart points were freed
     assert bound < 48_000 * 80  # the bound is far below the unbounded growth
+
+
+def test_a_restart_point_without_progress_falls_back_to_the_sentence_end():
+    """On one endless segment a language whose restart evidence points back at its sentence's own start (the
+    nearest pause is the one it started in) would never restart, and would keep every encoder state from there
+    on. The scripted stream of ``test_sentence_restart`` (wait-1, 8 states per chunk, sentence j = round(lo / 24)
+    written as 3 tokens and EOS) with such evidence: sentence 0 (w10-w12) ends (EOS) once 32 states were read and
+    the language restarts there (state 32, 1280 ms); sentence round(32 / 24) = 1 (w13-w15) ends once 64 states
+    were read, and only 160 ms of speech follow state 64 (states 64-67), less than the 200 ms a restart needs: no
+    second restart. Before the fallback the language stopped after w12."""
+    from test_sentence_restart import _driver, _stream
+
+    lf = _driver()
+    lf.restart_point = lambda lang: lf.translator.origin(lang)  # evidence without progress
+    words, ends = _stream(lf)
+    assert [r.restart_ms for r in ends[0].restarts] == [32 * 40.0]
+    assert [w.text for w in words] == [f"w{i}" for i in range(10, 16)]

@@ -39,7 +39,10 @@ at least ``restart_min_speech_ms`` of speech has followed that point, restarts t
 the states from that point on. Languages restart independently; the encoder is shared and not reset.
 At a segment's end the same happens with the whole segment read, until the speech after a language's
 restart point is shorter than :data:`FINAL_RESTART_SPEECH_FACTOR` times ``restart_min_speech_ms``. Nothing
-written is revised.
+written is revised. A point at or before the sentence's own start (its nearest pause is the one it started in)
+gives no progress: the language then restarts at the states read when the sentence ended (its next sentence's
+first words may be missed, but it is not silent for the rest of the segment, and the states before its start
+can be freed on an endless stream).
 
 **Untranslated speech.** Each :class:`SegmentEnd` reports the segment's speech (``speech_ms``: 32 ms VAD
 windows with probability ``>=`` the VAD threshold, counted inside the segment; every sample counts for a
@@ -660,6 +663,10 @@ class LongFormTranslator:
             if ended is None or not tr.done.get(lang):
                 continue
             p = self.restart_point(lang)
+            if p is not None and p <= tr.origin(lang):
+                # the evidence shows no progress (its nearest pause is the one the sentence started in): restart
+                # where the sentence ended, or the language would stay silent for the rest of an endless segment
+                p = ended.n_states
             if p is None or p <= tr.origin(lang):
                 continue
             p = min(p, tr.frontend.num_states)
