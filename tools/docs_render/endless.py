@@ -36,16 +36,18 @@ def left_context(d: Mapping[str, Any]) -> str:
 def continuous_rss(d: Mapping[str, Any]) -> str:
     """The RSS measurement of ``bench/bench_continuous.py --rss-model`` (``rss_no_pause``): growth from minute 2 to
     the end against its goal, and RSS, the translator's tensor elements and the compute per chunk every 5 minutes
-    (and at minutes 1, 2 and the end)."""
+    (and at minutes 1, 2 and the end), with the restarts and words so far (a stalled language would show as
+    restarts and words that stop growing)."""
     rec = d.get("rss_no_pause")
     if not rec:
         return "Not measured in this run (`--rss-model`)."
     rows = rec["per_minute"]
     last = rows[-1]["minute"]
     keep = [r for r in rows if r["minute"] in (1, 2, last) or float(r["minute"]).is_integer() and r["minute"] % 5 == 0]
-    table = md_table(["minute", "RSS (MiB)", "translator state (elements)", "ms per chunk", "sentence restarts"],
+    table = md_table(["minute", "RSS (MiB)", "translator state (elements)", "ms per chunk", "sentence restarts",
+                      "words written"],
                      [[num(r["minute"], "{:g}"), num(r["rss_mib"], "{:.1f}"), str(r["state_elements"]),
-                       num(r["ms_per_chunk"], "{:.1f}"), str(r["restarts"])] for r in keep])
+                       num(r["ms_per_chunk"], "{:.1f}"), str(r["restarts"]), str(r["words"])] for r in keep])
     goal = d.get("summary", {}).get("goals", {}).get("rss_growth_mib_30min_no_pause", {})
     met = {True: "met", False: "missed"}.get(goal.get("met"), "-")
     left = rec["encoder_left_chunks"]
