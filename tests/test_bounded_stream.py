@@ -196,3 +196,35 @@ def test_a_restart_point_without_progress_falls_back_to_the_sentence_end():
     words, ends = _stream(lf)
     assert [r.restart_ms for r in ends[0].restarts] == [32 * 40.0]
     assert [w.text for w in words] == [f"w{i}" for i in range(10, 16)]
+
+
+def test_speech_track_queries_read_only_their_span_and_equal_a_brute_force():
+    """SpeechTrack on an endless segment: 2,000 windows of 512 samples (every 3rd is a pause, probability 0.1;
+    the others 0.9), 1,000 of them forgotten on the way (storage compacted, not grown). ``speech_ms`` and
+    ``state_probs`` equal the overlap sums computed by hand over every window; a span inside the forgotten part
+    counts nothing."""
+    from mmst.simultaneous.restart import SpeechTrack
+
+    w = 512
+    track = SpeechTrack(threshold=0.5, window_samples=w)
+    probs = [0.1 if i % 3 == 0 else 0.9 for i in range(2000)]
+    for i, p in enumerate(probs):
+        track.add((i + 1) * w, p)
+        if i == 1499:
+            track.forget_before(1000 * w)  # windows 0..999 (ending at or before sample 512,000) go
+    assert track._end_buf.size <= 2048  # compacted in place, not doubled past what is kept
+
+    def brute_ms(a, b):
+        return sum(max(0, min((i + 1) * w, b) - max(i * w, a)) for i in range(1000, 2000) if probs[i] >= 0.5) / 16.0
+
+    for a, b in [(1000 * w, 2000 * w), (1500 * w + 100, 1503 * w + 7), (1999 * w + 1, 2100 * w), (10, 900 * w)]:
+        assert track.speech_ms(a, b) == pytest.approx(brute_ms(a, b))
+    # states of 640 samples from sample 1,200 * 512: mean probability of the windows each overlaps, by overlap
+    start, n = 1200 * w, 5
+    want = []
+    for j in range(n):
+        a, b = start + j * 640, start + (j + 1) * 640
+        ov = [(max(0, min((i + 1) * w, b) - max(i * w, a)), probs[i]) for i in range(1000, 2000)]
+        want.append(sum(o * p for o, p in ov) / sum(o for o, _ in ov))
+    np.testing.assert_allclose(track.state_probs(start, n, 640), want)
+    assert track.speech_ms(10, 900 * w) == 0.0 and list(track.state_probs(10, 2, 640)) == [1.0, 1.0]

@@ -31,8 +31,6 @@ overlap with the span) and the probability per encoder state of an utterance (``
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 import torch
 
@@ -136,35 +134,53 @@ class SpeechTrack:
 
     ``add(end_sample, prob)`` records a window ``[end_sample - window_samples, end_sample)``; windows must come
     in stream order. ``forget_before(sample)`` drops windows that end before ``sample`` (bounded memory).
+    The windows live in two growing numpy arrays (capacity doubling; 16 bytes a window), and a query reads only
+    the windows overlapping its span (binary search on the window ends), so its cost does not grow with an
+    endless segment's length.
     """
 
     def __init__(self, threshold: float = 0.5, window_samples: int = 512, sample_rate: int = 16000) -> None:
         self.threshold = float(threshold)
         self.window_samples = int(window_samples)
         self.sample_rate = int(sample_rate)
-        self._ends: deque[int] = deque()
-        self._probs: deque[float] = deque()
+        self._end_buf = np.zeros(256, dtype=np.int64)
+        self._prob_buf = np.zeros(256, dtype=np.float64)
+        self._first = 0  # index of the oldest window kept
+        self._n = 0  # index after the newest window
 
     def add(self, end_sample: int, prob: float) -> None:
         """Record one window's speech probability."""
-        self._ends.append(int(end_sample))
-        self._probs.append(float(prob))
+        if self._n == self._end_buf.size:  # full: move the kept windows to the front, or grow
+            kept = self._n - self._first
+            cap = max(256, 2 * kept) if kept * 2 > self._end_buf.size else self._end_buf.size
+            ends, probs = np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.float64)
+            ends[:kept], probs[:kept] = self._end_buf[self._first:self._n], self._prob_buf[self._first:self._n]
+            self._end_buf, self._prob_buf, self._first, self._n = ends, probs, 0, kept
+        self._end_buf[self._n] = int(end_sample)
+        self._prob_buf[self._n] = float(prob)
+        self._n += 1
 
     def forget_before(self, sample: int) -> None:
         """Drop the windows that end at or before ``sample``."""
-        while self._ends and self._ends[0] <= sample:
-            self._ends.popleft()
-            self._probs.popleft()
+        ends = self._end_buf[self._first:self._n]
+        self._first += int(np.searchsorted(ends, sample, side="right"))
 
-    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        return np.fromiter(self._ends, np.int64, len(self._ends)), np.fromiter(self._probs, np.float64, len(self._probs))
+    def _span(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """Ends and probabilities of the kept windows overlapping samples ``[start, stop)`` (window ends after
+        ``start``, window starts before ``stop``)."""
+        ends = self._end_buf[self._first:self._n]
+        i0 = int(np.searchsorted(ends, start, side="right"))
+        i1 = int(np.searchsorted(ends, stop + self.window_samples, side="left"))
+        return ends[i0:i1], self._prob_buf[self._first + i0:self._first + i1]
 
     def speech_ms(self, start: int, stop: int) -> float:
         """Speech in samples ``[start, stop)``, ms: the overlap of every window with probability ``>=
         threshold`` with that span."""
-        if stop <= start or not self._ends:
+        if stop <= start:
             return 0.0
-        ends, probs = self._arrays()
+        ends, probs = self._span(start, stop)
+        if not ends.size:
+            return 0.0
         starts = ends - self.window_samples
         ov = np.clip(np.minimum(ends, stop) - np.maximum(starts, start), 0, None)
         return float(ov[probs >= self.threshold].sum()) * 1000.0 / self.sample_rate
@@ -173,9 +189,11 @@ class SpeechTrack:
         """``(n_states,)`` mean probability of the windows overlapping each state ``[start + j * state_samples,
         start + (j + 1) * state_samples)`` (weighted by overlap); 1.0 where no window is known."""
         out = np.ones(n_states, dtype=np.float64)
-        if not self._ends or n_states <= 0:
+        if n_states <= 0:
             return out
-        ends, probs = self._arrays()
+        ends, probs = self._span(start, start + n_states * state_samples)
+        if not ends.size:
+            return out
         starts = ends - self.window_samples
         for j in range(n_states):
             a, b = start + j * state_samples, start + (j + 1) * state_samples
