@@ -336,8 +336,9 @@ def rss_only(args, argv: list[str]) -> int:
     if not path.is_file():
         raise SystemExit(f"--rss-only: {path} does not exist (run the benchmark once without --rss-only)")
     obj = json.loads(path.read_text())
+    prov = run_record(" ".join(["python", "bench/bench_continuous.py", *argv]), depends_on=DEPENDS_ON)
     rec = rss_no_pause(args)
-    rec["provenance"] = run_record(" ".join(["python", "bench/bench_continuous.py", *argv]), depends_on=DEPENDS_ON)
+    rec["provenance"] = prov
     set_rss_growth(obj, rec)
     write_results(args.out, obj, indent=1, ensure_ascii=False)
     return 0

@@ -59,4 +59,13 @@ def continuous_rss(d: Mapping[str, Any]) -> str:
             f"{rec['segments_closed']}, cut by the {num(rec['max_segment_s'], '{:g}')} s cap: {rec['cap_cuts']}), "
             f"{rec['policy']}, {', '.join(rec['langs'])} jointly; the model: left context "
             f"{f'{left} chunks' if left else 'unbounded'}, positions {rec['encoder_pos_enc_type']}. Measured in a child "
-            "process.")
+            "process" + _run_line(rec.get("provenance")) + ".")
+
+
+def _run_line(prov: Mapping[str, Any] | None) -> str:
+    """`` by `COMMAND` on DATE at commit C`` of a record with its own provenance (the RSS run, made apart from
+    the talks of the same JSON), else nothing."""
+    if not prov:
+        return ""
+    commit = str(prov.get("git_commit") or "")[:10]
+    return f" by `{prov.get('command')}` on {str(prov.get('date', ''))[:10]} at commit `{commit}`"
