@@ -329,14 +329,13 @@ def set_rss_growth(obj: dict[str, Any], rec: dict[str, Any]) -> None:
     summary.get("not_measured", {}).pop(key, None)
 
 
-def rss_only(args, argv: list[str]) -> int:
+def rss_only(args, prov: dict[str, Any]) -> int:
     """``--rss-only``: measure :func:`rss_no_pause` and put it into the existing ``--out`` JSON (its own provenance
-    under ``rss_no_pause``; the talks' rows and provenance are kept)."""
+    ``prov``, taken when the run started, under ``rss_no_pause``; the talks' rows and provenance are kept)."""
     path = Path(args.out)
     if not path.is_file():
         raise SystemExit(f"--rss-only: {path} does not exist (run the benchmark once without --rss-only)")
     obj = json.loads(path.read_text())
-    prov = run_record(" ".join(["python", "bench/bench_continuous.py", *argv]), depends_on=DEPENDS_ON)
     rec = rss_no_pause(args)
     rec["provenance"] = prov
     set_rss_growth(obj, rec)
@@ -353,10 +352,10 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    if args.rss_only:
-        return rss_only(args, argv)
-    torch.set_num_threads(args.threads)
     prov = run_record(" ".join(["python", "bench/bench_continuous.py", *argv]), depends_on=DEPENDS_ON)
+    if args.rss_only:
+        return rss_only(args, prov)
+    torch.set_num_threads(args.threads)
     if args.note:
         prov["note"] = args.note
     langs_arg = args.tgt_langs.split(",") if args.tgt_langs else None

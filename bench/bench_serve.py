@@ -314,22 +314,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.reps < 1:
         print(f"bench_serve: --reps must be at least 1, got {args.reps}", file=sys.stderr)
         return 1
-    abuse, abuse_source = {k: None for k in ABUSE_KEYS}, None
     declared = list(DEPENDS_ON)
-    if args.abuse_results:
-        path = Path(args.abuse_results)
+    abuse_path = Path(args.abuse_results) if args.abuse_results else None
+    if abuse_path is not None and abuse_path.is_file() and abuse_path.resolve().is_relative_to(REPO):
+        declared.append(abuse_path.resolve().relative_to(REPO).as_posix())
+    record = run_record(depends_on=declared)
+    abuse, abuse_source = {k: None for k in ABUSE_KEYS}, None
+    if abuse_path is not None:
         try:
-            abuse, abuse_source = abuse_results(path)
+            abuse, abuse_source = abuse_results(abuse_path)
         except ValueError as e:
             print(f"bench_serve: {e} (pass --abuse-results '' to leave the abuse keys unmeasured)", file=sys.stderr)
             return 1
-        if path.resolve().is_relative_to(REPO):
-            declared.append(abuse_source["file"])
         if abuse_source["changed_since"] != []:
-            print(f"bench_serve: warning: {path} is not current (the code it measured has changed since: "
+            print(f"bench_serve: warning: {abuse_path} is not current (the code it measured has changed since: "
                   f"{abuse_source['changed_since']}); run bench/bench_serve_abuse.py first for fresh abuse keys",
                   file=sys.stderr)
-    record = run_record(depends_on=declared)
     wavs = [Path(w) for w in args.wav] if args.wav else talk_wavs(Path(args.data))
     if not wavs:
         print("bench_serve: no talk wavs found (pass --wav)", file=sys.stderr)
