@@ -242,3 +242,24 @@ def cli_rank(argv: list[str]) -> dict[str, Any]:
         sys.stdout.flush()
         sys.stderr.flush()
     return {"rc": rc}
+
+
+def sleeping_rank(argv: list[str]) -> dict[str, Any]:
+    """A rank that never finishes (``time.sleep(argv[0])`` in a function named for the test to find)."""
+    import time
+
+    def stuck_here_forever() -> None:
+        time.sleep(float(argv[0]))
+
+    stuck_here_forever()
+    return {}
+
+
+def lingering_thread_rank(argv: list[str]) -> dict[str, Any]:
+    """A rank that returns its result but leaves a non-daemon thread sleeping ``argv[0]`` seconds (as a library's
+    background worker could)."""
+    import threading
+    import time
+
+    threading.Thread(target=time.sleep, args=(float(argv[0]),), daemon=False).start()
+    return {"done": True}

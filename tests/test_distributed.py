@@ -18,7 +18,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from distributed_fixtures import ddp_compute_rank, dropcompute_warmup_rank, launch
+from distributed_fixtures import (
+    ddp_compute_rank,
+    dropcompute_warmup_rank,
+    launch,
+    lingering_thread_rank,
+    sleeping_rank,
+)
 
 from mmst.distributed.env import find_free_port
 from mmst.distributed.param_server import flat_params
@@ -111,6 +117,18 @@ def test_ddp_feeds_the_injector_pure_compute_not_the_wait_for_a_slower_rank():
     res = launch(["1.0", "2.0", "5.0"], 1, target=ddp_compute_rank)
     _ok(res)
     assert res[0]["compute_mean_s"] == pytest.approx(3.0) and res[0]["step_time_s"] == pytest.approx(11.0)
+
+
+def test_a_hung_rank_is_killed_at_the_deadline_with_its_stack():
+    res = launch(["600"], 1, timeout_s=4, target=sleeping_rank)
+    assert res[0]["error"] == "killed after 4s (hang)" and res[0]["exitcode"] == -9
+    assert "stuck_here_forever" in res[0]["traceback"]  # where it hung, from faulthandler
+
+
+def test_a_rank_that_wrote_its_result_ends_without_waiting_for_leftover_threads():
+    # the non-daemon thread sleeps 600 s: multiprocessing's own exit path would join it until the deadline
+    res = launch(["600"], 1, timeout_s=60, target=lingering_thread_rank)
+    assert res[0]["done"] is True and res[0]["exitcode"] == 0 and res[0]["exit_s"] < 30
 
 
 def test_auto_tau_skips_the_warm_up_steps():

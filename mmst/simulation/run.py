@@ -24,12 +24,15 @@ evaluation MSE first reaches ``--target-loss``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import json
 import logging
 import math
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -325,12 +328,24 @@ def _entry(rank: int, world: int, port: int, argv: list[str], result_dir: str,
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     logging.basicConfig(level=logging.WARNING, format=f"[rank {rank}] %(levelname)s %(message)s")
     path = Path(result_dir) / f"rank{rank}.json"
+    # on SIGUSR1 (sent by launch_local to a rank alive at its deadline) every thread's stack goes to this file;
+    # it stays open for the life of the process
+    faulthandler.register(signal.SIGUSR1, file=open(Path(result_dir) / f"rank{rank}.stack", "w"),  # noqa: SIM115
+                          all_threads=True)
     try:
         res = target(argv)
-        path.write_text(json.dumps(res))
+        tmp = path.with_suffix(".part")
+        tmp.write_text(json.dumps(res))
+        tmp.replace(path)
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         path.write_text(json.dumps({"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}))
         raise SystemExit(1) from e
+    # the result is written: end here, without multiprocessing's exit path (it joins leftover non-daemon threads
+    # and runs finalizers, where a library's background thread could keep a finished rank alive until the deadline)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(0)
 
 
 def launch_local(argv: list[str], nprocs: int, timeout_s: float = 120.0,
@@ -355,7 +370,8 @@ def launch_local(argv: list[str], nprocs: int, timeout_s: float = 120.0,
 
     Returns:
         ``{rank: metrics}``; a rank that raised has ``{"error": ..., "traceback": ...}``, one that died
-        without a word ``{"error": "exit code X"}``; each also has ``exitcode``, ``exit_s`` (seconds from
+        without a word ``{"error": "exit code X"}``, one still alive at the deadline ``{"error": "killed after
+        ... (hang)", "traceback": the Python stacks of its threads}`` (faulthandler, on SIGUSR1); each also has ``exitcode``, ``exit_s`` (seconds from
         the start of the launch to that rank's exit; None if it was killed) and ``wall_s`` (of the launch).
 
     Raises:
@@ -388,11 +404,22 @@ def launch_local(argv: list[str], nprocs: int, timeout_s: float = 120.0,
                     exit_s[r] = now
         wall = time.monotonic() - t0
         res: dict[int, dict[str, Any]] = {}
+        hung = [p for p in procs if p.is_alive()]
+        for p in hung:  # every thread's Python stack to rank{r}.stack (faulthandler, registered by _entry)
+            with contextlib.suppress(OSError):
+                os.kill(p.pid, signal.SIGUSR1)
+        if hung:
+            time.sleep(1.0)
         for r, p in enumerate(procs):
             if p.is_alive():
                 p.kill()
                 p.join(5)
-                res[r] = {"error": f"killed after {timeout_s:.0f}s (hang)"}
+                stack_file = Path(tmp) / f"rank{r}.stack"
+                stack = stack_file.read_text(errors="replace") if stack_file.exists() else ""
+                finished = (Path(tmp) / f"rank{r}.json").exists()
+                res[r] = {"error": f"killed after {timeout_s:.0f}s (hang"
+                                   f"{', after writing its result' if finished else ''})",
+                          "traceback": stack[-6000:] or "(no stack: the rank hung before it could record one)"}
             p.join(5)
             f = Path(tmp) / f"rank{r}.json"
             if r not in res:
