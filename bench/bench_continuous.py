@@ -28,7 +28,9 @@ Summary, per system and policy (``systems``) and for the best of them by the fir
 - ``streamlaal_excess_ms_max``: max of VAD StreamLAAL - oracle StreamLAAL; goal <= 500;
 - ``untranslated_share_max``: max untranslated speech share with the VAD; goal <= 0.02;
 - ``restart_error_ms_median``: median restart error over the best system's VAD runs (over the best system with
-  restarts when the best has none; ``restart_error_system``); goal <= 200;
+  restarts when the best has none; ``restart_error_system``; ``restart_error_n`` restarts); goal <= 200.
+  ``restart_error_ms_median_all`` (``restart_error_n_all``): the median over every restart of every system and
+  policy (a model that rarely needs a restart gives its best system a median of very few);
 - ``rss_growth_mib_30min_no_pause``: with ``--rss-model`` (a bounded-left-context model), the RSS growth (MiB)
   from minute 2 to the end of a ``--rss-minutes`` stream without a segment-ending pause, in a child process
   (:func:`rss_no_pause`; ``--rss-only`` adds it to an existing result); goal <= 50.
@@ -210,6 +212,11 @@ def summarize(rows: list[dict[str, Any]], langs: list[str], policies: list[str],
     src = best if best["restart"] or not restarted else max(restarted, key=lambda x: x["bleu_ratio_vs_oracle_min"])
     best["restart_error_ms_median"] = src["restart_error_ms_median"]
     best["restart_error_system"] = f"{src['system']} {src['policy']}"
+    best["restart_error_n"] = src["n_restarts"]
+    pooled = [e for r in rows for name, _, restart in systems if restart and name in r["vad"]
+              for e in r["vad"][name]["restart_errors_ms"]]
+    best["restart_error_ms_median_all"] = statistics.median(pooled) if pooled else None
+    best["restart_error_n_all"] = len(pooled)
     best["rss_growth_mib_30min_no_pause"] = None
     goals = {}
     for k, (op, g) in GOALS.items():
@@ -242,7 +249,9 @@ def _rss_child(model: str, data: str | None, split: str, minutes: float, pause_m
     """In a fresh process: stream ``minutes`` of ``split``'s utterances (cycled, joined with pauses drawn from
     ``pause_ms``, all shorter than the VAD's minimum silence) through one :class:`LongFormTranslator` with the
     Silero VAD, sentence restarts and a segment cap longer than the stream (a safety net that never cuts);
-    per minute: RSS, the translator's tensor elements and the mean compute per chunk. Puts a dict on ``queue``."""
+    per minute: RSS, the translator's tensor elements and the mean compute per chunk (CPU time of this process,
+    which a virtual machine's steal time or a neighbour's load does not inflate, and wall time). Puts a dict on
+    ``queue``."""
     import time
 
     import numpy as np
@@ -266,15 +275,16 @@ def _rss_child(model: str, data: str | None, split: str, minutes: float, pause_m
     total = int(minutes * 60 * 16000)
     buf, fed, i, minute = np.zeros(0, np.float32), 0, 0, 0
     rows, ends, restarts, words = [], [], 0, 0
-    t_min, n_min = 0.0, 0
+    t_min, c_min, n_min = 0.0, 0.0, 0
     while fed < total:
         while buf.size < chunk:
             pause = np.zeros(int(rng.uniform(*pause_ms) * 16), np.float32)
             buf = np.concatenate([buf, audios[i % len(audios)], pause])
             i += 1
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = lf.push(buf[:chunk])
         t_min += time.perf_counter() - t0
+        c_min += time.process_time() - c0
         n_min += 1
         buf, fed = buf[chunk:], fed + chunk
         ends += [e for e in out if isinstance(e, SegmentEnd)]
@@ -283,20 +293,44 @@ def _rss_child(model: str, data: str | None, split: str, minutes: float, pause_m
             minute = min(minute + 1, fed / (60 * 16000))
             restarts = sum(len(e.restarts) for e in ends) + sum(len(s) for s in tr.sentences.values())
             rows.append({"minute": round(minute, 2), "rss_mib": round(_rss_mib(), 1), "state_elements": state_numel(tr),
-                         "ms_per_chunk": round(1000.0 * t_min / max(1, n_min), 2), "restarts": restarts,
+                         "ms_per_chunk": round(1000.0 * t_min / max(1, n_min), 2),
+                         "cpu_ms_per_chunk": round(1000.0 * c_min / max(1, n_min), 2), "restarts": restarts,
                          "words": words})
-            t_min, n_min = 0.0, 0
+            t_min, c_min, n_min = 0.0, 0.0, 0
     queue.put({"model": model, "langs": langs, "policy": policy, "minutes": minutes, "pause_ms": list(pause_ms),
                "max_segment_s": cap_s, "segments_closed": len(ends), "cap_cuts": sum(1 for e in ends if e.forced),
                "encoder_left_chunks": int(bundle.model.cfg.encoder_left_chunks),
                "encoder_pos_enc_type": str(getattr(bundle.model.cfg, "encoder_pos_enc_type", "abs")), "per_minute": rows})
 
 
+#: minutes per window of the per-chunk cost comparison (:func:`cost_growth`)
+COST_WINDOW_MIN = 5
+
+
+def cost_growth(rows: list[dict[str, Any]], window: int = COST_WINDOW_MIN) -> dict[str, Any]:
+    """Per-chunk CPU cost at the end of an endless stream against its start: the median of ``cpu_ms_per_chunk``
+    over the last ``window`` whole minutes and over minutes 2 .. 1 + ``window`` (minute 1 loads and warms up),
+    and their ratio. Fewer than 2 + ``window`` rows: the windows shrink to what there is (at least one row each).
+
+    >>> rows = [{"cpu_ms_per_chunk": x} for x in (50, 20, 21, 19, 22, 20, 30, 40, 21, 22, 23)]
+    >>> cost_growth(rows, 3)
+    {'cpu_ms_per_chunk_start': 20.0, 'cpu_ms_per_chunk_end': 22.0, 'cpu_ms_per_chunk_ratio': 1.1, 'cost_window_min': 3}
+    """
+    vals = [float(r["cpu_ms_per_chunk"]) for r in rows]
+    w = max(1, min(window, (len(vals) - 1) // 2)) if len(vals) > 2 else 1
+    start = float(statistics.median(vals[1:1 + w] if len(vals) > 1 else vals))
+    end = float(statistics.median(vals[-w:]))
+    return {"cpu_ms_per_chunk_start": round(start, 2), "cpu_ms_per_chunk_end": round(end, 2),
+            "cpu_ms_per_chunk_ratio": round(end / max(start, 1e-9), 3), "cost_window_min": w}
+
+
 def rss_no_pause(args) -> dict[str, Any]:
     """``rss_growth_mib_30min_no_pause``: RSS growth (MiB) from minute 2 to the end of an ``--rss-minutes`` stream
     with no pause that ends a segment, through ``--rss-model`` (a bounded-left-context model), measured in a
     child process (:func:`_rss_child`) so that nothing else this benchmark loaded counts. Returns the child's
-    record plus ``rss_growth_mib`` and the growth of the per-chunk compute (last minute / minute 2)."""
+    record plus ``rss_growth_mib`` and the growth of the per-chunk compute: the median CPU ms per chunk of the last
+    :data:`COST_WINDOW_MIN` minutes over that of minutes 2 to 1 + :data:`COST_WINDOW_MIN` (one minute's mean swings
+    with the machine; the medians of a few do not)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -309,10 +343,11 @@ def rss_no_pause(args) -> dict[str, Any]:
     rows = rec["per_minute"]
     base = rows[1] if len(rows) > 1 else rows[0]
     rec["rss_growth_mib"] = round(rows[-1]["rss_mib"] - base["rss_mib"], 1)
-    rec["ms_per_chunk_ratio_last_vs_minute2"] = round(rows[-1]["ms_per_chunk"] / max(base["ms_per_chunk"], 1e-9), 3)
+    rec.update(cost_growth(rows))
     print(f"RSS, {rec['minutes']:g} min without a segment-ending pause ({args.rss_model}): minute 2 "
           f"{base['rss_mib']} MiB, end {rows[-1]['rss_mib']} MiB (growth {rec['rss_growth_mib']} MiB); ms per chunk "
-          f"{base['ms_per_chunk']} -> {rows[-1]['ms_per_chunk']}; {rows[-1]['restarts']} restarts, "
+          f"(CPU, median of {COST_WINDOW_MIN} minutes) {rec['cpu_ms_per_chunk_start']} -> {rec['cpu_ms_per_chunk_end']} "
+          f"(x{rec['cpu_ms_per_chunk_ratio']}); {rows[-1]['restarts']} restarts, "
           f"{rec['cap_cuts']} cap cuts")
     return rec
 

@@ -57,3 +57,29 @@ def test_table_lists_talks_systems_and_goals():
     assert "| tst-COMMON | 0-100 | waitk:k=3 | 3 | 100.00 | 50.00 | 80.00 | 30.0% / 0.0% | 2 |" in text
     assert "| quickstart+restart | waitk:k=3 | 0.800 | 80.50 | 400 | 1.0% | 3 | 30 |" in text
     assert "| bleu_ratio_vs_oracle_min | 0.800 | >= 0.95 | missed |" in text
+
+
+def test_per_chunk_cost_growth_compares_medians_of_minutes_not_single_minutes():
+    """Minute 1 (warm-up, 50 ms) is left out; one slow minute (40 ms) at the end does not move the median of the last
+    3: start median(20, 21, 19) = 20, end median(40, 22, 23) = 23 (the last minute alone would give 2.0)."""
+    rows = [{"cpu_ms_per_chunk": x} for x in (50, 20, 21, 19, 22, 20, 30, 22, 23, 40)]
+    assert bc.cost_growth(rows, 3) == {"cpu_ms_per_chunk_start": 20.0, "cpu_ms_per_chunk_end": 23.0,
+                                       "cpu_ms_per_chunk_ratio": 1.15, "cost_window_min": 3}
+    # a 4-minute run: windows of 1 minute (minute 2 against the last)
+    rows = [{"cpu_ms_per_chunk": x} for x in (50, 20, 30, 25)]
+    assert bc.cost_growth(rows, 5)["cpu_ms_per_chunk_ratio"] == 1.25
+
+
+def test_restart_error_of_the_best_system_names_its_count_and_the_pooled_median():
+    """A multi-sentence model (the best: ratio 0.95) restarts once, 900 ms off; the quickstart model restarts 3 times
+    (10, 30, 50 ms): the best system's median is 900 over 1 restart; over all 4: median(10, 30, 50, 900) = 40."""
+    rows = _rows()
+    for r, errs in zip(rows, ((900,), ())):
+        r["oracle"]["multisent"] = _run(100.0, 1000.0, 0.0)
+        r["vad"]["multisent+restart"] = _run(95.0 if r["split"] == "tst-COMMON" else 99.0, 1100.0, 0.0, errs)
+    s = bc.summarize(rows, ["de"], ["waitk:k=3"], [*SYSTEMS, ("multisent+restart", "multisent", True)])
+    assert s["system"] == "multisent+restart" and s["restart_error_ms_median"] == 900 and s["restart_error_n"] == 1
+    assert s["restart_error_ms_median_all"] == 40 and s["restart_error_n_all"] == 4
+    assert "median of 1 restart(s); over every restart of every system and policy: 40 ms (4 restarts)" in continuous(
+        {"config": {"tgt_langs": ["de"], "systems": ["multisent+restart"], "utterances": 5, "vad_min_silence_ms": 250,
+                    "max_segment_s": 30, "source_segment_size_ms": 320, "model": "m"}, "rows": rows, "summary": s})

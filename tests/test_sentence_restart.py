@@ -125,6 +125,31 @@ def test_three_sentences_in_one_segment_are_all_translated():
     assert lf.untranslated_speech_share() == {"de": 0.0}
 
 
+class CountingVocab(PieceVocab):
+    """Records how many pieces each ``decode`` call gets."""
+
+    def __init__(self) -> None:
+        self.decoded: list[int] = []
+
+    def decode(self, ids) -> str:
+        self.decoded.append(len(ids))
+        return super().decode(ids)
+
+
+def test_a_restarted_character_language_decodes_only_its_new_sentence():
+    """Character-level detokenisation decodes every piece of the sentence at each new piece; after a restart that
+    is the new sentence's pieces (at most 3 here), not every piece of the stream (up to 9: work per piece would
+    grow without bound on an endless stream)."""
+    vocab = CountingVocab()
+    tr = StreamingTranslator(ScriptedModel(script, ratio=RATIO, windowed=True), vocab, ["de"], policy="waitk:k=1",
+                             char_langs=("de",))
+    tr.frontend = SampledFrontEnd(RATIO, STATE)
+    tr.reset()
+    words, _ = _stream(LongFormTranslator(tr, vad=ScriptedSegmenter(), chunk_ms=320.0, measure_state=False))
+    assert [w.text for w in words] == [f"w{i}" for i in range(10, 19)]
+    assert len(vocab.decoded) == 9 and max(vocab.decoded) == 3
+
+
 def test_untranslated_speech_share_without_restarts():
     """EOS at 1280 ms (20480 samples); speech after it: states 32-43 (480 ms) and 48-67 (800 ms) = 1280 ms of
     the segment's 2400 ms."""

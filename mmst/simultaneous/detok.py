@@ -51,7 +51,8 @@ class Detokenizer:
         self.reset()
 
     def reset(self) -> None:
-        """Forget the current utterance."""
+        """Forget the current utterance (or sentence: a character language decodes every piece since the last
+        reset at each new piece, so a stream that never resets would cost more per piece as it goes on)."""
         self._buf: list[int] = []
         self._buf_delay = 0.0
         self._buf_compute = 0.0

@@ -507,8 +507,9 @@ class StreamingTranslator:
         if not o <= int(state) <= n:
             raise ValueError(f"{lang}: restart state {state} outside [{o}, {n}] (the current sentence's first "
                              "state, the states received)")
-        if self.detok is not None:
+        if self.detok is not None:  # the new sentence is detokenised on its own (work per piece stays bounded)
             self._held_words[lang].extend(self.detok[lang].flush())
+            self.detok[lang].reset()
         self.sentences[lang].append(Sentence(o, self.tokens[lang], self.token_delays[lang], self.ended[lang]))
         self.tokens[lang], self.token_delays[lang] = [], []
         self._origin[lang] = int(state)

@@ -29,7 +29,11 @@ def _goals(summ: Mapping[str, Any]) -> str:
     label = f"measure (best system: {summ['system']}" + (f", {summ['policy']}" if summ.get("policy") else "") + ")"
     return md_table([label, "value", "goal", "met"],
                     [[k, num(summ.get(k), "{:.3f}" if "ratio" in k or "share" in k else "{:.0f}"), g["goal"],
-                      "-" if g["met"] is None else ("met" if g["met"] else "missed")] for k, g in goals.items()])
+                      "-" if g["met"] is None else ("met" if g["met"] else "missed")] for k, g in goals.items()]) + (
+        f"\n\nThe restart error of the best system ({summ['restart_error_system']}) is the median of "
+        f"{summ['restart_error_n']} restart(s); over every restart of every system and policy: "
+        f"{num(summ['restart_error_ms_median_all'], '{:.0f}')} ms ({summ['restart_error_n_all']} restarts)."
+        if "restart_error_n_all" in summ else "")
 
 
 def continuous(d: Mapping[str, Any]) -> str:

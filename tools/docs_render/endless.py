@@ -33,6 +33,17 @@ def left_context(d: Mapping[str, Any]) -> str:
         describe(n) for n in ("unbounded", "bounded")) + "."
 
 
+def _cost(rec: Mapping[str, Any]) -> str:
+    """The per-chunk compute at the end against the start of the stream, as the record has it (older records: one
+    minute's wall time each)."""
+    if "cpu_ms_per_chunk_ratio" in rec:
+        w = rec["cost_window_min"]
+        return (f"CPU time per chunk, median of the last {w} minutes / of minutes 2-{1 + w}: "
+                f"{num(rec['cpu_ms_per_chunk_end'], '{:.1f}')} / {num(rec['cpu_ms_per_chunk_start'], '{:.1f}')} ms = "
+                f"**{num(rec['cpu_ms_per_chunk_ratio'], '{:.2f}')}**")
+    return f"compute per chunk at the end / at minute 2: {num(rec['ms_per_chunk_ratio_last_vs_minute2'], '{:.2f}')}"
+
+
 def continuous_rss(d: Mapping[str, Any]) -> str:
     """The RSS measurement of ``bench/bench_continuous.py --rss-model`` (``rss_no_pause``): growth from minute 2 to
     the end against its goal, and RSS, the translator's tensor elements and the compute per chunk every 5 minutes
@@ -44,16 +55,16 @@ def continuous_rss(d: Mapping[str, Any]) -> str:
     rows = rec["per_minute"]
     last = rows[-1]["minute"]
     keep = [r for r in rows if r["minute"] in (1, 2, last) or float(r["minute"]).is_integer() and r["minute"] % 5 == 0]
-    table = md_table(["minute", "RSS (MiB)", "translator state (elements)", "ms per chunk", "sentence restarts",
-                      "words written"],
+    table = md_table(["minute", "RSS (MiB)", "translator state (elements)", "CPU ms per chunk", "wall ms per chunk",
+                      "sentence restarts", "words written"],
                      [[num(r["minute"], "{:g}"), num(r["rss_mib"], "{:.1f}"), str(r["state_elements"]),
-                       num(r["ms_per_chunk"], "{:.1f}"), str(r["restarts"]), str(r["words"])] for r in keep])
+                       num(r.get("cpu_ms_per_chunk"), "{:.1f}"), num(r["ms_per_chunk"], "{:.1f}"), str(r["restarts"]),
+                       str(r["words"])] for r in keep])
     goal = d.get("summary", {}).get("goals", {}).get("rss_growth_mib_30min_no_pause", {})
     met = {True: "met", False: "missed"}.get(goal.get("met"), "-")
     left = rec["encoder_left_chunks"]
     return (f"RSS growth from minute 2 to minute {num(last, '{:g}')}: **{num(rec['rss_growth_mib'], '{:.1f}')} MiB** "
-            f"(goal {goal.get('goal', '<= 50')}: {met}); compute per chunk at the end / at minute 2: "
-            f"{num(rec['ms_per_chunk_ratio_last_vs_minute2'], '{:.2f}')}.\n\n" + table
+            f"(goal {goal.get('goal', '<= 50')}: {met}); {_cost(rec)}.\n\n" + table
             + f"\n\n{num(rec['minutes'], '{:g}')} minutes of tst-COMMON utterances joined with pauses of "
             f"{num(rec['pause_ms'][0], '{:g}')}-{num(rec['pause_ms'][1], '{:g}')} ms (VAD segments closed: "
             f"{rec['segments_closed']}, cut by the {num(rec['max_segment_s'], '{:g}')} s cap: {rec['cap_cuts']}), "
