@@ -83,3 +83,22 @@ def test_restart_error_of_the_best_system_names_its_count_and_the_pooled_median(
     assert "median of 1 restart(s); over every restart of every system and policy: 40 ms (4 restarts)" in continuous(
         {"config": {"tgt_langs": ["de"], "systems": ["multisent+restart"], "utterances": 5, "vad_min_silence_ms": 250,
                     "max_segment_s": 30, "source_segment_size_ms": 320, "model": "m"}, "rows": rows, "summary": s})
+
+
+def test_rss_section_states_the_cost_ratio_and_the_rows_it_comes_from():
+    """The rendered RSS paragraph: growth 329.1 - 321.4 = 7.7 MiB; CPU ms per chunk 26.9 / 33.3 = 0.81."""
+    from docs_render.endless import continuous_rss
+
+    rows = [{"minute": m, "rss_mib": 321.4 if m < 30 else 329.1, "state_elements": 1000, "ms_per_chunk": 30.0,
+             "cpu_ms_per_chunk": 29.0, "restarts": m, "words": 10 * m} for m in range(1, 31)]
+    rec = {"per_minute": rows, "rss_growth_mib": 7.7, "cpu_ms_per_chunk_start": 33.3, "cpu_ms_per_chunk_end": 26.9,
+           "cpu_ms_per_chunk_ratio": 0.808, "cost_window_min": 5, "encoder_left_chunks": 8, "minutes": 30,
+           "pause_ms": [0, 100], "segments_closed": 0, "max_segment_s": 1860, "cap_cuts": 0, "policy": "waitk:k=3",
+           "langs": ["de"], "encoder_pos_enc_type": "rope"}
+    out = continuous_rss({"rss_no_pause": rec, "summary": {"goals": {"rss_growth_mib_30min_no_pause":
+                                                                      {"goal": "<= 50", "met": True}}}})
+    assert out.startswith("RSS growth from minute 2 to minute 30: **7.7 MiB** (goal <= 50: met); CPU time per chunk, "
+                          "median of the last 5 minutes / of minutes 2-6: 26.9 / 33.3 ms = **0.81**.")
+    # minutes 1, 2, 5, 10, ..., 30 in the table
+    assert [line.split(" | ")[0] for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()] == [
+        "| 1", "| 2", "| 5", "| 10", "| 15", "| 20", "| 25", "| 30"]

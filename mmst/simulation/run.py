@@ -334,9 +334,8 @@ def _entry(rank: int, world: int, port: int, argv: list[str], result_dir: str,
                           all_threads=True)
     try:
         res = target(argv)
-        tmp = path.with_suffix(".part")
-        tmp.write_text(json.dumps(res))
-        tmp.replace(path)
+        with atomic_path(path) as tmp:  # the launcher reads a rank's result as finished only when it is whole
+            tmp.write_text(json.dumps(res))
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         path.write_text(json.dumps({"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}))
         raise SystemExit(1) from e
