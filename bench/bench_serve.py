@@ -4,7 +4,7 @@ off, and a flooding client next to 8 real-time ones, each load point run ``--rep
 the clients measure.
 
 Starts ``python -m mmst.serve`` once per configuration (tick batching; ``--batching off``; tick batching on
-one compute thread) and keeps the servers running. Each repetition then runs every load point once: for
+``--compare-workers`` compute threads instead of the default) and keeps the servers running. Each repetition then runs every load point once: for
 each N, N clients that each stream a different talk of ``DATA/tst-COMMON.tsv`` (or ``--wav`` files) at
 real-time speed in 100 ms int16 frames, all at once, against the tick server, and at the
 ``--unbatched-clients`` points right before or after against the unbatched one (the order alternates
@@ -111,9 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "number in every repetition for the cost ratio (comma list; empty = skip)")
     p.add_argument("--flood-clients", type=int, default=8,
                    help="real-time clients of the flood row, next to one flooder (0 = skip)")
-    p.add_argument("--one-thread-clients", default="16",
-                   help="numbers of clients of tick runs on ONE compute thread (--compute-workers 1), to compare "
-                   "with the default threads (comma list; empty = skip)")
+    p.add_argument("--compare-workers", type=int, default=2,
+                   help="compute threads (--compute-workers) of the comparison runs, next to the server's default")
+    p.add_argument("--compare-workers-clients", default="16",
+                   help="numbers of clients of tick runs on --compare-workers compute threads (comma list; empty = "
+                   "skip)")
     p.add_argument("--reps", type=int, default=3,
                    help="runs of every load point (interleaved: every point once, then again); the table gives "
                         "their median and the min-max of the p95s and of the cost ratios")
@@ -344,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         talks.append(np.ascontiguousarray(x.mean(axis=1)[: int(args.seconds * 16000)], dtype=np.float32))
     ns_off = _counts(args.unbatched_clients)
     ns = sorted(set(_counts(args.clients)) | set(ns_off))  # every unbatched point has its tick partner
-    ns_one = _counts(args.one_thread_clients)
+    ns_one = _counts(args.compare_workers_clients)
+    alt = f"tick-{args.compare_workers}thread{'s' if args.compare_workers > 1 else ''}"
     n_max = max(ns + ns_off + ns_one + [args.flood_clients + 1])
     base = ["--model", args.model, "--data", args.data, "--max-clients", str(n_max),
             *args.server_args.split(), "--quantize", args.quantize]
@@ -354,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns_off:
         configs["off"] = ["--batching", "off"]
     if ns_one:
-        configs["tick-1thread"] = ["--batching", "tick", "--compute-workers", "1"]
+        configs[alt] = ["--batching", "tick", "--compute-workers", str(args.compare_workers)]
     runs: dict[str, list[dict]] = {}  # "config/N" -> one row per repetition
     pairs: dict[str, list[dict]] = {}
     flood = None
@@ -388,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.flood_clients:
                 run("tick", args.flood_clients, rep, flooded=True)
             for n in ns_one:
-                run("tick-1thread", n, rep)
+                run(alt, n, rep)
     finally:
         for server in servers.values():
             server.stop()

@@ -192,7 +192,7 @@ def test_a_restart_point_without_progress_falls_back_to_the_sentence_end():
     from test_sentence_restart import _driver, _stream
 
     lf = _driver()
-    lf.restart_point = lambda lang: lf.translator.origin(lang)  # evidence without progress
+    lf.restart_points = lambda langs: {lang: lf.translator.origin(lang) for lang in langs}  # evidence without progress
     words, ends = _stream(lf)
     assert [r.restart_ms for r in ends[0].restarts] == [32 * 40.0]
     assert [w.text for w in words] == [f"w{i}" for i in range(10, 16)]

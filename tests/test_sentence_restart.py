@@ -315,3 +315,40 @@ def test_simuleval_agent_translates_every_sentence_of_an_instance(restart):
         assert delays == [640.0, 960.0, 1280.0, 1600.0, 1920.0, 2240.0, 2560.0, 2880.0, 2880.0]
     else:
         assert words == ["w10", "w11", "w12"]
+
+
+@pytest.mark.parametrize("arch", ["unified", "separate"])
+def test_batched_sentence_evidence_equals_each_language_alone_through_the_full_decoder(tiny_model, arch, monkeypatch):
+    """The restart evidence of several languages at once (one decoder call for a unified model, rows right-padded,
+    each row's cross-attention masked to its own window, layers above the asked one not computed) equals, per
+    language, the attention that a full incremental ``step`` over that language's sentence and window alone
+    stores (``attn_layers``): 3 languages with 5, 2 and 7 tokens over windows [0, 9), [4, 12) and [2, 6) of 12
+    random states, layers 1, 0 and 1."""
+    from mmst.simultaneous import continuation
+    from mmst.simultaneous.continuation import forced_cross_attention_rows
+
+    model = tiny_model(arch=arch)
+    torch.manual_seed(3)
+    states = torch.randn(1, 12, 32)
+    rows = {"de": [7, 8, 9, 10, 11], "es": [12, 13], "fr": [14, 15, 16, 17, 18, 19, 20]}
+    windows = {"de": (0, 9), "es": (4, 12), "fr": (2, 6)}
+    layers = {"de": 1, "es": 0, "fr": 1}
+    calls = []
+    for name in ("_layer_attention", "forced_cross_attention"):  # count the decoder calls (rows of each)
+        real = getattr(continuation, name)
+        monkeypatch.setattr(continuation, name, lambda *a, _real=real, _rows=(name == "_layer_attention"), **k:
+                            calls.append(a[1].size(0) if _rows else 1) or _real(*a, **k))
+    got = forced_cross_attention_rows(model, rows, states, windows, layers)
+    # unified: one call per layer asked (rows de+fr at layer 1, es at layer 0); separate: one per language
+    assert sorted(calls) == ([1, 2] if arch == "unified" else [1, 1, 1])
+    for lang, toks in rows.items():
+        dec = model.decoder_for(lang)
+        st = dec.init_state()
+        lo, hi = windows[lang]
+        x = torch.tensor([[model.start_token_id(lang)] + toks[:-1]])
+        with torch.no_grad():
+            dec.step(x, st, states[:, lo:hi], attn_layers=(layers[lang],))
+        want = st.cross_attn[layers[lang]][0].mean(dim=0)  # (T, hi - lo)
+        assert got[lang].shape == (len(toks), hi - lo)
+        torch.testing.assert_close(got[lang], want, atol=1e-6, rtol=1e-5)
+        assert torch.allclose(got[lang].sum(-1), torch.ones(len(toks)), atol=1e-5)  # normalised over its window only

@@ -476,3 +476,13 @@ def test_a_tick_starts_once_tick_streams_streams_have_audio():
     sched, delivered = _scheduler_run(script, workers=1, tick_ms=600_000.0, tick_streams=2)
     assert sched.ticks == 2 and sched.stack.by_kind == {"_Echo": [2, 5]}
     assert sorted(ev for _, ev, _ in delivered[3:]) == [[("a", [2])], [("b", [2])]]
+
+
+@pytest.mark.parametrize("cores,want", [(1, 1), (2, 1), (3, 1), (4, 2), (6, 3), (8, 4), (64, 4)])
+def test_default_compute_workers_is_one_per_two_cores(monkeypatch, cores, want):
+    """One compute thread per two cores the process may use, at least 1, at most MAX_DEFAULT_WORKERS (4): on a
+    2-core machine one thread (a second one made the ticks of 16 streams slower there; docs/serving.md)."""
+    from mmst.serve import batching
+
+    monkeypatch.setattr(batching.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    assert batching.default_workers() == want

@@ -2,8 +2,8 @@
 model calls of different streams stacked into one call.
 
 All streams share one model; the asyncio event loop only receives audio and sends events. The compute
-runs on up to ``workers`` threads (``mmst-serve --compute-workers``, default: one per CPU core, at most
-:data:`MAX_DEFAULT_WORKERS`): a tick's streams are split into disjoint groups of about equal size, at
+runs on up to ``workers`` threads (``mmst-serve --compute-workers``, default: one per two CPU cores, at
+most :data:`MAX_DEFAULT_WORKERS`): a tick's streams are split into disjoint groups of about equal size, at
 least ``min_group`` streams each (``--worker-min-streams``, default :data:`DEFAULT_MIN_GROUP`), each group
 stepped (and its calls stacked) on its own thread, the groups in parallel. Below ``2 * min_group``
 streams a tick is one group on one thread: splitting a light load would only halve what each call
@@ -104,13 +104,15 @@ DEFAULT_MIN_GROUP = 8
 
 
 def default_workers() -> int:
-    """Compute threads sized to the machine: one per CPU core this process may use, at most
-    :data:`MAX_DEFAULT_WORKERS`."""
+    """Compute threads sized to the machine: one per two CPU cores this process may use (at least 1, at most
+    :data:`MAX_DEFAULT_WORKERS`). The threads overlap only inside torch's kernels (the Python of the steps
+    holds the interpreter lock), and the event loop, the VAD and the clients' network need a core too: on
+    2 cores a second compute thread made the ticks of 16 streams slower, not faster (``docs/serving.md``)."""
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         n = os.cpu_count() or 1
-    return max(1, min(MAX_DEFAULT_WORKERS, n))
+    return max(1, min(MAX_DEFAULT_WORKERS, n // 2))
 
 #: callback(session, events, error): deliver a step's events (or the exception it raised) on the loop
 Deliver = Callable[[StreamSession, list, BaseException | None], None]

@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "waiting (so the wait shrinks as the load grows)")
     p.add_argument("--compute-workers", type=int, default=None,
                    help="compute threads; the streams of a tick are split over them "
-                   f"(default: one per CPU core, at most {MAX_DEFAULT_WORKERS})")
+                   f"(default: one per two CPU cores, at least 1, at most {MAX_DEFAULT_WORKERS})")
     p.add_argument("--worker-min-streams", type=int, default=DEFAULT_MIN_GROUP,
                    help="fewest streams per compute thread in a tick (a lighter tick runs on fewer threads, so "
                    "its calls stack more)")

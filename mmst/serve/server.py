@@ -157,7 +157,7 @@ class ServerConfig:
             entry); other peers' headers are ignored.
         allow_origins: browser origins (``https://host[:port]``) allowed besides the server's own.
         max_step_samples: most audio (16 kHz samples) one step of a stream computes.
-        compute_workers: compute threads (streams of a tick split over them); None = one per CPU core
+        compute_workers: compute threads (streams of a tick split over them); None = one per two CPU cores
             (:func:`~mmst.serve.batching.default_workers`).
         tick_ms: shortest interval between the starts of two ticks (tick batching; 0 = no wait), unless
             ``tick_streams`` streams have audio waiting before it is over.

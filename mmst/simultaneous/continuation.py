@@ -7,13 +7,16 @@ beam search), one language, one utterance, over the encoder states received so f
   length cap. The written prefix is never revised.
 * :func:`forced_cross_attention`: one teacher-forced call over prefix + continuation returning the
   head-averaged cross-attention of each continuation token (the attention of the decoder position
-  that predicts it).
+  that predicts it); :func:`forced_cross_attention_rows`: the same for several languages' sentences,
+  one call for a unified model.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from mmst.models.masks import causal_mask
 
 
 def _decoder(model, lang: str):
@@ -123,6 +126,63 @@ def forced_cross_attention(
     dec.step(x, st, states, extra_embed=extra, attn_layers=(layer,))
     a = st.cross_attn[layer][0, :, len(written):]  # (H, len(continuation), S)
     return (a if heads is None else a[list(heads)]).mean(dim=0)
+
+
+def _layer_attention(dec, tokens: torch.Tensor, states: torch.Tensor, layer: int, cross_mask: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced cross-attention probabilities ``(B, H, L, S)`` of ``layer`` of the Transformer decoder
+    ``dec`` for inputs ``tokens (B, L)`` from position 0 over ``states (1, S, D)``, ``cross_mask (B, L, S)``
+    True = attend: the layers up to ``layer`` only (those above and the output projection cannot change it),
+    the values ``dec.step(tokens, fresh state, states, attn_layers=(layer,))`` stores."""
+    n = tokens.size(1)
+    x = dec.embed(tokens, torch.arange(n, device=tokens.device)[None])
+    self_mask = causal_mask(n, device=tokens.device)[None]
+    sink: list = []
+    for li in range(layer + 1):
+        mod = dec.layers[li]
+        x, _ = mod(x, mod.encoder_attn.project_kv(states), self_mask, cross_mask, None, sink if li == layer else None)
+    return sink[0]
+
+
+@torch.no_grad()
+def forced_cross_attention_rows(
+    model, rows: dict[str, list[int]], states: torch.Tensor, windows: dict[str, tuple[int, int]], layers: dict[str, int],
+) -> dict[str, torch.Tensor]:
+    """:func:`forced_cross_attention` of several languages' written sentences over one utterance's states,
+    each over its own window of states, averaged over all heads: ``{lang: (len(rows[lang]), hi - lo)}``, the
+    attention of the position that predicts each token of ``rows[lang]`` (inputs ``[start] + rows[lang][:-1]``)
+    over states ``[lo, hi) = windows[lang]`` of ``states`` ``(1, S, D)``.
+
+    A sync unified model computes the languages that share a layer in ONE call of the decoder layers up to
+    that one (rows right-padded: with causal self-attention a row's padding changes nothing before it; each
+    row's cross-attention masked to its window, so it is normalised over that window as a call on the window
+    alone); other models, one :func:`forced_cross_attention` per language. Languages with no tokens get ``(0, hi - lo)``.
+    """
+    dev = states.device
+    out = {lang: torch.zeros(0, hi - lo, device=dev) for lang, (lo, hi) in windows.items() if not rows[lang]}
+    todo = [lang for lang in rows if rows[lang]]
+    unified = getattr(model, "arch", None) == "unified" and _decoder(model, todo[0])[1] is None if todo else False
+    if not unified:
+        for lang in todo:
+            lo, hi = windows[lang]
+            out[lang] = forced_cross_attention(model, lang, [], rows[lang], states[:, lo:hi], layers[lang])
+        return out
+    pad = int(model.cfg.pad_id)
+    for layer in sorted({layers[lang] for lang in todo}):
+        group = [lang for lang in todo if layers[lang] == layer]
+        width = max(len(rows[lang]) for lang in group)
+        x = torch.tensor([[model.start_token_id(lang)] + rows[lang][:-1] + [pad] * (width - len(rows[lang]))
+                          for lang in group], device=dev)
+        lo_all = min(windows[lang][0] for lang in group)
+        hi_all = max(windows[lang][1] for lang in group)
+        ar = torch.arange(lo_all, hi_all, device=dev)[None, :]
+        lo = torch.tensor([windows[lang][0] for lang in group], device=dev)[:, None]
+        hi = torch.tensor([windows[lang][1] for lang in group], device=dev)[:, None]
+        mask = ((ar >= lo) & (ar < hi))[:, None, :].expand(-1, width, -1)  # (rows, L, S')
+        a = _layer_attention(model.decoder_for(group[0]), x, states[:, lo_all:hi_all], layer, mask).mean(dim=1)
+        for r, lang in enumerate(group):
+            w_lo, w_hi = windows[lang]
+            out[lang] = a[r, : len(rows[lang]), w_lo - lo_all: w_hi - lo_all]
+    return out
 
 
 @torch.no_grad()

@@ -48,7 +48,12 @@ import torch
 from mmst.models.encoder import EncoderOut
 from mmst.models.stacked import Steps, run_alone
 
-from .continuation import decode_continuations_beam, decode_continuations_greedy, forced_cross_attention
+from .continuation import (
+    decode_continuations_beam,
+    decode_continuations_greedy,
+    forced_cross_attention,
+    forced_cross_attention_rows,
+)
 from .detok import CHAR_LANGS, Detokenizer, Word
 from .incremental import StreamingFrontEnd
 from .policies import Policy, PolicyState, WaitKPolicy, ctc_greedy_count, partial_cap
@@ -464,32 +469,52 @@ class StreamingTranslator:
         if self.detok is not None:
             self._held_words[lang].extend(self.detok[lang].flush())
 
-    @torch.no_grad()
     def sentence_evidence(self, lang: str) -> tuple[torch.Tensor, torch.Tensor | None, int, int]:
-        """The signals that locate where the current sentence of ``lang`` ended in the source.
+        """:meth:`sentence_evidence_many` of one language."""
+        return self.sentence_evidence_many([lang])[lang]
+
+    @torch.no_grad()
+    def sentence_evidence_many(self, langs: list[str]) -> dict[str, tuple[torch.Tensor, torch.Tensor | None, int, int]]:
+        """The signals that locate where the current sentence of each language of ``langs`` ended in the source.
 
         Returns:
-            ``(attn, ctc_labels, origin, n_states)``: ``attn`` ``(T, n_states - origin)``, the cross-attention of
-            each written token of the sentence (decoder layer of its policy, or ``L // 2``; mean over heads;
-            one teacher-forced call) over the states ``[origin, n_states)`` it could attend, ``n_states`` =
-            the states received when it ended (now, if it has not); ``ctc_labels`` ``(n_states - origin,)``,
-            the greedy source-CTC label per state, or None without a CTC head.
+            ``{lang: (attn, ctc_labels, origin, n_states)}``: ``attn`` ``(T, n_states - origin)``, the
+            cross-attention of each written token of the sentence (decoder layer of its policy, or ``L // 2``;
+            mean over heads) over the states ``[origin, n_states)`` it could attend, ``n_states`` = the states
+            received when it ended (now, if it has not); ``ctc_labels`` ``(n_states - origin,)``, the greedy
+            source-CTC label per state, or None without a CTC head. The teacher-forced decoder calls of all
+            the languages are one call for a unified model
+            (:func:`~mmst.simultaneous.continuation.forced_cross_attention_rows`), and the CTC head runs once.
         """
         fe = self.frontend
-        o = self._origin[lang]
-        end = self.ended[lang]
-        hi = min(fe.num_states, end.n_states if end is not None else fe.num_states)
-        toks = list(self.tokens[lang])
-        if hi <= o or not toks:
-            return torch.zeros(len(toks), max(0, hi - o)), None, o, hi
+        out: dict[str, tuple[torch.Tensor, torch.Tensor | None, int, int]] = {}
+        windows: dict[str, tuple[int, int]] = {}
+        for lang in langs:
+            o = self._origin[lang]
+            end = self.ended[lang]
+            hi = min(fe.num_states, end.n_states if end is not None else fe.num_states)
+            if hi <= o or not self.tokens[lang]:
+                out[lang] = (torch.zeros(len(self.tokens[lang]), max(0, hi - o)), None, o, hi)
+            else:
+                windows[lang] = (o, hi)
+        if not windows:
+            return out
         base = self._states_start()
-        states = self._states()[:, o - base:hi - base]
-        layer = self._layer(lang, int(self.model.cfg.decoder_layers))
-        eos = int(self.model.cfg.eos_id)
-        attn = forced_cross_attention(self.model, lang, [], toks + [eos], states, layer)[:-1]  # (T, S')
+        states = self._states()
+        n_layers = int(self.model.cfg.decoder_layers)
+        attn = forced_cross_attention_rows(
+            self.model, {lang: list(self.tokens[lang]) for lang in windows}, states,
+            {lang: (o - base, hi - base) for lang, (o, hi) in windows.items()},
+            {lang: self._layer(lang, n_layers) for lang in windows})
         ctc = getattr(self.model, "ctc_proj", None)
-        labels = ctc(states[0]).argmax(dim=-1) if ctc is not None else None
-        return attn.float().cpu(), None if labels is None else labels.cpu(), o, hi
+        labels = None
+        if ctc is not None:
+            lo = min(o for o, _ in windows.values())
+            hi_all = max(hi for _, hi in windows.values())
+            labels = ctc(states[0, lo - base:hi_all - base]).argmax(dim=-1).cpu()
+        for lang, (o, hi) in windows.items():
+            out[lang] = (attn[lang].float().cpu(), None if labels is None else labels[o - lo:hi - lo], o, hi)
+        return out
 
     def restart(self, lang: str, state: int) -> None:
         """Start a new sentence of ``lang`` that attends the encoder states from ``state`` on (the states of

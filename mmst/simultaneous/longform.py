@@ -628,41 +628,55 @@ class LongFormTranslator:
         sentence's attention, the CTC head and the VAD probabilities (:func:`~.restart.find_restart_point`;
         None when no pause is near the attention estimate); the states its sentence saw when it wrote
         nothing; None when it saw none."""
+        return self.restart_points([lang])[lang]
+
+    def restart_points(self, langs: list[str]) -> dict[str, int | None]:
+        """:meth:`restart_point` of every language of ``langs``; the evidence of those not known yet comes from
+        one :meth:`~mmst.simultaneous.joint.StreamingTranslator.sentence_evidence_many` call (one decoder call
+        for a unified model)."""
         tr = self.translator
-        ended = tr.ended.get(lang)
-        key = (tr.origin(lang), ended)
-        if lang in self._points and self._points[lang][0] == key:  # an ended sentence's evidence does not change
-            return self._points[lang][1]
-        attn, ctc, origin, hi = tr.sentence_evidence(lang)
+        keys = {lang: (tr.origin(lang), tr.ended.get(lang)) for lang in langs}
+        todo = [lang for lang in langs if not (lang in self._points and self._points[lang][0] == keys[lang])]
+        evidence = tr.sentence_evidence_many(todo) if todo else {}
+        for lang in todo:  # an ended sentence's evidence does not change: only the current end is asked again
+            self._points[lang] = (keys[lang], self._point_from_evidence(lang, *evidence[lang]))
+        return {lang: self._points[lang][1] for lang in langs}
+
+    def _point_from_evidence(self, lang: str, attn: torch.Tensor, ctc, origin: int, hi: int) -> int | None:
         if hi <= origin:
             return None
         if attn.size(0) == 0:
             return hi
+        ended = self.translator.ended.get(lang)
         probs = None
         if self._has_probs:
             probs = self._speech.state_probs(self._utt_start + origin * self.state_samples, hi - origin,
                                              self.state_samples)
+        tr = self.translator
         blank = int(getattr(getattr(getattr(tr, "model", None), "cfg", None), "bos_id", 0))
         partial = ended is not None and ended.partial
         # a sentence ended by the source's end has read everything: its latest attended state, over all its
         # tokens, is its end (its last tokens may attend early); one that ended on partial input: its last tokens
         rel = find_restart_point(attn, ctc_labels=ctc, blank=blank, speech_prob=probs, threshold=self._speech.threshold,
                                  search_all=partial, last_tokens=RESTART_LAST_TOKENS if partial else attn.size(0))
-        self._points[lang] = (key, None if rel is None else origin + rel)  # only the current end is asked again
-        return self._points[lang][1]
+        return None if rel is None else origin + rel
 
     def _restart_ended(self, stop: int, now: int, finished: bool) -> Steps:
         """Restart every language that ended its sentence and has ``restart_min_speech_ms`` of speech after its
         restart point, up to sample ``stop`` (a generator without requests; its value: whether any restarted)."""
         tr = self.translator
         any_restart = False
+        if not finished:
+            for lang in self.langs:
+                if tr.ended.get(lang) is None and tr.eos_chunks.get(lang, 0) >= self.restart_eos_chunks:
+                    tr.end_sentence(lang)
+        # languages are independent (a restart changes only its own language): their evidence in one call
+        points = self.restart_points([lang for lang in self.langs if tr.ended.get(lang) is not None and tr.done.get(lang)])
         for lang in self.langs:
-            if not finished and tr.ended.get(lang) is None and tr.eos_chunks.get(lang, 0) >= self.restart_eos_chunks:
-                tr.end_sentence(lang)
             ended = tr.ended.get(lang)
             if ended is None or not tr.done.get(lang):
                 continue
-            p = self.restart_point(lang)
+            p = points[lang]
             if p is not None and p <= tr.origin(lang):
                 # the evidence shows no progress (its nearest pause is the one the sentence started in): restart
                 # where the sentence ended, or the language would stay silent for the rest of an endless segment

@@ -195,9 +195,9 @@ class SpeechTrack:
         if not ends.size:
             return out
         starts = ends - self.window_samples
-        for j in range(n_states):
-            a, b = start + j * state_samples, start + (j + 1) * state_samples
-            ov = np.clip(np.minimum(ends, b) - np.maximum(starts, a), 0, None)
-            if ov.sum() > 0:
-                out[j] = float((ov * probs).sum() / ov.sum())
+        a = start + np.arange(n_states, dtype=np.int64)[:, None] * state_samples  # (n_states, 1)
+        ov = np.clip(np.minimum(ends[None, :], a + state_samples) - np.maximum(starts[None, :], a), 0, None)
+        tot = ov.sum(axis=1)  # (n_states, windows): every state against every window of the span, one array op
+        known = tot > 0
+        out[known] = (ov[known] * probs[None, :]).sum(axis=1) / tot[known]
         return out
