@@ -228,3 +228,27 @@ def test_speech_track_queries_read_only_their_span_and_equal_a_brute_force():
         want.append(sum(o * p for o, p in ov) / sum(o for o, _ in ov))
     np.testing.assert_allclose(track.state_probs(start, n, 640), want)
     assert track.speech_ms(10, 900 * w) == 0.0 and list(track.state_probs(10, 2, 640)) == [1.0, 1.0]
+
+
+def test_state_probs_over_many_blocks_equal_the_overlap_weighted_mean_of_each_state():
+    """``state_probs`` over 600 states of 640 samples (three blocks of STATE_BLOCK = 256 states, the span starting
+    mid-window): each state's value is the overlap-weighted mean probability of the 32 ms windows it overlaps,
+    computed here state by state; states before the first window get 1.0."""
+    from mmst.simultaneous.restart import STATE_BLOCK, SpeechTrack
+
+    w = 512
+    rng = np.random.default_rng(0)
+    probs = rng.random(1000)
+    track = SpeechTrack(window_samples=w)
+    for i, p in enumerate(probs):
+        track.add((i + 10 + 1) * w, float(p))  # windows from sample 10 * 512 on
+    start, n = 3 * w + 100, 600
+    assert n > 2 * STATE_BLOCK
+    want = []
+    for j in range(n):
+        a, b = start + j * 640, start + (j + 1) * 640
+        ov = np.array([max(0, min((i + 11) * w, b) - max((i + 10) * w, a)) for i in range(1000)], dtype=float)
+        want.append(float((ov * probs).sum() / ov.sum()) if ov.sum() > 0 else 1.0)
+    got = track.state_probs(start, n, 640)
+    assert got[0] == 1.0 and got[7] != 1.0  # state 0 ends before the first window; state 7 overlaps it
+    np.testing.assert_allclose(got, want, rtol=1e-12)

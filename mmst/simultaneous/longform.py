@@ -647,12 +647,12 @@ class LongFormTranslator:
             return None
         if attn.size(0) == 0:
             return hi
-        ended = self.translator.ended.get(lang)
+        tr = self.translator
+        ended = tr.ended.get(lang)
         probs = None
         if self._has_probs:
             probs = self._speech.state_probs(self._utt_start + origin * self.state_samples, hi - origin,
                                              self.state_samples)
-        tr = self.translator
         blank = int(getattr(getattr(getattr(tr, "model", None), "cfg", None), "bos_id", 0))
         partial = ended is not None and ended.partial
         # a sentence ended by the source's end has read everything: its latest attended state, over all its

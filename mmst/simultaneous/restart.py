@@ -124,6 +124,10 @@ def find_restart_point(attn: torch.Tensor, *, ctc_labels=None, blank: int = 0, s
     return max(0, min(s, point))
 
 
+#: states per array operation of :meth:`SpeechTrack.state_probs` (bounds its memory on a long segment)
+STATE_BLOCK = 256
+
+
 class SpeechTrack:
     """Speech probability per 32 ms segmenter window of a stream (see the module docstring).
 
@@ -191,13 +195,15 @@ class SpeechTrack:
         out = np.ones(n_states, dtype=np.float64)
         if n_states <= 0:
             return out
-        ends, probs = self._span(start, start + n_states * state_samples)
-        if not ends.size:
-            return out
-        starts = ends - self.window_samples
-        a = start + np.arange(n_states, dtype=np.int64)[:, None] * state_samples  # (n_states, 1)
-        ov = np.clip(np.minimum(ends[None, :], a + state_samples) - np.maximum(starts[None, :], a), 0, None)
-        tot = ov.sum(axis=1)  # (n_states, windows): every state against every window of the span, one array op
-        known = tot > 0
-        out[known] = (ov[known] * probs[None, :]).sum(axis=1) / tot[known]
+        for j0 in range(0, n_states, STATE_BLOCK):  # blocks of states, each against the windows of its own span
+            j1 = min(n_states, j0 + STATE_BLOCK)
+            a = start + np.arange(j0, j1, dtype=np.int64)[:, None] * state_samples  # (block, 1) first samples
+            ends, probs = self._span(int(a[0, 0]), int(a[-1, 0]) + state_samples)
+            if not ends.size:
+                continue
+            ov = np.clip(np.minimum(ends[None, :], a + state_samples) - np.maximum((ends - self.window_samples)[None, :], a),
+                         0, None)  # (block, windows) overlap in samples
+            tot = ov.sum(axis=1)
+            known = tot > 0
+            out[j0:j1][known] = (ov[known] * probs[None, :]).sum(axis=1) / tot[known]
         return out
