@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="real-time clients of the flood row, next to one flooder (0 = skip)")
     p.add_argument("--compare-workers", type=int, default=2,
                    help="compute threads (--compute-workers) of the comparison runs, next to the server's default")
-    p.add_argument("--compare-workers-clients", default="16",
+    p.add_argument("--compare-workers-clients", default="16,32",
                    help="numbers of clients of tick runs on --compare-workers compute threads (comma list; empty = "
                    "skip)")
     p.add_argument("--reps", type=int, default=3,

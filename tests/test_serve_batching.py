@@ -481,7 +481,7 @@ def test_a_tick_starts_once_tick_streams_streams_have_audio():
 @pytest.mark.parametrize("cores,want", [(1, 1), (2, 1), (3, 1), (4, 2), (6, 3), (8, 4), (64, 4)])
 def test_default_compute_workers_is_one_per_two_cores(monkeypatch, cores, want):
     """One compute thread per two cores the process may use, at least 1, at most MAX_DEFAULT_WORKERS (4): on a
-    2-core machine one thread (a second one made the ticks of 16 streams slower there; docs/serving.md)."""
+    2-core machine one thread (docs/serving.md: a second one costs latency near saturation there)."""
     from mmst.serve import batching
 
     monkeypatch.setattr(batching.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)

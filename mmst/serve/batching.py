@@ -107,7 +107,8 @@ def default_workers() -> int:
     """Compute threads sized to the machine: one per two CPU cores this process may use (at least 1, at most
     :data:`MAX_DEFAULT_WORKERS`). The threads overlap only inside torch's kernels (the Python of the steps
     holds the interpreter lock), and the event loop, the VAD and the clients' network need a core too: on
-    2 cores a second compute thread made the ticks of 16 streams slower, not faster (``docs/serving.md``)."""
+    2 cores a second thread gains little at light load and costs latency near saturation, which is what
+    bounds how many streams a server holds (``bench/bench_serve.py``'s two-thread rows, ``docs/serving.md``)."""
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
