@@ -107,3 +107,32 @@ def test_pushes_carry_nll_and_frames_to_the_server():
     srv._handle(1, _grad_push(srv, 0, 0.0, nll=7.5, frames=300.0))
     srv._handle(2, _grad_push(srv, 0, 0.0, nll=2.5, frames=100.0))
     assert srv.nll_sum == 10.0 and srv.n_frames == 400.0
+
+
+def test_a_stall_of_the_server_itself_does_not_lose_every_worker():
+    # worker_timeout 2 s. The whole machine stalls 15 s: the server's last check was at t=0 and every
+    # heartbeat is ~15 s old when it runs again. Nobody is lost then; a worker whose heartbeat stays old
+    # for a fresh 2 s after the resumption is.
+    ages, replies = {1: 15.0, 2: 15.0}, []
+    srv = _server(ages, replies)
+    srv._last_check = 0.0
+    srv._liveness_tick(15.0)
+    assert srv.alive == {1, 2} and srv.lost == []
+    ages[1] = 0.1  # worker 1's heartbeat thread runs again; worker 2 really died
+    for now in (15.6, 16.2, 16.8):  # still inside the grace
+        ages[2] = now
+        srv._liveness_tick(now)
+        assert srv.alive == {1, 2}
+    ages[2] = 17.4  # grace over (15 + 2) and a check is due (0.5 s after 16.8)
+    srv._liveness_tick(17.4)
+    assert srv.alive == {1} and srv.lost == [2]
+
+
+def test_without_a_server_stall_a_late_heartbeat_is_lost_at_the_next_check():
+    ages, replies = {1: 0.1, 2: 2.5}, []
+    srv = _server(ages, replies)
+    srv._last_check = 10.0
+    srv._liveness_tick(10.3)  # not due yet (every min(0.5, 2/4) s)
+    assert srv.alive == {1, 2}
+    srv._liveness_tick(10.6)
+    assert srv.alive == {1} and srv.lost == [2]

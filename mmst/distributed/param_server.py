@@ -176,6 +176,8 @@ class ParamServer:
         self.lr_scales: list[float] = []
         self.t_start = 0.0
         self.elapsed_s = 0.0
+        self._last_check = 0.0  # perf_counter of the last liveness check
+        self._grace_until = float("-inf")  # no worker is declared lost before this (after the server's stall)
         self._lock = threading.RLock()
         self._done = threading.Event()
 
@@ -221,8 +223,29 @@ class ParamServer:
                 self.pending.add(w)
             self._release_pending()
 
-    def _check_liveness(self) -> None:
-        for w in sorted(self.alive - self.stopped):
+    def _liveness_tick(self, now: float) -> None:
+        """Check liveness when due (every ``min(0.5, worker_timeout_s / 4)`` s of ``time.perf_counter``).
+
+        A heartbeat's age only says a worker is dead if the server was watching meanwhile. When the server
+        itself did not run for longer than ``worker_timeout_s`` (the whole machine stalled, or the server was
+        busy elsewhere), every heartbeat looks old for the same reason, so no worker is declared lost until
+        each has had a fresh ``worker_timeout_s`` from the server's resumption; readmission still runs.
+        """
+        gap = now - self._last_check
+        if gap <= min(0.5, self.worker_timeout_s / 4):
+            return
+        if gap > self.worker_timeout_s:
+            self._grace_until = now + self.worker_timeout_s
+            log.warning("param-server: the server did not run for %.1fs (> worker_timeout %.1fs); heartbeats are "
+                        "judged again from now on", gap, self.worker_timeout_s)
+        self._check_liveness(judge_dead=now >= self._grace_until)
+        self._last_check = now
+
+    def _check_liveness(self, judge_dead: bool = True) -> None:
+        """Declare lost each live worker whose heartbeat is older than ``worker_timeout_s`` (unless
+        ``judge_dead`` is false: a grace after the server's own stall), and readmit each suspect whose
+        heartbeat is fresh again."""
+        for w in sorted(self.alive - self.stopped) if judge_dead else []:
             if self._heartbeat_age(w) > self.worker_timeout_s:
                 self._declare_dead(w, f"no heartbeat for > {self.worker_timeout_s:.1f}s", may_return=True)
         for w in sorted(self._suspect):
@@ -339,10 +362,7 @@ class ParamServer:
         unstopped. Raises DistributedError when a receive fails while training is still on."""
         try:
             while not until() and self._live_unstopped():
-                now = time.perf_counter()
-                if now - self._last_check > min(0.5, self.worker_timeout_s / 4):
-                    self._check_liveness()
-                    self._last_check = now
+                self._liveness_tick(time.perf_counter())
                 try:
                     src, buf = self._inbox.get(timeout=0.05)
                 except queue.Empty:
