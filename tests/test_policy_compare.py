@@ -294,3 +294,146 @@ def test_a_win_on_a_degenerate_or_outlier_point_is_not_counted():
                           "models": {"m": {}}, "equal_latency": {"m": {"AL": eq}},
                           "sweeps": {"m": {"waitk": waitk, "alignatt": aa, "la": la, "edatt": ed}}})
     assert "k=3: 2, k=5: 3" in md and "†" in md and "| la | n=2 | de | 24.0 |" in md
+
+
+# ---------------------------------------------------------------- training seeds: mean difference, shared indices
+def test_two_seeds_mean_difference_by_hand():
+    """Each seed is compared at its own wait-k AL (k=3); the headline is the mean over seeds of the difference.
+    alignatt wins on seed 1 (+6) and loses on seed 2 (-8): mean -1, not a win. la wins on both (+6, +4.6)."""
+    from mmst.evaluation.policy_compare import equal_latency_seeds
+
+    s1 = {"waitk": _sweep("waitk", "k", [(3, {"de": (20, 1500, 1600)})]),
+          "alignatt": _sweep("alignatt", "frames", [(2, {"de": (22, 1000, 1100)}), (8, {"de": (30, 2000, 2100)})]),
+          "la": _sweep("la", "n", [(2, {"de": (24, 1000, 1100)}), (4, {"de": (28, 2000, 2100)})])}
+    s2 = {"waitk": _sweep("waitk", "k", [(3, {"de": (24, 1600, 1700)})]),
+          "alignatt": _sweep("alignatt", "frames", [(2, {"de": (10, 1000, 1100)}), (8, {"de": (20, 2000, 2100)})]),
+          "la": _sweep("la", "n", [(2, {"de": (25, 1000, 1100)}), (4, {"de": (31, 2000, 2100)})])}
+    r = equal_latency_seeds({"seed1": s1, "seed2": s2}, ["de"], (3,), "AL")["k3"]["de"]
+    # seed 1 at 1500 ms: alignatt 22 + 8 * 0.5 = 26 (+6), la 26 (+6); seed 2 at 1600 ms: alignatt 10 + 10 * 0.6 = 16
+    # (-8), la 25 + 6 * 0.6 = 28.6 (+4.6)
+    assert r["per_seed"]["seed1"]["difference"] == pytest.approx({"alignatt": 6.0, "la": 6.0})
+    assert r["per_seed"]["seed2"]["difference"] == pytest.approx({"alignatt": -8.0, "la": 4.6})
+    assert r["difference"] == pytest.approx({"alignatt": -1.0, "la": 5.3})
+    assert r["waitk"]["latency"] == pytest.approx(1550.0) and r["waitk"]["BLEU"] == pytest.approx(22.0)
+    assert r["adaptive"] == pytest.approx({"alignatt": 21.0, "la": 27.3})
+    assert r["beats_waitk"] == ["la"] and r["best"] == "la"
+    assert r["per_seed"]["seed2"]["waitk"]["latency"] == 1600.0 and r["per_seed"]["seed1"]["ci"] == {"alignatt": None, "la": None}
+    # a likely degenerate point in one seed leaves the comparison out of the headline
+    s2["la"]["points"][0]["per_lang"]["de"]["likely_degenerate"] = True
+    r = equal_latency_seeds({"seed1": s1, "seed2": s2}, ["de"], (3,), "AL")["k3"]["de"]
+    assert r["excluded"] == ["la"] and r["beats_waitk"] == [] and r["best"] == "waitk"
+    with pytest.raises(CompareError, match="different policy sweeps"):
+        equal_latency_seeds({"seed1": s1, "seed2": {"waitk": s2["waitk"]}}, ["de"], (3,), "AL")
+
+
+def _seed_trees(root: Path, n_seeds: int = 2) -> None:
+    """``root/offline/seed<N>/``: the results tree of :func:`_results_tree` once per seed (identical outputs)."""
+    for n in range(1, n_seeds + 1):
+        _results_tree(root / f"tmp{n}")
+        (root / "offline").mkdir(parents=True, exist_ok=True)
+        (root / f"tmp{n}" / "offline").rename(root / "offline" / f"seed{n}")
+
+
+def _load_seeds(root: Path, seeds=(1, 2)) -> dict:
+    return {f"seed{n}": {p: load_sweep(root / "offline" / f"seed{n}" / p) for p in ("waitk", "alignatt")} for n in seeds}
+
+
+def test_seeds_with_identical_outputs_give_exactly_the_one_seed_interval(tmp_path):
+    """The bootstrap draws one set of sentence indices for every seed: two seeds with identical outputs give exactly
+    the one-seed interval, p-value and Holm correction (with an independent draw per seed the mean of two resampled
+    differences would vary less, and the interval would narrow)."""
+    from mmst.evaluation.policy_compare import equal_latency_seeds
+
+    _seed_trees(tmp_path)
+    by_seed = _load_seeds(tmp_path)
+    one = equal_latency(by_seed["seed1"], ["de", "es"], (3, 5), "LAAL", bootstrap=200)
+    two = equal_latency_seeds(by_seed, ["de", "es"], (3, 5), "LAAL", bootstrap=200)
+    for lang in ("de", "es"):
+        a, b = one["k3"][lang]["ci"]["alignatt"], two["k3"][lang]["ci"]["alignatt"]
+        assert b == a  # delta, low, high, p, p_holm, verdicts: exactly equal
+        for seed in ("seed1", "seed2"):
+            assert two["k3"][lang]["per_seed"][seed]["ci"]["alignatt"] == {k: a[k] for k in ("delta", "low", "high", "p")}
+        assert {k: v for k, v in two["k3"][lang].items() if k not in ("difference", "per_seed")} == one["k3"][lang]
+    # one seed through the seeds path: every number of the one-seed comparison
+    single = equal_latency_seeds({"seed1": by_seed["seed1"]}, ["de", "es"], (3, 5), "LAAL", bootstrap=200)
+    assert {kk: {lang: {k: v for k, v in r.items() if k not in ("difference", "per_seed")} for lang, r in row.items()}
+            for kk, row in single.items()} == one
+
+
+def test_seed_intervals_come_from_the_same_resampled_sentences(tmp_path):
+    """Seed 2's alignatt writes what its wait-k writes (difference 0 in every resample); seed 1's wins on de. Each
+    seed's own interval equals its one-seed bootstrap (the same index draw), and the headline difference is their
+    mean, (d1 + 0) / 2."""
+    from mmst.evaluation.policy_compare import equal_latency_seeds
+
+    _seed_trees(tmp_path)
+    short = [" ".join(r.split()[:-2]) for r in REFS]
+    for lab in ("alignatt-frames2", "alignatt-frames8"):
+        _write_point(tmp_path / "offline/seed2/alignatt" / lab, "de", short)
+    by_seed = _load_seeds(tmp_path)
+    two = equal_latency_seeds(by_seed, ["de", "es"], (3,), "LAAL", bootstrap=200)["k3"]["de"]
+    own = {s: equal_latency(by_seed[s], ["de", "es"], (3,), "LAAL", bootstrap=200)["k3"]["de"]["ci"]["alignatt"]
+           for s in by_seed}
+    for s in by_seed:
+        assert two["per_seed"][s]["ci"]["alignatt"] == {k: own[s][k] for k in ("delta", "low", "high", "p")}
+    assert own["seed2"]["low"] == own["seed2"]["high"] == 0.0 and own["seed1"]["low"] > 0
+    assert two["ci"]["alignatt"]["delta"] == pytest.approx(own["seed1"]["delta"] / 2)
+    assert two["ci"]["alignatt"]["low"] == pytest.approx(own["seed1"]["low"] / 2)
+    assert two["ci"]["alignatt"]["high"] == pytest.approx(own["seed1"]["high"] / 2)
+
+
+def test_policy_results_with_seeds(tmp_path):
+    """``--seeds 1,2`` reads <model>/seed<N>/; the summary records the protocol and the Markdown's headline names
+    test set, seeds, tune split, interval and correction; ``--seeds 1`` reproduces the one-seed numbers."""
+    import policy_results
+
+    _seed_trees(tmp_path / "evals")
+    _results_tree(tmp_path / "old")
+    out = tmp_path / "out"
+
+    def run(root, *extra):
+        return policy_results.main(["--evals-dir", str(root), "--models", "offline", "--bootstrap", "200",
+                                    "--out-json", str(out / "r.json"), "--out-md", str(out / "r.md"),
+                                    "--plot-dir", str(out / "img"), *extra])
+
+    assert run(tmp_path / "old") == 0
+    old = json.loads((out / "r.json").read_text())
+    assert "seeds" not in old["summary"] and "tune_split" not in old["summary"]
+    assert run(tmp_path / "evals", "--seeds", "1") == 0
+    res = json.loads((out / "r.json").read_text())
+    strip = lambda eq: {kk: {lang: {k: v for k, v in r.items() if k not in ("difference", "per_seed")}  # noqa: E731
+                             for lang, r in row.items()} for kk, row in eq.items()}
+    assert strip(res["equal_latency"]["offline"]["LAAL"]) == old["equal_latency"]["offline"]["LAAL"]
+    assert run(tmp_path / "evals", "--seeds", "1,2", "--tune-split", "dev") == 0
+    res = json.loads((out / "r.json").read_text())
+    s = res["summary"]
+    assert s["seeds"] == [1, 2] and s["test_split"] == "tst-COMMON" and s["tune_split"] == "dev"
+    assert s["correction"]["method"] == "holm" and s["interval"]["level"] == 0.95 and s["interval"]["resamples"] == 200
+    assert set(res["sweeps_by_seed"]["offline"]) == {"seed1", "seed2"}
+    assert set(res["equal_latency"]["offline"]["LAAL"]["k3"]["de"]["per_seed"]) == {"seed1", "seed2"}
+    md = (out / "r.md").read_text()
+    assert "On tst-COMMON (first 20 utterances), with training seeds 1, 2 and grids and length cap chosen on dev" in md
+    assert "95% paired bootstrap interval over 200 resamples of the same sentences in every seed" in md
+    assert "Holm's correction over the 2 tests of the table" in md and "| de | 3 | seed2 | 1500 | 20.0 |" in md
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import render_docs
+
+    assert "with training seeds 1, 2" in render_docs.policies_summary(res, "r.md")
+    # the tune split must not be the split reported on
+    assert run(tmp_path / "evals", "--seeds", "1,2", "--tune-split", "tst-COMMON") == 1
+    assert run(tmp_path / "evals", "--seeds", "1,x") == 1
+
+
+def test_coverage_only_writes_the_tuning_report(tmp_path):
+    import policy_results
+
+    _seed_trees(tmp_path / "dev", 1)
+    out = tmp_path / "dev"
+    assert policy_results.main(["--evals-dir", str(out), "--models", "offline", "--seeds", "1", "--coverage-only",
+                                "--out-json", str(out / "coverage.json"), "--out-md", str(out / "coverage.md")]) == 0
+    rep = json.loads((out / "coverage.json").read_text())
+    assert rep["summary"]["sweeps_short_of_waitk_laal_range"] == {"short": 2, "of": 2} and rep["seeds"] == [1]
+    assert rep["coverage"]["offline"]["alignatt"]["de"]["unreached"] == ["low", "high"] and rep["cap"] == [0.45, 5]
+    md = (out / "coverage.md").read_text()
+    assert "chosen on this split" in md and "| alignatt[a=0.45,b=5] | de | 700 to 2200 | 1000 to 2000 |" in md
+    assert "| alignatt[a=0.45,b=5] | frames=2 | de | 90.0 |" in md and "1.60 ⚑" in md

@@ -1,5 +1,6 @@
-"""recipes/synthetic/run_policies_hard.sh end to end on a tiny untrained checkpoint (stages 1-3): the
-sweeps resume, and the results JSON (summary first), Markdown, plots and the docs section are written."""
+"""recipes/synthetic/run_policies_hard.sh end to end on a tiny untrained checkpoint (stages 0-4): the
+sweeps resume, and the results JSON (summary first), Markdown, plots and the docs section are written; its
+options (training seeds, tune and test splits) and their checks."""
 
 from __future__ import annotations
 
@@ -16,6 +17,28 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+def _help_values(*argv: str) -> dict[str, str]:
+    p = subprocess.run(["bash", "recipes/synthetic/run_policies_hard.sh", *argv, "--help"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    return dict(line.split(None, 1) for line in p.stdout.splitlines()[2:] if len(line.split(None, 1)) == 2)
+
+
+def test_help_lists_seeds_and_the_tune_and_test_splits():
+    """Training seeds, the split the grids and the cap are tuned on and the split(s) reported on are options."""
+    values = _help_values()
+    assert values["--seeds"] == "1,2" and values["--tune-split"] == "dev" and values["--test-split"] == "tst-COMMON"
+    assert _help_values("--seeds", "3,4", "--test-split", "tst-COMMON,tst-unseen")["--test-split"] == "tst-COMMON,tst-unseen"
+
+
+def test_tuning_and_reporting_on_one_split_is_refused(tmp_path):
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    p = subprocess.run(["bash", "recipes/synthetic/run_policies_hard.sh", "--exp-dir", str(tmp_path / "exp"),
+                        "--test-split", "tst-COMMON,dev"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--test-split dev is the --tune-split" in p.stderr and p.stdout == ""
+    assert not (tmp_path / "exp").exists()
+
+
 @pytest.mark.slow
 def test_policies_recipe_on_tiny_models(tmp_path):
     """Slow: the recipe evaluates every policy over its grid on two tiny models, in subprocesses."""
@@ -26,9 +49,11 @@ def test_policies_recipe_on_tiny_models(tmp_path):
     tiny = make_tiny_system(tmp_path / "sys", langs=("de", "es"), size_overrides={"src_vocab_size": 16})
     exp = tmp_path / "exp"
     shutil.copytree(tiny["data"], exp / "data")
-    for m in ("offline",):
-        (exp / "models" / m).mkdir(parents=True)
-        shutil.copy(tiny["ckpt"], exp / "models" / m / "checkpoint_last.pt")
+    shutil.copy(exp / "data" / "tst-COMMON.tsv", exp / "data" / "dev.tsv")   # the tune split (same utterances here)
+    # seed 1 in the single-seed layout of older experiment folders, seed 2 in the per-seed one
+    for d in (exp / "models" / "offline", exp / "models" / "offline" / "seed2"):
+        d.mkdir(parents=True)
+        shutil.copy(tiny["ckpt"], d / "checkpoint_last.pt")
     res_json, res_md = tmp_path / "res" / "p.json", tmp_path / "res" / "p.md"
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     cmd = ["bash", str(ROOT / "recipes/synthetic/run_policies_hard.sh"), "--exp-dir", str(exp), "--tgt-langs", "de,es",
@@ -39,10 +64,15 @@ def test_policies_recipe_on_tiny_models(tmp_path):
            "--plot-dir", str(tmp_path / "img")]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "reusing" in p.stdout
+    assert "offline seed 1: reusing" in p.stdout and "offline seed 2: reusing" in p.stdout
+    pol = exp / "policies"
+    assert (pol / "dev" / "coverage.json").is_file() and "chosen on this split" in (pol / "dev" / "coverage.md").read_text()
+    assert not (pol / "dev" / "offline" / "seed2").exists()   # tuning: the first seed only
+    assert {d.name for d in (pol / "tst-COMMON" / "offline").iterdir() if d.is_dir()} == {"seed1", "seed2"}
     obj = json.loads(res_json.read_text())
     assert next(iter(obj)) == "summary"
     s = obj["summary"]
+    assert s["seeds"] == [1, 2] and s["test_split"] == "tst-COMMON" and s["tune_split"] == "dev"
     assert set(s["langs_adaptive_beats_waitk_offline_model"]) == {"k3", "k5"}
     assert all(0 <= v <= 2 for v in s["langs_adaptive_beats_waitk_offline_model"].values())
     assert set(s["best_policy_per_lang"]) == {"de", "es"}
@@ -51,17 +81,19 @@ def test_policies_recipe_on_tiny_models(tmp_path):
     assert s["metric"] == "LAAL" and s["points_per_policy_min"] == 2 and s["min_length_ratio"] is not None
     eq = obj["equal_latency"]["offline"]["LAAL"]["k3"]["de"]
     wk = [p for p in obj["sweeps"]["offline"]["waitk"]["points"] if p["params"]["k"] == 3][0]
-    assert eq["waitk"]["BLEU"] == wk["per_lang"]["de"]["BLEU"]
+    # both seeds decode the same checkpoint: the mean over seeds is seed 1's number
+    assert eq["waitk"]["BLEU"] == wk["per_lang"]["de"]["BLEU"] and set(eq["per_seed"]) == {"seed1", "seed2"}
     # a per-model grid ("MODEL:GRID ...") sweeps the grid of that model
     assert [p["params"]["n"] for p in obj["sweeps"]["offline"]["holdn"]["points"]] == [1, 8]
-    assert (tmp_path / "img" / "policies_hard_offline.png").stat().st_size > 1000
+    assert (tmp_path / "img" / "p_offline.png").stat().st_size > 1000  # named after --out-json
     assert "first 2 utterances" in res_md.read_text() and "best at k=3 LAAL" in res_md.read_text()
     # resumable: a second run skips every finished sweep
-    p2 = subprocess.run(cmd + ["--stage", "1", "--stop-stage", "2"], cwd=ROOT, env=env, capture_output=True, text=True,
+    p2 = subprocess.run(cmd + ["--stage", "1", "--stop-stage", "3"], cwd=ROOT, env=env, capture_output=True, text=True,
                         timeout=600)
-    assert p2.returncode == 0 and p2.stdout.count(": done (") == 7
+    # offline x 2 seeds, 6 sweeps on dev (seed 1), 6 sweeps x 2 seeds on tst-COMMON
+    assert p2.returncode == 0 and p2.stdout.count(": done (") == 2 + 6 + 12
     # a per-model grid that names no grid for a model being swept is an error that names the model
-    (exp / "policies" / "offline" / "holdn" / "scores.json").unlink()
-    bad = cmd + ["--stage", "2", "--stop-stage", "2", "--policies", "holdn", "--holdn-args", "multik:n=2"]
+    (pol / "tst-COMMON" / "offline" / "seed1" / "holdn" / "scores.json").unlink()
+    bad = cmd + ["--stage", "3", "--stop-stage", "3", "--policies", "holdn", "--holdn-args", "multik:n=2"]
     p3 = subprocess.run(bad, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p3.returncode != 0 and "no grid for model offline in 'multik:n=2'" in p3.stderr

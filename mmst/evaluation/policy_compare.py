@@ -22,6 +22,13 @@ with the same weight as the point estimate; its two-sided p-value is
 tests can only reject with ``n >= 2 m / (1 - CI_LEVEL)`` or so. Without hypotheses on disk
 (``<point>/<lang>/instances.log``) the point estimates decide and the row says so.
 
+Training seeds (:func:`equal_latency_seeds`): each seed's model is compared at its own wait-k latency, and the
+headline difference is the mean over seeds of ``BLEU(policy at L_k) - BLEU(wait-k at k)``. Its bootstrap draws
+the sentence indices once for every seed (the seeds decode the same test sentences), so resample r of the mean
+is the mean over seeds of each seed's difference on the same sentences (:func:`bootstrap_mean_difference`);
+Holm's correction then runs over the table of these mean differences. With one seed every number equals the
+one-seed comparison.
+
 A point whose length ratio ``|Y| / |Y*|`` lies outside :data:`LENGTH_RATIO_RANGE` is flagged (⚑), one that
 OmniSTEval's degeneracy test calls likely degenerate (``likely_degenerate``, ``|DSPTV| > 20``;
 :mod:`mmst.evaluation.omnisteval_adapter`) is marked †. A comparison that involves such a point (wait-k's, or
@@ -173,28 +180,84 @@ def bootstrap_difference(
         above 0, ``loses`` below, else ``tie``; :func:`equal_latency` replaces it by the corrected verdict), or
         None when a point has no ``instances.log`` or the sentence counts differ.
     """
+    return bootstrap_mean_difference(lang, [(base, lower, upper, w)], n_samples)
+
+
+def bootstrap_mean_difference(
+    lang: str, comparisons: Sequence[tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any], float]],
+    n_samples: int = 1000,
+) -> dict[str, Any] | None:
+    """Paired bootstrap of the mean over training seeds of ``BLEU((1 - w) * lower + w * upper) - BLEU(base)``.
+
+    ``comparisons``: one ``(base, lower, upper, w)`` per seed (wait-k's point, the policy's two points around that
+    seed's wait-k latency, the weight of the upper one), all decoded on the same test sentences. ONE draw of
+    ``(n_samples, n_sentences)`` indices (:data:`BOOTSTRAP_SEED`) resamples every system of every seed, so
+    resample r of the mean is the mean over seeds of each seed's difference on the same sentences; with one
+    seed this is :func:`bootstrap_difference`, and seeds with identical outputs give exactly its interval.
+
+    Returns:
+        as :func:`bootstrap_difference` (``delta``: the mean of the seeds' differences), plus ``per_seed``: each
+        seed's own ``{"delta", "low", "high", "p"}`` from the same resamples (uncorrected) when there are two
+        seeds or more; None when a point lacks ``instances.log`` or the sentence counts differ.
+
+    Raises:
+        CompareError: the seeds' references differ (not the same test set).
+    """
+    import numpy as np
+
+    data = [_comparison_sentences(lang, c[:3]) for c in comparisons]
+    if not data or any(d is None for d in data) or len({len(d[0][0]) for d in data}) != 1:
+        return None
+    if any(d[0][1] != data[0][0][1] for d in data[1:]):
+        raise CompareError(f"{lang}: the seeds' references differ; the seeds must be decoded on the same test set")
+    idx = np.random.default_rng(BOOTSTRAP_SEED).choice(len(data[0][0][0]), size=(n_samples, len(data[0][0][0])))
+    per_seed = [_resampled_difference(lang, d, c[3], idx) for d, c in zip(data, comparisons)]  # [(delta, (n,))]
+    delta = sum(d for d, _ in per_seed) / len(per_seed)
+    diff = np.stack([x for _, x in per_seed]).mean(axis=0)  # (n_samples,): the mean over seeds per resample
+    out = _interval(delta, diff)
+    if len(per_seed) > 1:
+        out["per_seed"] = [{k: v for k, v in _interval(d, x).items() if k in ("delta", "low", "high", "p")}
+                           for d, x in per_seed]
+    return out
+
+
+def _comparison_sentences(lang: str, points: Sequence[Mapping[str, Any]]) -> list[tuple[list[str], list[str]]] | None:
+    """The (hypotheses, references) of each point on ``lang``; None when one lacks them or the counts differ."""
+    data = [_sentences(p, lang) for p in points]
+    if any(d is None for d in data) or len({len(d[0]) for d in data}) != 1 or not data[0][0]:
+        return None
+    return data
+
+
+def _resampled_difference(lang: str, data: Sequence[tuple[list[str], list[str]]], w: float, idx: Any) -> tuple[float, Any]:
+    """``(delta, diff)`` for the three systems ``data`` (base, lower, upper): the point difference
+    ``(1 - w) * lower + w * upper - base`` in BLEU and its value in every resample of ``idx``
+    ``(n_samples, n_sentences)``, as an ``(n_samples,)`` array."""
     import numpy as np
     from sacrebleu.metrics import BLEU
 
     from mmst.evaluation.quality import bleu_tokenizer_for
 
-    data = [_sentences(p, lang) for p in (base, lower, upper)]
-    if any(d is None for d in data) or len({len(d[0]) for d in data}) != 1 or not data[0][0]:
-        return None
     metric = BLEU(tokenize=bleu_tokenizer_for(lang)[0])
-    idx = np.random.default_rng(BOOTSTRAP_SEED).choice(len(data[0][0]), size=(n_samples, len(data[0][0])))
     samples, points = [], []
     for hyps, refs in data:
         stats = np.array(metric._extract_corpus_statistics(hyps, [refs]), dtype=np.float64)  # (sentences, stats)
         samples.append(np.array([metric._compute_score_from_stats(s).score for s in stats[idx].sum(1)]))
         points.append(metric.corpus_score(hyps, [refs]).score)
     diff = (1 - w) * samples[1] + w * samples[2] - samples[0]
+    return (1 - w) * points[1] + w * points[2] - points[0], diff
+
+
+def _interval(delta: float, diff: Any) -> dict[str, Any]:
+    """The :data:`CI_LEVEL` percentile interval, two-sided p-value and verdict of the resampled differences
+    ``diff`` ``(n_samples,)`` around the point difference ``delta`` (module docstring)."""
+    import numpy as np
+
     a = (1 - CI_LEVEL) / 2 * 100
     low, high = (float(v) for v in np.percentile(diff, [a, 100 - a]))
     p = min(1.0, 2.0 * (min(int((diff <= 0).sum()), int((diff >= 0).sum())) + 1) / (len(diff) + 1))
     verdict = "beats" if low > 0 else "loses" if high < 0 else "tie"
-    return {"delta": (1 - w) * points[1] + w * points[2] - points[0], "low": low, "high": high, "p": p,
-            "resamples": n_samples, "verdict": verdict}
+    return {"delta": delta, "low": low, "high": high, "p": p, "resamples": len(diff), "verdict": verdict}
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
@@ -260,39 +323,133 @@ def equal_latency(
     Raises:
         CompareError: no wait-k sweep, or wait-k lacks a k.
     """
-    if "waitk" not in sweeps:
-        raise CompareError("the comparison needs a wait-k sweep")
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for k in ks:
-        row: dict[str, dict[str, Any]] = {}
-        for lang in langs:
-            wk = [p for p in sweeps["waitk"]["points"] if p["params"].get("k") == k]
-            if not wk or metric not in wk[0]["per_lang"].get(lang, {}):
-                raise CompareError(f"wait-k sweep has no k={k} {metric} for {lang}")
-            d = wk[0]["per_lang"][lang]
-            lat, bleu = float(d[metric]), float(d["BLEU"])
-            ada, ci, flags, degen = {}, {}, [], []
-            for pol, sw in sweeps.items():
-                if pol == "waitk":
-                    continue
-                ada[pol] = interpolate(curve(sw, lang, metric), lat)
-                br = bracket(sw, lang, metric, lat)
-                ci[pol] = bootstrap_difference(lang, wk[0], br[0], br[1], br[2], bootstrap) if br and bootstrap else None
-                if br and (flagged(br[0]["per_lang"][lang]) or flagged(br[1]["per_lang"][lang])):
-                    flags.append(pol)
-                if br and (degenerate(br[0]["per_lang"][lang]) or degenerate(br[1]["per_lang"][lang])):
-                    degen.append(pol)
-            excluded = sorted(ada if flagged(d) or degenerate(d) else set(flags) | set(degen))
-            beats = sorted(p for p, b in ada.items() if b is not None and p not in excluded
-                           and (ci[p]["verdict"] == "beats" if ci[p] is not None else b > bleu))
-            best = max(beats, key=lambda p: ada[p]) if beats else "waitk"
-            row[lang] = {"waitk": {"latency": lat, "BLEU": bleu, "AL": d.get("AL"), "length_ratio": d.get("length_ratio"),
-                                   "flagged": flagged(d), "degenerate": degenerate(d)},
-                         "adaptive": ada, "ci": ci, "flagged": sorted(flags), "degenerate": sorted(degen),
-                         "excluded": excluded, "best": best, "beats_waitk": beats}
-        out[f"k{k}"] = row
+    out = {f"k{k}": {lang: _row([_seed_comparison(sweeps, lang, k, metric)], lang, bootstrap) for lang in langs}
+           for k in ks}
     _correct_table(out)
     return out
+
+
+def equal_latency_seeds(
+    sweeps_by_seed: Mapping[str, Mapping[str, Mapping[str, Any]]], langs: Sequence[str], ks: Sequence[int] = (3, 5),
+    metric: str = "LAAL", bootstrap: int = 0,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """:func:`equal_latency` over training seeds: ``sweeps_by_seed`` is ``{seed name: {policy: sweep}}`` of one model,
+    every seed decoded on the same test sentences with the same grids.
+
+    Each seed is compared at its own wait-k latency (its wait-k point at k). The headline row has the shape of
+    :func:`equal_latency`'s, with means over seeds: ``waitk`` (latency, BLEU, AL, length ratio; ``flagged`` and
+    ``degenerate`` when any seed's point is), ``adaptive`` (None unless every seed's sweep reaches its wait-k
+    latency), ``difference`` (``{policy: mean over seeds of (policy BLEU - wait-k BLEU)}``, the headline), ``ci``
+    (:func:`bootstrap_mean_difference`: one draw of sentence indices for every seed), and ``flagged``,
+    ``degenerate``, ``excluded`` (the union over seeds: a win that rests on an artifact in one seed is not a
+    win). ``beats_waitk``: a mean difference above 0, significant after Holm's correction over the table (with
+    ``bootstrap`` 0 or no hypotheses on disk, a mean difference above 0). ``per_seed``: ``{seed: {"waitk",
+    "adaptive", "difference", "ci": {policy: {"delta", "low", "high", "p"} (uncorrected) or None}}}``. With one seed
+    every number equals :func:`equal_latency`'s.
+
+    Raises:
+        CompareError: a seed without a wait-k sweep or its k, seeds with different policies, or seeds whose
+            references differ.
+    """
+    names = list(sweeps_by_seed)
+    if not names:
+        raise CompareError("no seeds to compare")
+    pols = {n: sorted(sw) for n, sw in sweeps_by_seed.items()}
+    if any(p != pols[names[0]] for p in pols.values()):
+        raise CompareError(f"the seeds have different policy sweeps: {pols}")
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for k in ks:
+        out[f"k{k}"] = {}
+        for lang in langs:
+            per = [_seed_comparison(sweeps_by_seed[n], lang, k, metric) for n in names]
+            row = _row(per, lang, bootstrap)
+            row["difference"] = {p: mean_or_none([_minus(c["adaptive"][p], c["waitk"]["BLEU"]) for c in per]) for p in row["adaptive"]}
+            row["per_seed"] = {n: _seed_record(c, row["ci"], i, len(names)) for i, (n, c) in enumerate(zip(names, per))}
+            for r in row["ci"].values():
+                if r is not None:
+                    r.pop("per_seed", None)  # kept once, in row["per_seed"]
+            out[f"k{k}"][lang] = row
+    _correct_table(out)
+    return out
+
+
+def _seed_comparison(sweeps: Mapping[str, Mapping[str, Any]], lang: str, k: int, metric: str) -> dict[str, Any]:
+    """One seed's comparison on ``lang`` at wait-k's ``k``: ``{"point": wait-k's point, "waitk": {"latency",
+    "BLEU", "AL", "length_ratio", "flagged", "degenerate"}, "adaptive": {policy: BLEU interpolated at wait-k's
+    latency or None}, "bracket": {policy: (lower, upper, w) or None} (:func:`bracket`), "flagged", "degenerate":
+    [policies]}``.
+
+    Raises:
+        CompareError: no wait-k sweep, or wait-k lacks k.
+    """
+    if "waitk" not in sweeps:
+        raise CompareError("the comparison needs a wait-k sweep")
+    wk = [p for p in sweeps["waitk"]["points"] if p["params"].get("k") == k]
+    if not wk or metric not in wk[0]["per_lang"].get(lang, {}):
+        raise CompareError(f"wait-k sweep has no k={k} {metric} for {lang}")
+    d = wk[0]["per_lang"][lang]
+    lat, bleu = float(d[metric]), float(d["BLEU"])
+    ada, brackets, flags, degen = {}, {}, [], []
+    for pol, sw in sweeps.items():
+        if pol == "waitk":
+            continue
+        ada[pol] = interpolate(curve(sw, lang, metric), lat)
+        br = brackets[pol] = bracket(sw, lang, metric, lat)
+        if br and (flagged(br[0]["per_lang"][lang]) or flagged(br[1]["per_lang"][lang])):
+            flags.append(pol)
+        if br and (degenerate(br[0]["per_lang"][lang]) or degenerate(br[1]["per_lang"][lang])):
+            degen.append(pol)
+    return {"point": wk[0], "waitk": {"latency": lat, "BLEU": bleu, "AL": d.get("AL"), "length_ratio": d.get("length_ratio"),
+                                      "flagged": flagged(d), "degenerate": degenerate(d)},
+            "adaptive": ada, "bracket": brackets, "flagged": flags, "degenerate": degen}
+
+
+def _row(per: Sequence[Mapping[str, Any]], lang: str, bootstrap: int) -> dict[str, Any]:
+    """The comparison row of :func:`equal_latency` from the seeds' :func:`_seed_comparison` (means over seeds;
+    one seed: its own values), before Holm's correction."""
+    wks = [c["waitk"] for c in per]
+    waitk = {key: mean_or_none([w[key] for w in wks]) for key in ("latency", "BLEU", "AL", "length_ratio")}
+    waitk.update(flagged=any(w["flagged"] for w in wks), degenerate=any(w["degenerate"] for w in wks))
+    ada, ci = {}, {}
+    for pol in per[0]["adaptive"]:
+        ada[pol] = mean_or_none([c["adaptive"][pol] for c in per])
+        brs = [c["bracket"][pol] for c in per]
+        ci[pol] = bootstrap_mean_difference(lang, [(c["point"], *br) for c, br in zip(per, brs)], bootstrap) \
+            if bootstrap and all(brs) else None
+    flags = sorted({p for c in per for p in c["flagged"]})
+    degen = sorted({p for c in per for p in c["degenerate"]})
+    excluded = sorted(ada if waitk["flagged"] or waitk["degenerate"] else set(flags) | set(degen))
+    diff = {p: mean_or_none([_minus(c["adaptive"][p], c["waitk"]["BLEU"]) for c in per]) for p in ada}
+    beats = sorted(p for p, b in ada.items() if b is not None and p not in excluded
+                   and (ci[p]["verdict"] == "beats" if ci[p] is not None else diff[p] > 0))
+    best = max(beats, key=lambda p: ada[p]) if beats else "waitk"
+    return {"waitk": waitk, "adaptive": ada, "ci": ci, "flagged": flags, "degenerate": degen, "excluded": excluded,
+            "best": best, "beats_waitk": beats}
+
+
+def _seed_record(c: Mapping[str, Any], ci: Mapping[str, Any], i: int, n_seeds: int) -> dict[str, Any]:
+    """Seed ``i``'s entry of a row's ``per_seed``: its wait-k point, policy BLEU, difference and uncorrected interval
+    (from the shared resamples of ``ci``, the row's intervals)."""
+    def seed_ci(r: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        if r is None:
+            return None
+        own = r["per_seed"][i] if n_seeds > 1 else r
+        return {key: own[key] for key in ("delta", "low", "high", "p")}
+
+    return {"waitk": c["waitk"], "adaptive": c["adaptive"],
+            "difference": {p: _minus(b, c["waitk"]["BLEU"]) for p, b in c["adaptive"].items()},
+            "ci": {p: seed_ci(r) for p, r in ci.items()}}
+
+
+def mean_or_none(values: Sequence[float | None]) -> float | None:
+    """The mean of ``values``; None when one is None; a single value is returned as it is."""
+    if any(v is None for v in values) or not values:
+        return None
+    return values[0] if len(values) == 1 else sum(float(v) for v in values) / len(values)
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
 
 
 def waitk_range_coverage(sweeps: Mapping[str, Mapping[str, Any]], langs: Sequence[str], ks: Sequence[int] = range(1, 6),
@@ -343,7 +500,9 @@ def coverage_markdown(cov: Mapping[str, Mapping[str, Mapping[str, Any]]], sweeps
 
 
 def summary(eq_offline: Mapping[str, Mapping[str, Any]],
-            sweeps: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None, metric: str = "LAAL") -> dict[str, Any]:
+            sweeps: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None, metric: str = "LAAL", *,
+            seeds: Sequence[int] | None = None, test_split: str | None = None,
+            tune_split: str | None = None) -> dict[str, Any]:
     """The headline object from the offline model's comparison at equal ``metric``: languages (of all)
     where some adaptive policy beats wait-k, per k, the comparisons left out of that count (on a ⚑ or † point), and the best policy per language and k; with
     ``sweeps`` (``{model: {policy: sweep}}``), over every reported point of every policy and language
@@ -351,7 +510,10 @@ def summary(eq_offline: Mapping[str, Mapping[str, Any]],
     ``smallest_p_holm``, the corrected p-value of a win in every resample, ``m * 2 / (n + 1)``: above the level,
     no win can survive with these n resamples):
     ``min_laal_ms``, ``max_length_ratio``, ``min_length_ratio`` and ``points_per_policy_min`` (the fewest
-    points of any policy's sweep)."""
+    points of any policy's sweep). The protocol, each key only when given: ``seeds`` (the training seeds whose
+    mean difference ``eq_offline`` holds, :func:`equal_latency_seeds`; then also ``interval``: its level, kind and
+    resamples, one draw of sentence indices shared by every seed), ``test_split`` (where the comparison is
+    reported) and ``tune_split`` (where the grids and the length cap were chosen)."""
     langs = sorted({lang for row in eq_offline.values() for lang in row})
     cis = [ci for row in eq_offline.values() for r in row.values() for ci in r["ci"].values() if ci is not None]
     n_min = min((ci.get("resamples") or 0 for ci in cis), default=0)
@@ -380,7 +542,37 @@ def summary(eq_offline: Mapping[str, Mapping[str, Any]],
                     "max_length_ratio": max(ratios) if ratios else None,
                     "min_length_ratio": min(ratios) if ratios else None,
                     "points_per_policy_min": min(counts) if counts else None})
+    if seeds is not None:
+        out["seeds"] = list(seeds)
+        out["interval"] = {"level": CI_LEVEL, "kind": "paired bootstrap percentile interval (Koehn 2004)",
+                           "resamples": n_min or None, "indices": "one draw of sentence indices shared by every seed",
+                           "difference": "mean over seeds of (policy BLEU at the seed's wait-k latency - wait-k BLEU)"}
+    for key, value in (("test_split", test_split), ("tune_split", tune_split)):
+        if value is not None:
+            out[key] = value
     return out
+
+
+def seeds_headline(res: Mapping[str, Any]) -> str:
+    """The headline sentence of a results object whose summary has ``seeds``: it names the test set, the seeds,
+    the split the grids were tuned on, the interval and the correction, then the count per k."""
+    s = res["summary"]
+    corr, ci = s.get("correction") or {}, s.get("interval") or {}
+    counts = ", ".join(f"k={kk[1:]}: **{v}**" for kk, v in s["langs_adaptive_beats_waitk_offline_model"].items())
+    excl = s.get("comparisons_excluded") or {}
+    return (f"On {s.get('test_split') or res.get('split')} (first {res.get('n_utterances')} utterances), with training "
+            f"seeds {', '.join(str(x) for x in s['seeds'])} and grids and length cap chosen on "
+            f"{s.get('tune_split') or 'a split not recorded'}: languages (of {len(res['langs'])}) where an adaptive "
+            f"policy's BLEU at wait-k's own {s.get('metric', 'LAAL')}, minus wait-k's, averaged over the seeds, is "
+            f"above 0 (offline-trained model; " + (
+                f"{ci.get('level', CI_LEVEL) * 100:.0f}% paired bootstrap interval over {ci.get('resamples')} "
+                f"resamples of the same sentences in every seed; a win not significant after Holm's correction over "
+                f"the {corr['tests']} tests of the table, family-wise level "
+                f"{corr.get('family_wise_level', 1 - CI_LEVEL):g}, is a tie" if corr.get("tests") else
+                "no bootstrap interval and no correction: no hypotheses on disk or --bootstrap 0, so the mean point "
+                "difference decides") + f"): {counts}"
+            + ("; comparisons left out for a length-ratio outlier (⚑) or a likely degenerate point (†) in any seed: "
+               + ", ".join(f"k={kk[1:]}: {v}" for kk, v in excl.items()) if any(excl.values()) else "") + ".")
 
 
 def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -444,34 +636,103 @@ def _cell(r: Mapping[str, Any], pol: str) -> str:
     return txt + (" ⚑" if pol in r.get("flagged", []) else "") + (" †" if pol in r.get("degenerate", []) else "")
 
 
+def _seed_cell(c: Mapping[str, Any], pol: str) -> str:
+    """A per-seed table cell: the seed's policy BLEU, its difference to wait-k and uncorrected interval."""
+    b = c["adaptive"].get(pol)
+    if b is None:
+        return "–"
+    ci = (c.get("ci") or {}).get(pol)
+    d = c["difference"].get(pol)
+    inner = f"{ci['delta']:+.1f} [{ci['low']:+.1f}, {ci['high']:+.1f}]" if ci else f"{d:+.1f}"
+    return f"{_f(b)} ({inner})"
+
+
+def _per_seed_table(eq: Mapping[str, Any], langs: Sequence[str], pols: Sequence[str], labels: Sequence[str],
+                    metric: str) -> list[str]:
+    """Markdown lines: every seed's own comparison at its wait-k ``metric`` (rows lang x k x seed)."""
+    md = [f"#### Per seed, each at its own wait-k {metric} (difference to wait-k and uncorrected interval)", "",
+          f"| lang | k | seed | wait-k {metric} (ms) | wait-k BLEU | " + " | ".join(labels) + " |",
+          "|---|---|---|---|---|" + "---|" * len(pols)]
+    for kk, row in eq.items():
+        for lang in langs:
+            for seed, c in row[lang].get("per_seed", {}).items():
+                md.append(f"| {lang} | {kk[1:]} | {seed} | {_f(c['waitk']['latency'], 0)} | {_f(c['waitk']['BLEU'])} | "
+                          + " | ".join(_seed_cell(c, p) for p in pols) + " |")
+    return md + [""]
+
+
+def _sweeps_table(sweeps: Mapping[str, Mapping[str, Any]], langs: Sequence[str]) -> list[str]:
+    """Markdown lines: every point of every sweep (parameters, BLEU, latencies, length ratio with its flags, RTF)."""
+    md = ["| policy | parameters | lang | BLEU | LAAL | AL | LAAL_CA | |Y|/|Y*| | RTF |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for pol, sw in sweeps.items():
+        for p in sw["points"]:
+            par = ", ".join(f"{k}={v}" for k, v in p["params"].items())
+            for lang in langs:
+                d = p["per_lang"].get(lang, {})
+                md.append(f"| {policy_label(pol, sw)} | {par} | {lang} | {_f(d.get('BLEU'))} | {_f(d.get('LAAL'), 0)} | "
+                          f"{_f(d.get('AL'), 0)} | {_f(d.get('LAAL_CA'), 0)} | "
+                          f"{_f(d.get('length_ratio'), 2)}{' ⚑' if flagged(d) else ''}{' †' if degenerate(d) else ''} | {_f(p.get('rtf'), 3)} |")
+    return md
+
+
+def _model_lines(info: Mapping[str, Any], langs: Sequence[str]) -> list[str]:
+    """Markdown lines: the checkpoint(s) a model's sweeps decoded and the offline greedy BLEU it reached (with
+    seeds: the mean, each seed's in brackets)."""
+    md = []
+    if info.get("updates_per_seed"):
+        md += ["Checkpoints decoded: " + ", ".join(f"{seed} {n} updates" for seed, n in info["updates_per_seed"].items())
+               + ".", ""]
+    elif info.get("updates") is not None:
+        md += [f"Checkpoint decoded: {info['updates']} updates.", ""]
+    per_seed = info.get("offline_bleu_per_seed")
+    if info.get("offline_bleu") and per_seed:
+        md += ["Offline greedy BLEU (the quality it reached), mean over seeds: " + ", ".join(
+            f"{lang} {_f(info['offline_bleu'].get(lang))} ("
+            + ", ".join(f"{seed} {_f(b.get(lang))}" for seed, b in per_seed.items()) + ")" for lang in langs) + ".", ""]
+    elif info.get("offline_bleu"):
+        md += ["Offline greedy BLEU (the quality it reached): " + ", ".join(
+            f"{lang} {_f(info['offline_bleu'].get(lang))}" for lang in langs) + ".", ""]
+    return md
+
+
 def render_markdown(res: Mapping[str, Any]) -> str:
-    """The results Markdown (every number from ``res``, the object written as JSON)."""
+    """The results Markdown (every number from ``res``, the object written as JSON). With training seeds
+    (``summary["seeds"]``, :func:`equal_latency_seeds`) the tables give means over seeds, each followed by every
+    seed's own comparison, and the sweeps of every seed (``res["sweeps_by_seed"]``)."""
     s = res["summary"]
     langs = res["langs"]
     metric0 = s.get("metric", "AL")
+    seeds = s.get("seeds")
     md = [f"# {res['title']}", "",
           f"Command: `{res['provenance']['command']}`  ",
           f"Date: {res['provenance']['date']}, commit `{res['provenance']['git_commit']}`, "
           f"{res['provenance']['machine'].get('cpu_model') or res['provenance']['machine'].get('cpu')} ({res['provenance']['machine']['cores']} cores), "
           f"torch {res['provenance']['machine']['torch']}.  ",
           f"Test set: {res['split']}, first {res['n_utterances']} utterances; segments of "
-          f"{res['segment_ms']:.0f} ms; joint decoding of {', '.join(langs)}; greedy.", ""]
-    md += ["## Summary", "",
-           f"Languages (of {len(langs)}) where an adaptive policy scores more BLEU than wait-k at wait-k's own "
-           f"{metric0} (offline-trained model; a win not significant after Holm's correction over the "
-           f"{(s.get('correction') or {}).get('tests', 0)} paired bootstrap tests of the table is a tie): "
-           f"k=3: **{s['langs_adaptive_beats_waitk_offline_model']['k3']}**, "
-           f"k=5: **{s['langs_adaptive_beats_waitk_offline_model']['k5']}**"
-           + ("; comparisons left out for a length-ratio outlier (⚑) or a likely degenerate point (†): "
-              + ", ".join(f"k={kk[1:]}: {v}" for kk, v in s["comparisons_excluded"].items())
-              if any((s.get("comparisons_excluded") or {}).values()) else "") + ".", ""]
+          f"{res['segment_ms']:.0f} ms; joint decoding of {', '.join(langs)}; greedy."
+          + (f" Training seeds {', '.join(str(x) for x in seeds)}: the tables give the mean over seeds (each seed at "
+             f"its own wait-k latency), then every seed; grids and length cap chosen on "
+             f"{s.get('tune_split') or 'a split not recorded'}." if seeds else ""), ""]
+    if seeds:
+        md += ["## Summary", "", seeds_headline(res), ""]
+    else:
+        md += ["## Summary", "",
+               f"Languages (of {len(langs)}) where an adaptive policy scores more BLEU than wait-k at wait-k's own "
+               f"{metric0} (offline-trained model; a win not significant after Holm's correction over the "
+               f"{(s.get('correction') or {}).get('tests', 0)} paired bootstrap tests of the table is a tie): "
+               f"k=3: **{s['langs_adaptive_beats_waitk_offline_model']['k3']}**, "
+               f"k=5: **{s['langs_adaptive_beats_waitk_offline_model']['k5']}**"
+               + ("; comparisons left out for a length-ratio outlier (⚑) or a likely degenerate point (†): "
+                  + ", ".join(f"k={kk[1:]}: {v}" for kk, v in s["comparisons_excluded"].items())
+                  if any((s.get("comparisons_excluded") or {}).values()) else "") + ".", ""]
     corr = s.get("correction") or {}
     if corr.get("smallest_p_holm") is not None and corr["smallest_p_holm"] > 1.0 - CI_LEVEL:
         md += [f"With these bootstrap resamples no win could survive the correction (even a win in every "
                f"resample has p_holm {corr['smallest_p_holm']:.2g}): more resamples are needed "
                "(mmst-policy-results --bootstrap).", ""]
     if s.get("points_per_policy_min") is not None:
-        md += [f"Over every point of every sweep: lowest LAAL {_f(s['min_laal_ms'], 0)} ms, length ratio "
+        md += [f"Over every point of every sweep{' of every seed' if seeds else ''}: lowest LAAL {_f(s['min_laal_ms'], 0)} ms, length ratio "
                f"{_f(s['min_length_ratio'], 2)} to {_f(s['max_length_ratio'], 2)}, at least "
                f"{s['points_per_policy_min']} points per policy.", ""]
     md += [f"| lang | best at k=3 {metric0} | best at k=5 {metric0} |", "|---|---|---|"]
@@ -481,17 +742,13 @@ def render_markdown(res: Mapping[str, Any]) -> str:
     md.append("")
     for model, info in res["models"].items():
         md += [f"## {model} model", "", info.get("description", ""), ""]
-        if info.get("updates") is not None:
-            md += [f"Checkpoint decoded: {info['updates']} updates.", ""]
-        if info.get("offline_bleu"):
-            md.append("Offline greedy BLEU (the quality it reached): " + ", ".join(
-                f"{lang} {_f(info['offline_bleu'].get(lang))}" for lang in langs) + ".")
-            md.append("")
+        md += _model_lines(info, langs)
         for metric, eq in res["equal_latency"][model].items():
             pols = sorted({p for row in eq.values() for lang in row for p in row[lang]["adaptive"]})
-            md += [f"### BLEU at wait-k's {metric} (k=3, k=5)", "",
+            labels = [policy_label(p, res["sweeps"][model].get(p, {})) for p in pols]
+            md += [f"### BLEU at wait-k's {metric} (k=3, k=5){', mean over seeds' if seeds else ''}", "",
                    f"| lang | k | wait-k {metric} (ms) | wait-k AL (ms) | wait-k |Y|/|Y*| | wait-k BLEU | "
-                   + " | ".join(policy_label(p, res["sweeps"][model].get(p, {})) for p in pols) + " | best |",
+                   + " | ".join(labels) + " | best |",
                    "|---|---|---|---|---|---|" + "---|" * len(pols) + "---|"]
             for kk, row in eq.items():
                 for lang in langs:
@@ -501,20 +758,14 @@ def render_markdown(res: Mapping[str, Any]) -> str:
                               f"{_f(w.get('length_ratio'), 2)}{' ⚑' if w.get('flagged') else ''}{' †' if w.get('degenerate') else ''} | {_f(w['BLEU'])} | "
                               + " | ".join(_cell(r, p) for p in pols) + f" | {r['best']} |")
             md.append("")
+            if seeds:
+                md += _per_seed_table(eq, langs, pols, labels, metric)
         if (res.get("coverage") or {}).get(model) is not None:
-            md += ["### Reach of each sweep over wait-k's LAAL range (k=1..5)", ""]
+            md += [f"### Reach of each sweep over wait-k's LAAL range (k=1..5){f', seed {seeds[0]}' if seeds else ''}", ""]
             md += coverage_markdown(res["coverage"][model], res["sweeps"][model])
-        md += ["### Sweeps", "", "| policy | parameters | lang | BLEU | LAAL | AL | LAAL_CA | |Y|/|Y*| | RTF |",
-               "|---|---|---|---|---|---|---|---|---|"]
-        for pol, sw in res["sweeps"][model].items():
-            for p in sw["points"]:
-                par = ", ".join(f"{k}={v}" for k, v in p["params"].items())
-                for lang in langs:
-                    d = p["per_lang"].get(lang, {})
-                    md.append(f"| {policy_label(pol, sw)} | {par} | {lang} | {_f(d.get('BLEU'))} | {_f(d.get('LAAL'), 0)} | "
-                              f"{_f(d.get('AL'), 0)} | {_f(d.get('LAAL_CA'), 0)} | "
-                              f"{_f(d.get('length_ratio'), 2)}{' ⚑' if flagged(d) else ''}{' †' if degenerate(d) else ''} | {_f(p.get('rtf'), 3)} |")
-        md.append("")
+        by_seed = (res.get("sweeps_by_seed") or {}).get(model)
+        for seed, sweeps in (by_seed.items() if seeds and by_seed else [(None, res["sweeps"][model])]):
+            md += [f"### Sweeps{', ' + seed if seed else ''}", ""] + _sweeps_table(sweeps, langs) + [""]
         if info.get("plot"):
             md += [f"![{model}: BLEU vs LAAL, LAAL_CA and AL per policy]({info['plot']})", ""]
     lo, hi = LENGTH_RATIO_RANGE
@@ -522,7 +773,32 @@ def render_markdown(res: Mapping[str, Any]) -> str:
            "In brackets: BLEU difference to wait-k, its paired bootstrap "
            f"{int(CI_LEVEL * 100)}% interval, its p-value after Holm's correction over every test of the table "
            f"(p_holm) and the verdict at family-wise level {1 - CI_LEVEL:.2f}. "
-           f"⚑: a length ratio |Y|/|Y*| outside [{lo}, {hi}] "
+           + ("With seeds: the difference is the mean over seeds of each seed's difference at its own wait-k "
+              "latency, and every resample draws the same sentences in every seed. " if seeds else "")
+           + f"⚑: a length ratio |Y|/|Y*| outside [{lo}, {hi}] "
            "(for a policy cell: at one of the two points interpolated); †: likely degenerate (OmniSTEval, |DSPTV| > "
            f"{DEGENERATE_DSPTV:g}). A comparison with ⚑ or † (wait-k's point or a policy's) never counts as a win.", ""]
+    return "\n".join(md)
+
+
+def render_coverage_markdown(res: Mapping[str, Any]) -> str:
+    """The tuning report (``mmst-policy-results --coverage-only``): per model, how far each sweep reaches over
+    wait-k's LAAL range for k=1..5 on the tune split, and every point of every sweep (BLEU, latencies, length
+    ratio with its flags), the numbers the grids and the length cap are chosen on."""
+    seeds = res.get("seeds")
+    md = [f"# Tuning report: policy sweeps on {res['split']}", "",
+          f"Command: `{res['provenance']['command']}`  ",
+          f"Date: {res['provenance']['date']}, commit `{res['provenance']['git_commit']}`.  ",
+          f"Split: {res['split']}, first {res['n_utterances']} utterances; joint decoding of {', '.join(res['langs'])}"
+          + (f"; training seed {', '.join(str(x) for x in seeds)}" if seeds else "") + ".", "",
+          f"The grids (`--<policy>-args`) and the length cap (`--max-len-a`, `--max-len-b`) are chosen on this split: "
+          f"a sweep should reach both ends of wait-k's LAAL range for k=1..5 without a flagged (⚑, length ratio "
+          f"outside [{LENGTH_RATIO_RANGE[0]}, {LENGTH_RATIO_RANGE[1]}]) or likely degenerate (†) point. The test "
+          "split(s) are swept with the same grids and never looked at for this choice.", ""]
+    short = res["summary"]["sweeps_short_of_waitk_laal_range"]
+    md += [f"{short['short']} of {short['of']} sweeps (model x policy x language) miss an end of wait-k's LAAL range.", ""]
+    for model, cov in res["coverage"].items():
+        md += [f"## {model} model", "", "### Reach of each sweep over wait-k's LAAL range (k=1..5)", ""]
+        md += coverage_markdown(cov, res["sweeps"][model])
+        md += ["### Sweeps", ""] + _sweeps_table(res["sweeps"][model], res["langs"]) + [""]
     return "\n".join(md)

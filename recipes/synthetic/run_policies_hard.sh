@@ -19,35 +19,54 @@
 # before the source ends also at most S + 2. a = 0.45 lies above the largest target-tokens-per-state ratio
 # of the hard corpus's training sentences (every language), so no right translation is cut, while a
 # re-decoded continuation that runs on past what the audio so far can hold reaches the cap and READs.
-#   0  corpus + both models: reused when $exp_dir/models/<name>/$checkpoint_name exists, otherwise
-#      recipes/synthetic/run_waitk_hard.sh stages 0-2 (same corpus, same training); the checkpoint is
-#      copied once to $exp_dir/policies/<name>/checkpoint.pt, so every sweep decodes the same weights
-#      even while a training run keeps writing checkpoint_last.pt
-#   1  offline greedy BLEU of both models (the quality each reached)
-#   2  policy sweeps (eval/simultaneous_eval.py --policy P --policy-args param=v1,v2,...), one folder per
-#      entry of $policies (NAME or NAME-layerL: NAME's grid at decoder layer L); a finished sweep (its
-#      scores.json exists) is skipped, so an interrupted run resumes where it stopped
-#   3  comparison: docs/results/policies_hard.{json,md}, docs/images/policies_hard_<model>.png
-#      (eval/policy_results.py); when the JSON is written under docs/results/, the docs' tables are
-#      re-rendered (tools/render_docs.py: the summary table of docs/policies.md)
+# Tuning and reporting are separate: the grids above and the cap are chosen on --tune-split (dev, 200
+# utterances of the hard corpus), and the comparison is reported on --test-split (tst-COMMON; a comma list
+# such as tst-COMMON,tst-unseen reports on each; run_waitk_hard.sh's corpus has dev and tst-COMMON). Stage 2 sweeps every policy on the tune
+# split (first training seed only) and writes $exp_dir/policies/<tune split>/coverage.{md,json}: how far each
+# sweep reaches over wait-k's LAAL range for k = 1..5, with every point's BLEU, LAAL and length ratio. If you
+# change a grid (--<policy>-args) or the cap (--max-len-a, --max-len-b), judge it on that dev report only,
+# never on the test results: the test stages then sweep the same grids on the test split(s).
+# Training seeds (--seeds 1,2): each model is trained once per seed (seed=N override), into
+# $exp_dir/models/<name>/seed<N>/; seed 1 reuses an existing $exp_dir/models/<name>/$checkpoint_name (the
+# single-seed layout of older experiment folders and of run_waitk_hard.sh without --seeds) when present. The
+# headline difference is the mean over seeds of (policy BLEU at that seed's wait-k LAAL - wait-k BLEU), with a
+# paired bootstrap over the same resampled sentences in every seed, Holm-corrected over each table.
+#   0  corpus + every model and seed: reused when its checkpoint exists, otherwise
+#      recipes/synthetic/run_waitk_hard.sh --seeds <missing seeds> stages 0-2 (same corpus, same training);
+#      each checkpoint is copied once to $exp_dir/policies/checkpoints/<name>/seed<N>.pt, so every sweep
+#      decodes the same weights even while a training run keeps writing checkpoint_last.pt
+#   1  offline greedy BLEU of every model and seed on the test split(s) (the quality each reached)
+#   2  tuning: policy sweeps on the tune split, first seed
+#      ($exp_dir/policies/<tune split>/<name>/seed<N>/<policy>/), then the coverage report above
+#   3  policy sweeps on the test split(s), every seed ($exp_dir/policies/<test split>/<name>/seed<N>/<policy>/)
+#      Sweeps are eval/simultaneous_eval.py --policy P --policy-args param=v1,v2,..., one folder per entry of
+#      $policies (NAME or NAME-layerL: NAME's grid at decoder layer L); a finished sweep (its scores.json
+#      exists) is skipped, so an interrupted run resumes where it stopped
+#   4  comparison per test split (eval/policy_results.py): the first test split to $out_json, $out_md and
+#      $plot_dir/<out_json stem>_<model>.png (plots: first seed), a further split S to <out_json stem>_S.{json,md};
+#      when the JSON is written under docs/results/, the docs' tables are re-rendered (tools/render_docs.py:
+#      the summary table of docs/policies.md)
 set -euo pipefail
 cd "$(dirname "$0")/../.."   # repository root
 source recipes/lib/stages.sh
 
 # ---- options (each can be overridden: --name value) --------------------------------------------
 stage=0
-stop_stage=3
+stop_stage=4
 force=false
 exp_dir=exp/synthetic_hard
 tgt_langs=de,es,fr,ja
 max_update=1500              # training budget when the models must be trained here
-eval_max_utterances=0        # 0 = the whole tst-COMMON; else the first N utterances (>= 100 for reported results)
+seeds=1,2                    # training seeds of every model (the headline: mean over seeds)
+tune_split=dev               # the split the grids and the cap are chosen on (coverage report, stage 2)
+test_split=tst-COMMON        # the split(s) the comparison is reported on, comma list
+eval_max_utterances=0        # 0 = whole splits; else the first N utterances of every split (>= 100 for reported results)
 source_segment_size=320      # ms
 eval_threads=1               # torch threads per evaluation
-jobs=2                       # evaluations run side by side (one per model)
+jobs=2                       # evaluations run side by side (one per model and seed)
 models=offline,multik
-checkpoint_name=checkpoint_last.pt  # file name of the checkpoint reused from $exp_dir/models/<name>/
-max_len_a=0.45               # length cap floor(a * S + b) tokens, S = encoder states (see above)
+checkpoint_name=checkpoint_last.pt  # file name of the checkpoint reused from $exp_dir/models/<name>/[seed<N>/]
+max_len_a=0.45               # length cap floor(a * S + b) tokens, S = encoder states (see above; tuned on dev)
 max_len_b=5
 waitk_args="k=1,2,3,4,5,7"
 alignatt_args="frames=12,16,24,32,40"
@@ -60,9 +79,9 @@ out_json=docs/results/policies_hard.json
 out_md=docs/results/policies_hard.md
 plot_dir=docs/images
 eval_extra=""                # extra options for every eval/simultaneous_eval.py call, e.g. "--beam 4"
-RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs max_update eval_max_utterances source_segment_size eval_threads
-  jobs models checkpoint_name max_len_a max_len_b waitk_args alignatt_args edatt_args la_args holdn_args ctcwaitk_args policies out_json out_md
-  plot_dir eval_extra)
+RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs max_update seeds tune_split test_split eval_max_utterances
+  source_segment_size eval_threads jobs models checkpoint_name max_len_a max_len_b waitk_args alignatt_args edatt_args
+  la_args holdn_args ctcwaitk_args policies out_json out_md plot_dir eval_extra)
 parse_options "$@"
 # this recipe shares $exp_dir with run_waitk_hard.sh (same corpus and models): its own stage markers
 marker_prefix=policies-
@@ -73,48 +92,69 @@ limit=()
 [ "$eval_max_utterances" -gt 0 ] && limit=(--max-utterances "$eval_max_utterances")
 read -r -a extra <<< "$eval_extra"
 IFS=, read -r -a model_list <<< "$models"
+IFS=, read -r -a seed_list <<< "$seeds"
+IFS=, read -r -a test_splits <<< "$test_split"
+[ "${#seed_list[@]}" -gt 0 ] || { echo "$0: --seeds needs at least one seed" >&2; exit 2; }
+[ "${#test_splits[@]}" -gt 0 ] || { echo "$0: --test-split needs at least one split" >&2; exit 2; }
+for s in "${test_splits[@]}"; do
+  [ "$s" != "$tune_split" ] || { echo "$0: --test-split $s is the --tune-split: tune and report on different splits" >&2; exit 2; }
+done
+first_seed=${seed_list[0]}
+
+model_checkpoint() {  # model_checkpoint MODEL SEED: the trained checkpoint (seed 1: the single-seed layout when present)
+  local single="$exp_dir/models/$1/$checkpoint_name"
+  if [ "$2" = 1 ] && [ -f "$single" ]; then echo "$single"; else echo "$exp_dir/models/$1/seed$2/$checkpoint_name"; fi
+}
+frozen() { echo "$out/checkpoints/$1/seed$2.pt"; }   # frozen MODEL SEED: the copy every sweep decodes
 
 stage0() {
-  local m missing=false
-  for m in "${model_list[@]}"; do
-    [ -f "$exp_dir/models/$m/$checkpoint_name" ] || missing=true
+  local m s missing=""
+  for s in "${seed_list[@]}"; do
+    for m in "${model_list[@]}"; do
+      [ -f "$(frozen "$m" "$s")" ] || [ -f "$(model_checkpoint "$m" "$s")" ] || { missing+="${missing:+,}$s"; break; }
+    done
   done
-  if $missing; then
-    recipes/synthetic/run_waitk_hard.sh --exp_dir "$exp_dir" --tgt_langs "$tgt_langs" --max_update "$max_update" \
-      --stop_stage 2
-  else
-    echo "reusing $exp_dir/models/{$models}/$checkpoint_name"
+  if [ -n "$missing" ]; then
+    recipes/synthetic/run_waitk_hard.sh --exp-dir "$exp_dir" --tgt-langs "$tgt_langs" --max-update "$max_update" \
+      --seeds "$missing" --stop-stage 2
   fi
-  for m in "${model_list[@]}"; do
-    mkdir -p "$out/$m"
-    [ -f "$out/$m/checkpoint.pt" ] || cp "$exp_dir/models/$m/$checkpoint_name" "$out/$m/checkpoint.pt"
+  for s in "${seed_list[@]}"; do
+    for m in "${model_list[@]}"; do
+      mkdir -p "$out/checkpoints/$m"
+      if [ -f "$(frozen "$m" "$s")" ]; then echo "$m seed $s: $(frozen "$m" "$s")"; continue; fi
+      case ",$missing," in *",$s,"*) echo "$m seed $s: trained" ;; *) echo "$m seed $s: reusing $(model_checkpoint "$m" "$s")" ;; esac
+      cp "$(model_checkpoint "$m" "$s")" "$(frozen "$m" "$s")"
+    done
   done
 }
 
-evaluate() {  # evaluate MODEL NAME [options...]: one eval/simultaneous_eval.py run into $out/MODEL/NAME
-  local m="$1" name="$2"; shift 2
-  if [ -f "$out/$m/$name/scores.json" ] && [ "$force" != "true" ]; then
-    echo "$m/$name: done ($out/$m/$name/scores.json)"; return 0
+evaluate() {  # evaluate SPLIT MODEL SEED NAME [options...]: one eval/simultaneous_eval.py run into $out/SPLIT/MODEL/seedSEED/NAME
+  local split="$1" m="$2" s="$3" name="$4"; shift 4
+  local dir="$out/$split/$m/seed$s" tag="$split/$m/seed$s/$name"
+  mkdir -p "$dir"
+  if [ -f "$dir/$name/scores.json" ] && [ "$force" != "true" ]; then
+    echo "$tag: done ($dir/$name/scores.json)"; return 0
   fi
-  nice -n 2 python eval/simultaneous_eval.py --model "$out/$m/checkpoint.pt" --data "$data" \
-    --split tst-COMMON --tgt-langs "$tgt_langs" --max-len-a "$max_len_a" --max-len-b "$max_len_b" \
+  nice -n 2 python eval/simultaneous_eval.py --model "$(frozen "$m" "$s")" --data "$data" \
+    --split "$split" --tgt-langs "$tgt_langs" --max-len-a "$max_len_a" --max-len-b "$max_len_b" \
     --source-segment-size "$source_segment_size" \
-    --threads "$eval_threads" --no-progress "${limit[@]}" "${extra[@]}" "$@" --out "$out/$m/$name" \
-    > "$out/$m/$name.log" 2>&1 || { echo "$m/$name failed; see $out/$m/$name.log" >&2; return 1; }
-  echo "$m/$name: $(grep -E 'BLEU' "$out/$m/$name.log" | tail -n 1)"
+    --threads "$eval_threads" --no-progress "${limit[@]}" "${extra[@]}" "$@" --out "$dir/$name" \
+    > "$dir/$name.log" 2>&1 || { echo "$tag failed; see $dir/$name.log" >&2; return 1; }
+  echo "$tag: $(grep -E 'BLEU' "$dir/$name.log" | tail -n 1)"
 }
 
-each_model() {  # each_model FUNCTION: FUNCTION MODEL for every model, $jobs at a time
-  local m pids=()
-  for m in "${model_list[@]}"; do
-    mkdir -p "$out/$m"
-    "$1" "$m" & pids+=($!)
-    if [ "${#pids[@]}" -ge "$jobs" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+each_model() {  # each_model FUNCTION SPLIT SEEDS: FUNCTION SPLIT MODEL SEED for every model and seed, $jobs at a time
+  local m s pids=()
+  for s in ${3//,/ }; do
+    for m in "${model_list[@]}"; do
+      "$1" "$2" "$m" "$s" & pids+=($!)
+      if [ "${#pids[@]}" -ge "$jobs" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+    done
   done
   for p in "${pids[@]}"; do wait "$p"; done
 }
 
-offline_one() { evaluate "$1" offline --offline --beam 1; }
+offline_one() { evaluate "$1" "$2" "$3" offline --offline --beam 1; }
 grid_for() {  # grid_for SPEC MODEL: SPEC is one grid ("n=1,2") or one per model ("offline:n=1,2 multik:n=4,8")
   local spec="$1" m="$2" part
   case "$spec" in
@@ -123,27 +163,51 @@ grid_for() {  # grid_for SPEC MODEL: SPEC is one grid ("n=1,2") or one per model
     *) echo "$spec" ;;
   esac
 }
-sweeps_one() {  # entry NAME or NAME-layerL: NAME's grid ($NAME_args for model $1), at decoder layer L for the latter
+sweeps_one() {  # sweeps_one SPLIT MODEL SEED; entry NAME or NAME-layerL: NAME's grid ($NAME_args for MODEL), at decoder layer L for the latter
   local entry name args layer
   for entry in $policies; do
     name=${entry%%-layer*}
     args="${name}_args"
-    args=$(grid_for "${!args}" "$1")
+    args=$(grid_for "${!args}" "$2")
     if [ "$entry" != "$name" ]; then layer=${entry##*-layer}; args="$args,layer=$layer"; fi
-    evaluate "$1" "$entry" --policy "$name" --policy-args "$args"
+    evaluate "$1" "$2" "$3" "$entry" --policy "$name" --policy-args "$args"
   done
 }
 
-stage3() {
-  python eval/policy_results.py --evals-dir "$out" --models "$models" --waitk-lagging 3,5 \
-    --describe "offline=xs unified, full attention, trained offline" \
-    --describe "multik=xs unified, chunk-causal encoder, multi-k wait-k training" \
-    --checkpoint-of "offline=$out/offline/checkpoint.pt" --checkpoint-of "multik=$out/multik/checkpoint.pt" \
-    --policies "$(echo $policies | tr ' ' ,)" --out-json "$out_json" --out-md "$out_md" --plot-dir "$plot_dir"
+offline_stage() { local split; for split in "${test_splits[@]}"; do each_model offline_one "$split" "$seeds"; done; }
+tune_stage() {
+  each_model sweeps_one "$tune_split" "$first_seed"
+  python eval/policy_results.py --evals-dir "$out/$tune_split" --models "$models" --seeds "$first_seed" \
+    --policies "$(echo $policies | tr ' ' ,)" --coverage-only \
+    --out-json "$out/$tune_split/coverage.json" --out-md "$out/$tune_split/coverage.md"
+}
+test_stage() { local split; for split in "${test_splits[@]}"; do each_model sweeps_one "$split" "$seeds"; done; }
+
+checkpoints_of() {  # checkpoints_of MODEL: its frozen checkpoints, one per seed, comma-separated
+  local s list=""
+  for s in "${seed_list[@]}"; do list+="${list:+,}$(frozen "$1" "$s")"; done
+  echo "$list"
+}
+stage4() {
+  local split json md prefix m ckpts=()
+  for m in "${model_list[@]}"; do ckpts+=(--checkpoint-of "$m=$(checkpoints_of "$m")"); done
+  for split in "${test_splits[@]}"; do
+    json=$out_json; md=$out_md; prefix=$(basename "${out_json%.json}")
+    if [ "$split" != "${test_splits[0]}" ]; then
+      json="${out_json%.json}_$split.json"; md="${out_md%.md}_$split.md"; prefix="${prefix}_$split"
+    fi
+    python eval/policy_results.py --evals-dir "$out/$split" --models "$models" --seeds "$seeds" \
+      --tune-split "$tune_split" --waitk-lagging 3,5 \
+      --describe "offline=xs unified, full attention, trained offline" \
+      --describe "multik=xs unified, chunk-causal encoder, multi-k wait-k training" "${ckpts[@]}" \
+      --policies "$(echo $policies | tr ' ' ,)" --out-json "$json" --out-md "$md" --plot-dir "$plot_dir" \
+      --plot-prefix "$prefix"
+  done
   case "$out_json" in docs/results/*) python tools/render_docs.py ;; esac
 }
 
-run_stage 0 "corpus and models (reused when present)" stage0
-run_item_stage 1 "offline greedy BLEU of $models" each_model offline_one
-run_item_stage 2 "policy sweeps ($policies) on $models" each_model sweeps_one
-run_stage 3 "comparison at equal latency -> $out_json" stage3
+run_stage 0 "corpus and models, seeds $seeds (reused when present)" stage0
+run_item_stage 1 "offline greedy BLEU of $models (seeds $seeds) on $test_split" offline_stage
+run_item_stage 2 "tuning: policy sweeps ($policies) on $tune_split (seed $first_seed), reach over wait-k's LAAL range" tune_stage
+run_item_stage 3 "policy sweeps ($policies) on $test_split, seeds $seeds" test_stage
+run_stage 4 "comparison at equal latency on $test_split -> $out_json" stage4

@@ -84,18 +84,24 @@ def offline_bleu(d: Mapping[str, Any]) -> str:
 
 def policies_summary(d: Mapping[str, Any], full: str) -> str:
     """The summary of a policy comparison (``mmst-policy-results``): on the offline-trained model, the
-    languages where an adaptive policy beats wait-k at wait-k's own latency, per k, the range of the sweeps,
-    and the best policy per language; then a link to the full tables ``full`` (its Markdown)."""
+    languages where an adaptive policy beats wait-k at wait-k's own latency, per k (with training seeds: the mean
+    difference over seeds, in a sentence that names the test set, seeds, tune split, interval and correction), the
+    range of the sweeps, and the best policy per language; then a link to the full tables ``full`` (its Markdown)."""
     s, langs = d["summary"], d["langs"]
     metric = s.get("metric", "AL")
     corr = s.get("correction")
     tie = (f"a win not significant after Holm's correction over the {corr['tests']} paired bootstrap tests of the "
            f"table is a tie" if corr else "a win inside the paired bootstrap interval is a tie")
     ks = list(s["langs_adaptive_beats_waitk_offline_model"])
-    out = [f"Test set: {d['split']}, first {d['n_utterances']} utterances.",
-           f"Languages (of {len(langs)}) where an adaptive policy scores more BLEU than wait-k at wait-k's own "
-           f"{metric} (offline-trained model; {tie}): "
-           + ", ".join(f"k={k[1:]}: **{s['langs_adaptive_beats_waitk_offline_model'][k]}**" for k in ks) + "."]
+    if s.get("seeds"):   # training seeds: one sentence names test set, seeds, tune split, interval and correction
+        from mmst.evaluation.policy_compare import seeds_headline
+
+        out = [seeds_headline(d)]
+    else:
+        out = [f"Test set: {d['split']}, first {d['n_utterances']} utterances.",
+               f"Languages (of {len(langs)}) where an adaptive policy scores more BLEU than wait-k at wait-k's own "
+               f"{metric} (offline-trained model; {tie}): "
+               + ", ".join(f"k={k[1:]}: **{s['langs_adaptive_beats_waitk_offline_model'][k]}**" for k in ks) + "."]
     if s.get("points_per_policy_min") is not None:
         out.append(f"Over every point of every sweep: lowest LAAL {num(s['min_laal_ms'], '{:.0f}')} ms, length ratio "
                    f"{num(s['min_length_ratio'])} to {num(s['max_length_ratio'])}, at least "
