@@ -15,7 +15,10 @@ through :class:`mmst.simultaneous.LongFormTranslator` with Silero VAD segmentati
   ``data.concat_utterances``), without and with restarts; left out without ``--multisent-model``.
 
 Each model also streams each talk with the oracle segmentation (the sentences' own boundaries, restarts off:
-one sentence per segment), the reference its VAD runs are compared with. Per run and language: BLEU and
+one sentence per segment), the reference its VAD runs are compared with, and (``--oracle-edge-ms``, default 100)
+with those segments widened by that much silence on both sides (``oracle_edge``; at most half the pause to a
+neighbour): a model whose BLEU drops there depends on where a segment's edges fall, as the VAD's padding moves
+them (``oracle_edge_bleu_ratio_min`` per model in the summary). Per run and language: BLEU and
 StreamLAAL (mWER resegmentation, :func:`mmst.evaluation.longform.evaluate_talks`), the untranslated speech share,
 the VAD segments and the restarts; per restart, its error: the distance from its restart point to the nearest
 pause between two reference sentences (0 inside one). With ``--merged-vad-min-silence-ms`` > 0 the VAD also runs
@@ -35,9 +38,9 @@ Summary, per system and policy (``systems``) and for the best of them by the fir
   from minute 2 to the end of a ``--rss-minutes`` stream without a segment-ending pause, in a child process
   (:func:`rss_no_pause`; ``--rss-only`` adds it to an existing result); goal <= 50.
 
-Needs the quickstart model, its DATA and (optionally) a multi-sentence model. Runtime: talks x policies x (2
+Needs the quickstart model, its DATA and (optionally) a multi-sentence model. Runtime: talks x policies x (4
 oracle + 4 VAD runs), each at the real-time factor plus its scoring: about 15 minutes for 25 utterances per talk on one
-core (72 runs of 5-15 s).
+core (96 runs of 5-15 s).
 """
 
 from __future__ import annotations
@@ -92,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-segment-s", type=float, default=20.0, help="longest VAD segment in seconds")
     p.add_argument("--merged-vad-min-silence-ms", type=float, default=0.0,
                    help="also run the VAD with this segment-ending silence (segments of several sentences); 0 = not")
+    p.add_argument("--oracle-edge-ms", type=float, default=100.0,
+                   help="also run each model with the oracle segments widened by this much silence on both sides "
+                        "(at most half the pause to a neighbour): how much a model's BLEU depends on where a segment's "
+                        "edges fall (VAD padding); 0 = not")
     p.add_argument("--source-segment-size", type=float, default=320.0, help="processing chunk in ms")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--seed", type=int, default=0, help="seed of the pause lengths")
@@ -146,9 +153,22 @@ def restart_errors_ms(ends: list[Any], gaps_ms: list[tuple[float, float]]) -> li
     return out
 
 
+def widened(spans_s: list[tuple[float, float]], edge_s: float) -> list[tuple[float, float]]:
+    """Oracle segments ``[(start, end)]`` (s) each widened by ``edge_s`` on both sides, but never past the middle of
+    the pause to a neighbour (so a segment gains silence, not a neighbour's speech) nor before 0."""
+    out = []
+    for i, (a, b) in enumerate(spans_s):
+        lo = a - edge_s if i == 0 else max(a - edge_s, (spans_s[i - 1][1] + a) / 2)
+        hi = b + edge_s if i == len(spans_s) - 1 else min(b + edge_s, (b + spans_s[i + 1][0]) / 2)
+        out.append((max(0.0, min(lo, a)), max(hi, b)))
+    return out
+
+
 def run_talk(system, talk_dir: Path, langs: list[str], args, oracle: bool, restart: bool, policy: str,
-             min_silence_ms: float | None = None) -> dict[str, Any]:
-    """One talk, one model, one segmentation, restarts on or off: per language BLEU, StreamLAAL and the share."""
+             min_silence_ms: float | None = None, edge_ms: float = 0.0) -> dict[str, Any]:
+    """One talk, one model, one segmentation, restarts on or off: per language BLEU, StreamLAAL and the share.
+    ``edge_ms`` > 0 (with ``oracle``): every oracle segment widened by that much silence on both sides
+    (:func:`widened`)."""
     from mmst.evaluation.longform import evaluate_talks, talks_from_files
     from mmst.evaluation.quality import latency_units
     from mmst.simultaneous.longform import LongFormTranslator, OracleSegmenter
@@ -159,8 +179,8 @@ def run_talk(system, talk_dir: Path, langs: list[str], args, oracle: bool, resta
     sents = talks[0].refs[langs[0]]
     vad = StreamingVad(min_silence_ms=min_silence_ms or args.vad_min_silence_ms, max_segment_s=args.max_segment_s)
     if oracle:
-        vad = OracleSegmenter([(s.offset_ms / 1000.0, (s.offset_ms + s.duration_ms) / 1000.0) for s in sents],
-                              speech=vad)
+        segs = [(s.offset_ms / 1000.0, (s.offset_ms + s.duration_ms) / 1000.0) for s in sents]
+        vad = OracleSegmenter(widened(segs, edge_ms / 1000.0) if edge_ms else segs, speech=vad)
     tr = system.translator(policy={lang: policy for lang in langs}, tgt_langs=langs)
     lf = _Recorder(LongFormTranslator(tr, vad=vad, chunk_ms=args.source_segment_size, restart=restart,
                                       restart_min_speech_ms=args.restart_min_speech_ms,
@@ -225,7 +245,21 @@ def summarize(rows: list[dict[str, Any]], langs: list[str], policies: list[str],
     best["goals"] = goals
     best["not_measured"] = {"rss_growth_mib_30min_no_pause": "measured with --rss-model (a bounded-left-context model)"}
     best["systems"] = per
+    best["oracle_edge_bleu_ratio_min"] = edge_robustness(rows, langs)
     return best
+
+
+def edge_robustness(rows: list[dict[str, Any]], langs: list[str]) -> dict[str, float]:
+    """Per model: the min over talks, policies and languages of BLEU with widened oracle segments / BLEU with the
+    oracle segments (``oracle_edge`` runs; empty without them)."""
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        for m, run in (r.get("oracle_edge") or {}).items():
+            for lang in langs:
+                w, o = run["per_lang"][lang].get("BLEU"), r["oracle"][m]["per_lang"][lang].get("BLEU")
+                if w is not None and o:
+                    out.setdefault(m, []).append(w / o)
+    return {m: min(v) for m, v in out.items()}
 
 
 # ---------------------------------------------------------------------------------------- RSS, endless speech
@@ -422,13 +456,17 @@ def main(argv: list[str] | None = None) -> int:
                     row: dict[str, Any] = {"split": split, "pause_ms": [lo, hi], "audio_s": talk.duration_s,
                                            "policy": pol, "oracle": {}, "vad": {}}
                     runs = [("oracle", m, m, True, False, None) for m in models]
+                    if args.oracle_edge_ms:
+                        row["oracle_edge"] = {}
+                        runs += [("oracle_edge", m, m, True, False, None) for m in models]
                     runs += [("vad", name, m, False, restart, None) for name, m, restart in systems]
                     if args.merged_vad_min_silence_ms:
                         row["vad_merged"] = {}
                         runs += [("vad_merged", name, m, False, restart, args.merged_vad_min_silence_ms)
                                  for name, m, restart in systems]
                     for kind, name, m, oracle, restart, silence in runs:
-                        res = row[kind][name] = run_talk(models[m], d, langs, args, oracle, restart, pol, silence)
+                        res = row[kind][name] = run_talk(models[m], d, langs, args, oracle, restart, pol, silence,
+                                                         args.oracle_edge_ms if kind == "oracle_edge" else 0.0)
                         per = " ".join(f"{lang} {v['BLEU']:.1f}/{v['untranslated_speech_share'] or 0:.2f}"
                                        for lang, v in res["per_lang"].items())
                         print(f"{split} pauses {lo:g}-{hi:g} ms {pol} {kind} {name:18s} segments "
@@ -444,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
                       "restart_eos_chunks": args.restart_eos_chunks,
                       "vad_min_silence_ms": args.vad_min_silence_ms, "max_segment_s": args.max_segment_s,
                       "merged_vad_min_silence_ms": args.merged_vad_min_silence_ms,
+                      "oracle_edge_ms": args.oracle_edge_ms,
                       "source_segment_size_ms": args.source_segment_size, "threads": args.threads, "seed": args.seed},
            "rows": rows}
     for x in summary["systems"]:

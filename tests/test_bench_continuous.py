@@ -102,3 +102,26 @@ def test_rss_section_states_the_cost_ratio_and_the_rows_it_comes_from():
     # minutes 1, 2, 5, 10, ..., 30 in the table
     assert [line.split(" | ")[0] for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()] == [
         "| 1", "| 2", "| 5", "| 10", "| 15", "| 20", "| 25", "| 30"]
+
+
+def test_widened_oracle_segments_gain_silence_not_a_neighbours_speech():
+    """Segments (s) [1, 2], [2.1, 3], [4, 5] widened by 0.1: the first starts at 0.9 and ends at the middle of its
+    0.1 s pause (2.05), the second starts there and ends at 3.1 (its pause is 1 s), the last starts at 3.9 and
+    ends at 5.1; widened by 2 s, the first stops at 0 and the middles bound the rest."""
+    segs = [(1.0, 2.0), (2.1, 3.0), (4.0, 5.0)]
+    flat = lambda xs: [v for ab in xs for v in ab]  # noqa: E731
+    assert flat(bc.widened(segs, 0.1)) == pytest.approx([0.9, 2.05, 2.05, 3.1, 3.9, 5.1])
+    assert flat(bc.widened(segs, 2.0)) == pytest.approx([0.0, 2.05, 2.05, 3.5, 3.5, 7.0])
+    assert bc.widened(segs, 0.0) == segs
+
+
+def test_edge_robustness_is_the_worst_ratio_per_model():
+    """Widened-oracle BLEU 40 and 90 against oracle 100 and 90: quickstart's worst ratio is 0.4; rows without
+    oracle_edge runs add nothing, and the summary carries it."""
+    rows = _rows()
+    rows[0]["oracle_edge"] = {"quickstart": _run(40.0, 1000.0, 0.0)}
+    rows[1]["oracle_edge"] = {"quickstart": _run(90.0, 900.0, 0.0)}
+    assert bc.edge_robustness(rows, ["de"]) == {"quickstart": pytest.approx(0.4)}
+    assert bc.edge_robustness(_rows(), ["de"]) == {}
+    assert bc.summarize(rows, ["de"], ["waitk:k=3"], SYSTEMS)["oracle_edge_bleu_ratio_min"] == {
+        "quickstart": pytest.approx(0.4)}

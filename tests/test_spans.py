@@ -131,6 +131,44 @@ def test_span_items_join_audio_and_targets(talks_data):
     assert not x[parts[0].size:parts[0].size + 3200].any()
 
 
+def test_edge_silences_leave_the_plan_and_pad_each_span(talks_data):
+    """With edges drawn from 50..250 ms, each span (a single utterance too) gets silence before and after
+    (800..4000 samples each), its length counts them, and its parts and joins are those of the plan without
+    edges (the edges draw from a generator of their own); the items are the same audio with exact zeros at
+    both ends, and a single utterance is no longer the stored item but its padded audio's fbank."""
+    from mmst.data.dataset import MultiwayDataset
+    from mmst.features import num_frames
+
+    for seed in range(4):
+        plain = plan_spans(ROWS, 3, seed=seed, pause_ms=[100.0, 300.0])
+        edged = plan_spans(ROWS, 3, seed=seed, pause_ms=[100.0, 300.0], edge_ms=[50.0, 250.0])
+        assert [(s.rows, s.pause_samples) for s in edged] == [(s.rows, s.pause_samples) for s in plain]
+        for p, e in zip(plain, edged):
+            assert p.edge_samples is None and all(800 <= x <= 4000 for x in e.edge_samples)
+            assert e.n_samples == p.n_samples + sum(e.edge_samples)
+        assert edged == plan_spans(ROWS, 3, seed=seed, pause_ms=[100.0, 300.0], edge_ms=[50.0, 250.0])
+    fixed = plan_spans(ROWS, 1, seed=0, edge_ms=[100.0, 100.0])
+    assert [s.edge_samples for s in fixed] == [(1600, 1600)] * 5
+    with pytest.raises(ValueError, match="edge_ms must be"):
+        plan_spans(ROWS, 2, seed=0, edge_ms=[200.0, 100.0])
+
+    data, _ = talks_data
+    base = MultiwayDataset(data, "train", with_src=True)
+    plain = SpanDataset(base, plan_spans(base.rows, 3, seed=3))
+    ds = SpanDataset(base, plan_spans(base.rows, 3, seed=3, edge_ms=[100.0, 200.0]))
+    for k, span in enumerate(ds.spans):
+        a, b = span.edge_samples
+        x, y = ds.waveform(k), plain.waveform(k)
+        assert x.size == a + y.size + b == span.n_samples
+        assert not x[:a].any() and not x[x.size - b:].any()
+        np.testing.assert_array_equal(x[a:a + y.size], y)
+        assert ds.n_frames[k] == num_frames(span.n_samples)
+    single = ds[1]  # [ted_1_2] alone: its padded audio's features, its own targets
+    assert single["id"] == "ted_1_2" and single["fbank"].shape == (num_frames(ds.spans[1].n_samples), 80)
+    stored = base[ds.spans[1].rows[0]]
+    assert single["tokens"] == stored["tokens"] and single["src_tokens"] == stored["src_tokens"]
+
+
 @pytest.mark.parametrize("arch", ["unified", "separate"])
 def test_training_on_spans_under_multi_k(talks_data, tmp_path, arch):
     """mmst-train's trainer with data.concat_utterances=3 and waitk_lagging=[1,2]: the batches hold the
@@ -174,6 +212,10 @@ def test_config_refuses_what_spans_cannot_do(talks_data, tmp_path):
 
     with pytest.raises(ConfigError, match=r"data.concat_pause_ms: expected \[lo, hi\]"):
         load_config(None, ["data.concat_pause_ms=[300, 100]"])
+    with pytest.raises(ConfigError, match=r"data.concat_edge_ms: expected \[lo, hi\]"):
+        load_config(None, ["data.concat_edge_ms=[300]"])
+    with pytest.raises(ConfigError, match="data.augment.speed_perturb"):  # edges read the audio too
+        load_config(None, ["data.concat_edge_ms=[0, 100]", "data.augment.speed_perturb=[0.9, 1.0, 1.1]"])
     with pytest.raises(ConfigError, match="data.augment.speed_perturb"):
         load_config(None, ["data.concat_utterances=2", "data.augment.speed_perturb=[0.9, 1.0, 1.1]"])
     data, _ = talks_data
@@ -187,3 +229,20 @@ def test_config_refuses_what_spans_cannot_do(talks_data, tmp_path):
                              "model.overrides.attention_heads=2"])
     with pytest.raises(FileNotFoundError, match=r"train.tsv: utterance ted_1_0: wav '.*raw_gone.*' is not a file"):
         build_trainer(cfg, moved, tmp_path / "run")
+
+
+def test_edges_alone_make_span_items_of_single_utterances(talks_data, tmp_path):
+    """data.concat_edge_ms with concat_utterances 1: every training item is one utterance with edge silences
+    (a span dataset of single utterances), each with its own drawn edges."""
+    from mmst.training.config import load_config
+    from mmst.training.trainer import build_trainer
+
+    data, _ = talks_data
+    cfg = load_config(None, [
+        "num_threads=1", "logging.progress_bar=false", "logging.tensorboard=false", "valid.interval_updates=0",
+        "optim.max_update=1", "data.concat_edge_ms=[100, 300]", "data.max_tokens=2000", "seed=3",
+        "model.overrides.d_model=32", "model.overrides.encoder_layers=1", "model.overrides.decoder_layers=1",
+        "model.overrides.ffn_dim=32", "model.overrides.conv_channels=16", "model.overrides.attention_heads=2"])
+    ds = build_trainer(cfg, data, tmp_path).train_iter.dataset
+    assert isinstance(ds, SpanDataset) and len(ds) == len(ds.base.rows)
+    assert all(len(s.rows) == 1 and all(1600 <= x <= 4800 for x in s.edge_samples) for s in ds.spans)

@@ -45,6 +45,8 @@ SAMPLE_RATE = 16000
 GROUPS = ("talk", "speaker")
 #: salt of the plan's random generator (with the training seed)
 PLAN_SEED_SALT = 0x5BA7
+#: salt of the edge silences' generator (with the training seed and PLAN_SEED_SALT)
+EDGE_SEED_SALT = 0xED6E
 
 
 @dataclass(frozen=True)
@@ -55,12 +57,15 @@ class Span:
         rows: indices of its utterances in the dataset's rows, in speaking order.
         pause_samples: the silence put after each part but the last, 16 kHz samples; ``None`` = the
             recording's own audio between the parts.
-        n_samples: its audio length at 16 kHz (parts plus joins).
+        n_samples: its audio length at 16 kHz (parts, joins and edges).
+        edge_samples: ``(before, after)``: the silence put before the first part and after the last, 16 kHz
+            samples; ``None`` = none (the parts' own edges only).
     """
 
     rows: tuple[int, ...]
     pause_samples: tuple[int, ...] | None
     n_samples: int
+    edge_samples: tuple[int, int] | None = None
 
 
 def _seconds(row: Mapping[str, str], field: str, where: str) -> float:
@@ -84,7 +89,7 @@ def _extent(row: Mapping[str, str], where: str) -> tuple[int, int]:
 
 def plan_spans(rows: Sequence[Mapping[str, str]], max_utterances: int, seed: int, *, group: str = "talk",
                pause_ms: Sequence[float] | None = None, max_frames: int | None = None,
-               where: str = "manifest") -> list[Span]:
+               edge_ms: Sequence[float] | None = None, where: str = "manifest") -> list[Span]:
     """Cut the rows of a manifest into spans of 1..``max_utterances`` consecutive utterances (module
     docstring).
 
@@ -95,7 +100,10 @@ def plan_spans(rows: Sequence[Mapping[str, str]], max_utterances: int, seed: int
         seed: the plan's seed (the training seed): the same rows and seed give the same spans.
         group: ``talk`` (one recording, ``offset`` order) or ``speaker`` (manifest order).
         pause_ms: ``None`` = the recording's own gaps; ``(lo, hi)`` = silence drawn from lo..hi ms.
-        max_frames: no span of several utterances longer than this many 10 ms frames.
+        max_frames: no span of several utterances longer than this many 10 ms frames (edges not counted).
+        edge_ms: ``None`` = no edges; ``(lo, hi)`` = silence drawn from lo..hi ms before and after each span
+            (single utterances too), drawn after the span's parts and joins, so the parts and joins of a plan
+            do not depend on it.
         where: the manifest's name in error messages.
 
     Returns:
@@ -111,6 +119,8 @@ def plan_spans(rows: Sequence[Mapping[str, str]], max_utterances: int, seed: int
         raise ValueError(f"group must be one of {GROUPS}, got {group!r}")
     if pause_ms is not None and not (len(pause_ms) == 2 and 0 <= pause_ms[0] <= pause_ms[1]):
         raise ValueError(f"pause_ms must be [lo, hi] with 0 <= lo <= hi (ms), got {list(pause_ms)}")
+    if edge_ms is not None and not (len(edge_ms) == 2 and 0 <= edge_ms[0] <= edge_ms[1]):
+        raise ValueError(f"edge_ms must be [lo, hi] with 0 <= lo <= hi (ms), got {list(edge_ms)}")
     key_field = "wav" if group == "talk" else "speaker"
     groups: dict[str, list[int]] = {}
     extent = []
@@ -146,7 +156,17 @@ def plan_spans(rows: Sequence[Mapping[str, str]], max_utterances: int, seed: int
                 n += add
             spans.append(Span(tuple(parts), None if pause_ms is None else tuple(pauses), n))
             k += len(parts)
+    if edge_ms is not None:  # a generator of its own: the parts and joins stay those of the plan without edges
+        erng = np.random.default_rng([int(seed), PLAN_SEED_SALT, EDGE_SEED_SALT])
+        drawn = np.round(erng.uniform(edge_ms[0], edge_ms[1], size=(len(spans), 2)) * SAMPLE_RATE / 1000.0)
+        spans = [Span(sp.rows, sp.pause_samples, sp.n_samples + int(a) + int(b), (int(a), int(b)))
+                 for sp, (a, b) in zip(spans, drawn.astype(np.int64))]
     return spans
+
+
+def _stored(span: Span) -> bool:
+    """A span whose item is the dataset's own (stored features): one utterance, no edge silences."""
+    return len(span.rows) == 1 and span.edge_samples is None
 
 
 def join_texts(texts: Sequence[str], lang: str) -> str | None:
@@ -181,7 +201,7 @@ class SpanDataset(torch.utils.data.Dataset):
         self.spans = list(spans)
         if any(i >= len(base.rows) or i < 0 for s in self.spans for i in s.rows):
             raise ValueError(f"a span indexes past the {len(base.rows)} utterances of {base.split}")
-        self.n_frames = np.array([int(base.n_frames[s.rows[0]]) if len(s.rows) == 1 else num_frames(s.n_samples)
+        self.n_frames = np.array([int(base.n_frames[s.rows[0]]) if _stored(s) else num_frames(s.n_samples)
                                   for s in self.spans], dtype=np.int64)
         self._cache: dict[int, torch.Tensor] = {}
 
@@ -199,7 +219,8 @@ class SpanDataset(torch.utils.data.Dataset):
 
     def waveform(self, k: int) -> np.ndarray:
         """16 kHz mono samples ``(N,)`` float32 of span ``k``: one read of the recording from its first
-        utterance's start to its last one's end (own gaps), or the parts with the planned silences between.
+        utterance's start to its last one's end (own gaps), or the parts with the planned silences between;
+        with the span's edge silences before and after.
 
         Raises:
             mmst.audio.AudioError: a recording cannot be read or a part lies outside it (names the file).
@@ -209,15 +230,18 @@ class SpanDataset(torch.utils.data.Dataset):
 
         span = self.spans[k]
         rows = [self.base.rows[i] for i in span.rows]
+        before, after = span.edge_samples or (0, 0)
+        pieces = [np.zeros(before, np.float32)]
         if span.pause_samples is None:
             (start, _), (_, stop) = _extent(rows[0], self.base.split), _extent(rows[-1], self.base.split)
-            return load_audio(rows[0]["wav"], start / SAMPLE_RATE, (stop - start) / SAMPLE_RATE,
-                              end_tolerance_s=WAV_END_TOLERANCE_S)
-        pieces = []
-        for r, pause in zip(rows, [*span.pause_samples, 0]):
-            pieces.append(load_audio(r["wav"], float(r["offset"]), float(r["duration"]),
+            pieces.append(load_audio(rows[0]["wav"], start / SAMPLE_RATE, (stop - start) / SAMPLE_RATE,
                                      end_tolerance_s=WAV_END_TOLERANCE_S))
-            pieces.append(np.zeros(pause, np.float32))
+        else:
+            for r, pause in zip(rows, [*span.pause_samples, 0]):
+                pieces.append(load_audio(r["wav"], float(r["offset"]), float(r["duration"]),
+                                         end_tolerance_s=WAV_END_TOLERANCE_S))
+                pieces.append(np.zeros(pause, np.float32))
+        pieces.append(np.zeros(after, np.float32))
         return np.concatenate(pieces)
 
     def features(self, k: int) -> torch.Tensor:
@@ -251,7 +275,7 @@ class SpanDataset(torch.utils.data.Dataset):
         """Item dict as :meth:`mmst.data.dataset.MultiwayDataset.__getitem__` (``index`` = ``k``, ``id`` =
         :meth:`span_id`)."""
         span = self.spans[k]
-        if len(span.rows) == 1:
+        if _stored(span):
             return {**self.base[span.rows[0]], "index": k}
         base = self.base
         tokens: dict[str, list[int] | None] = {}
@@ -273,20 +297,21 @@ class SpanDataset(torch.utils.data.Dataset):
 
 
 def build_span_dataset(base: Any, max_utterances: int, seed: int, *, group: str = "talk",
-                       pause_ms: Sequence[float] | None = None, max_frames: int | None = None) -> SpanDataset:
+                       pause_ms: Sequence[float] | None = None, max_frames: int | None = None,
+                       edge_ms: Sequence[float] | None = None) -> SpanDataset:
     """:func:`plan_spans` over ``base.rows`` and the :class:`SpanDataset` of the plan, after checking that
     every recording a joined span reads exists.
 
     Raises:
         ValueError: see :func:`plan_spans`.
-        FileNotFoundError: a joined utterance's ``wav`` is not a file (e.g. a DATA built from features only);
+        FileNotFoundError: a joined (or edge-padded) utterance's ``wav`` is not a file (e.g. a DATA built from features only);
             names the manifest, the utterance and the path.
     """
     where = os.fspath(base.data_dir / f"{base.split}.tsv")
     spans = plan_spans(base.rows, max_utterances, seed, group=group, pause_ms=pause_ms, max_frames=max_frames,
-                       where=where)
+                       edge_ms=edge_ms, where=where)
     for s in spans:
-        for i in s.rows if len(s.rows) > 1 else ():
+        for i in s.rows if not _stored(s) else ():
             row = base.rows[i]
             if not os.path.isfile(row["wav"]):
                 raise FileNotFoundError(f"{where}: utterance {row['id']}: wav {row['wav']!r} is not a file "

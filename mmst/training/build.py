@@ -175,12 +175,14 @@ def build_trainer(cfg: TrainConfig, data_dir: str | Path, save_dir: str | Path, 
                                 cfg.optim.weight_decay, cfg.optim.implementation)
     scheduler = InverseSqrtSchedule(optimizer, cfg.optim.lr, cfg.optim.warmup_updates, cfg.optim.warmup_init_lr)
     train_items = train_ds
-    if cfg.data.concat_utterances > 1:  # multi-sentence training: items are spans of consecutive utterances
+    if cfg.data.concat_utterances > 1 or cfg.data.concat_edge_ms is not None:
+        # multi-sentence training (items are spans of consecutive utterances) and/or edge silences
         from mmst.data.spans import build_span_dataset, describe_spans
 
         train_items = build_span_dataset(train_ds, cfg.data.concat_utterances, cfg.seed, group=cfg.data.concat_group,
                                          pause_ms=cfg.data.concat_pause_ms,
-                                         max_frames=min(cfg.data.max_frames, cfg.data.max_tokens))
+                                         max_frames=min(cfg.data.max_frames, cfg.data.max_tokens),
+                                         edge_ms=cfg.data.concat_edge_ms)
         logger.info("multi-sentence training: %s", describe_spans(train_items.spans))
     train_iter = EpochBatchIterator(train_items, train_items.n_frames, train_items.collater, cfg.data.max_tokens,
                                     cfg.data.max_sentences, seed=cfg.seed, num_workers=cfg.data.num_workers)

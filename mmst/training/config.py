@@ -160,18 +160,28 @@ class DataSection:
                                              "own audio between them (utterances in different recordings, or "
                                              "overlapping, are not joined); [lo, hi] = digital silence of a length "
                                              "drawn uniformly from lo..hi ms")
+    concat_edge_ms: list[float] | None = _f(None, doc="silence before the first and after the last utterance of "
+                                            "every training item, each drawn uniformly from lo..hi ms ([lo, hi]; "
+                                            "single utterances too, also with concat_utterances 1): a stream "
+                                            "segment's edges vary with the VAD's padding and the speaker's pauses, "
+                                            "while the clips carry edges of one length; null = none")
     augment: AugmentSection = field(default_factory=AugmentSection)
 
     def __post_init__(self) -> None:
-        """Validate the multi-sentence keys (a pause range; no speed perturbation with concat_utterances > 1)."""
+        """Validate the multi-sentence keys (pause and edge ranges; no speed perturbation with spans read from
+        the recordings: concat_utterances > 1 or concat_edge_ms)."""
         p = self.concat_pause_ms
         if p is not None and not (len(p) == 2 and 0 <= p[0] <= p[1]):
             raise ConfigError(f"data.concat_pause_ms: expected [lo, hi] with 0 <= lo <= hi (ms), got {p}")
+        e = self.concat_edge_ms
+        if e is not None and not (len(e) == 2 and 0 <= e[0] <= e[1]):
+            raise ConfigError(f"data.concat_edge_ms: expected [lo, hi] with 0 <= lo <= hi (ms), got {e}")
         sp = self.augment.speed_perturb if isinstance(self.augment, AugmentSection) else None
-        if self.concat_utterances > 1 and sp is not None and sorted(sp) != [1.0]:
-            raise ConfigError("data.concat_utterances > 1 reads each joined span's audio from its recording; the "
-                              "speed-perturbed copies (data.augment.speed_perturb) exist as features only: set one "
-                              "of them back (concat_utterances: 1 or speed_perturb: null)")
+        if (self.concat_utterances > 1 or e is not None) and sp is not None and sorted(sp) != [1.0]:
+            raise ConfigError("data.concat_utterances > 1 and data.concat_edge_ms read each span's audio from its "
+                              "recording; the speed-perturbed copies (data.augment.speed_perturb) exist as features "
+                              "only: set one of them back (concat_utterances: 1 and concat_edge_ms: null, or "
+                              "speed_perturb: null)")
 
 
 @dataclass

@@ -10,7 +10,8 @@
 #      --speed-perturb true first the speed-perturbed copies (data_prep/speed_perturb.py), with
 #      --asr-pretrain true first English ASR pretraining of the encoder (conf/asr_xs.yaml), both with
 #      the same augmentation (docs/augmentation.md); with --concat-utterances M > 1 on spans of 1..M
-#      consecutive utterances of one talk joined by --concat-pause-ms of silence (multi-sentence training:
+#      consecutive utterances of one talk joined by --concat-pause-ms of silence, with --concat-edge-ms of
+#      silence before and after each span (multi-sentence training:
 #      the model translates on past a sentence end in long-form streams; docs/training.md, docs/longform.md);
 #      with --left-chunks N > 0 an encoder with a bounded left context of N chunks and rotary positions
 #      (encoder_left_chunks, encoder_pos_enc_type=rope): its state stays bounded on endless speech (docs/longform.md)
@@ -62,6 +63,8 @@ left_chunks=0                # >0: bounded encoder left context of this many chu
                              # (model.overrides.encoder_left_chunks, encoder_pos_enc_type=rope); 0 = unbounded
 concat_pause_ms=0,600        # with concat_utterances > 1: silence between joined utterances, LO,HI ms (drawn
                              # uniformly; data.concat_pause_ms); "real" = the recording's own gaps
+concat_edge_ms=0,200         # with concat_utterances > 1: silence before and after each span, LO,HI ms (drawn
+                             # uniformly; data.concat_edge_ms); "none" = the clips' own edges only
 eval_waitk_lagging=1,3,5
 eval_extra=""                # stage 3: more eval/simultaneous_eval.py options, e.g. "--max-len-b 50"
 source_segment_size=320      # ms
@@ -70,7 +73,7 @@ longform_minutes=2.5         # stage 6: length of the synthetic talk
 longform_extra=""            # stage 6: more eval/longform_eval.py options, e.g. "--max-len-b 50"
 RECIPE_OPTIONS=(stage stop_stage force exp_dir tgt_langs difficulty num_train num_dev num_test
   num_test_unseen seed jobs config train_overrides specaugment speed_perturb speed_factors asr_pretrain
-  asr_config concat_utterances concat_pause_ms left_chunks nproc omp_wait_policy eval_waitk_lagging eval_extra source_segment_size real_audio_tsv longform_minutes longform_extra)
+  asr_config concat_utterances concat_pause_ms concat_edge_ms left_chunks nproc omp_wait_policy eval_waitk_lagging eval_extra source_segment_size real_audio_tsv longform_minutes longform_extra)
 parse_options "$@"
 case "$omp_wait_policy" in
   auto) if [ -n "${OMP_WAIT_POLICY:-}" ]; then train_omp=$OMP_WAIT_POLICY
@@ -81,6 +84,7 @@ esac
 case "$concat_utterances" in ''|*[!0-9]*|0) echo "$0: --concat-utterances must be a whole number >= 1 (got '$concat_utterances')" >&2; exit 2 ;; esac
 case "$left_chunks" in ''|*[!0-9]*) echo "$0: --left-chunks must be a whole number >= 0 (got '$left_chunks')" >&2; exit 2 ;; esac
 case "$concat_pause_ms" in real|[0-9]*,[0-9]*) ;; *) echo "$0: --concat-pause-ms must be LO,HI (ms) or real (got '$concat_pause_ms')" >&2; exit 2 ;; esac
+case "$concat_edge_ms" in none|[0-9]*,[0-9]*) ;; *) echo "$0: --concat-edge-ms must be LO,HI (ms) or none (got '$concat_edge_ms')" >&2; exit 2 ;; esac
 read -r -a eval_extra_args <<< "$eval_extra"
 read -r -a longform_extra_args <<< "$longform_extra"
 
@@ -109,6 +113,7 @@ stage2() {
   if [ "$concat_utterances" -gt 1 ]; then
     extra="$extra data.concat_utterances=$concat_utterances"
     [ "$concat_pause_ms" != "real" ] && extra="$extra data.concat_pause_ms=[$concat_pause_ms]"
+    [ "$concat_edge_ms" != "none" ] && extra="$extra data.concat_edge_ms=[$concat_edge_ms]"
   fi
   if [ "$left_chunks" -gt 0 ]; then
     extra="$extra model.overrides.encoder_left_chunks=$left_chunks model.overrides.encoder_pos_enc_type=rope"

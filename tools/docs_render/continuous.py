@@ -70,4 +70,11 @@ def continuous(d: Mapping[str, Any]) -> str:
                           pct(x["untranslated_share_max"]), f"{x['n_restarts']}",
                           num(x["restart_error_ms_median"], "{:.0f}")] for x in per]))
     out.append(_goals(summ))
+    edge = summ.get("oracle_edge_bleu_ratio_min")
+    if edge:
+        out.append(f"Edges: with every oracle segment widened by {num(cfg.get('oracle_edge_ms'), '{:.0f}')} ms of "
+                   "silence on both sides (at most half the pause to a neighbour), the lowest BLEU ratio to the oracle "
+                   "segments' over talks, policies and languages is "
+                   + ", ".join(f"{num(v, '{:.3f}')} for {m}" for m, v in edge.items())
+                   + " (1 = the edges do not matter).")
     return "\n\n".join(out)
