@@ -105,6 +105,7 @@ def test_recipe_old_spellings_warn_and_still_work():
     ("recipes/synthetic/run_backbones.sh", "--asr-updates", "--asr-max-update"),
     ("recipes/synthetic/run_backbones.sh", "--st-updates", "--st-max-update"),
     ("recipes/synthetic/run_backbones.sh", "--results", "--copy-to"),
+    ("recipes/synthetic/run_backbones.sh", "--seed", "--seeds"),
     ("recipes/synthetic/run_augment.sh", "--results", "--copy-to"),
     ("recipes/ted_mmst/run.sh", "--asr-checkpoint", "--pretrained-encoder"),
     ("recipes/synthetic/run_policies_hard.sh", "--results-json", "--out-json"),

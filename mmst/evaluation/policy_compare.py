@@ -205,23 +205,23 @@ def bootstrap_mean_difference(
     """
     import numpy as np
 
-    data = [_comparison_sentences(lang, c[:3]) for c in comparisons]
+    data = [comparison_sentences(lang, c[:3]) for c in comparisons]
     if not data or any(d is None for d in data) or len({len(d[0][0]) for d in data}) != 1:
         return None
     if any(d[0][1] != data[0][0][1] for d in data[1:]):
         raise CompareError(f"{lang}: the seeds' references differ; the seeds must be decoded on the same test set")
     idx = np.random.default_rng(BOOTSTRAP_SEED).choice(len(data[0][0][0]), size=(n_samples, len(data[0][0][0])))
-    per_seed = [_resampled_difference(lang, d, c[3], idx) for d, c in zip(data, comparisons)]  # [(delta, (n,))]
+    per_seed = [resampled_difference(lang, d, c[3], idx) for d, c in zip(data, comparisons)]  # [(delta, (n,))]
     delta = sum(d for d, _ in per_seed) / len(per_seed)
     diff = np.stack([x for _, x in per_seed]).mean(axis=0)  # (n_samples,): the mean over seeds per resample
-    out = _interval(delta, diff)
+    out = percentile_interval(delta, diff)
     if len(per_seed) > 1:
-        out["per_seed"] = [{k: v for k, v in _interval(d, x).items() if k in ("delta", "low", "high", "p")}
+        out["per_seed"] = [{k: v for k, v in percentile_interval(d, x).items() if k in ("delta", "low", "high", "p")}
                            for d, x in per_seed]
     return out
 
 
-def _comparison_sentences(lang: str, points: Sequence[Mapping[str, Any]]) -> list[tuple[list[str], list[str]]] | None:
+def comparison_sentences(lang: str, points: Sequence[Mapping[str, Any]]) -> list[tuple[list[str], list[str]]] | None:
     """The (hypotheses, references) of each point on ``lang``; None when one lacks them or the counts differ."""
     data = [_sentences(p, lang) for p in points]
     if any(d is None for d in data) or len({len(d[0]) for d in data}) != 1 or not data[0][0]:
@@ -229,7 +229,7 @@ def _comparison_sentences(lang: str, points: Sequence[Mapping[str, Any]]) -> lis
     return data
 
 
-def _resampled_difference(lang: str, data: Sequence[tuple[list[str], list[str]]], w: float, idx: Any) -> tuple[float, Any]:
+def resampled_difference(lang: str, data: Sequence[tuple[list[str], list[str]]], w: float, idx: Any) -> tuple[float, Any]:
     """``(delta, diff)`` for the three systems ``data`` (base, lower, upper): the point difference
     ``(1 - w) * lower + w * upper - base`` in BLEU and its value in every resample of ``idx``
     ``(n_samples, n_sentences)``, as an ``(n_samples,)`` array."""
@@ -248,7 +248,7 @@ def _resampled_difference(lang: str, data: Sequence[tuple[list[str], list[str]]]
     return (1 - w) * points[1] + w * points[2] - points[0], diff
 
 
-def _interval(delta: float, diff: Any) -> dict[str, Any]:
+def percentile_interval(delta: float, diff: Any) -> dict[str, Any]:
     """The :data:`CI_LEVEL` percentile interval, two-sided p-value and verdict of the resampled differences
     ``diff`` ``(n_samples,)`` around the point difference ``delta`` (module docstring)."""
     import numpy as np

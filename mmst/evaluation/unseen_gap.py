@@ -105,8 +105,9 @@ def unseen_gap_report(scores: dict[str, dict[str, dict[int, dict[str, dict[str, 
             row[f"{key}_per_lang"] = {lang: mean_std([per_seed[s][lang]["BLEU"] for s in sorted(per_seed)
                                                       if "BLEU" in per_seed[s].get(lang, {})]) for lang in langs}
         both = sorted(set(per_split.get(seen, {})) & set(per_split.get(unseen, {})))
-        gaps = [_lang_avg(per_split[seen][s], "BLEU", langs) - _lang_avg(per_split[unseen][s], "BLEU", langs)
-                for s in both]
+        pairs = [(_lang_avg(per_split[seen][s], "BLEU", langs), _lang_avg(per_split[unseen][s], "BLEU", langs))
+                 for s in both]
+        gaps = [a - b for a, b in pairs if a is not None and b is not None]  # a seed without a score has no gap
         row["gap"] = mean_std(gaps)
         row["seeds"] = {seen: sorted(per_split.get(seen, {})), unseen: sorted(per_split.get(unseen, {}))}
         systems[name] = row

@@ -13,34 +13,54 @@ from .common import md_table, num, params_m
 def backbones(d: Mapping[str, Any]) -> str:
     """``recipes/synthetic/run_backbones.sh`` (``mmst-backbones``): per system, BLEU at one wait-k on both test
     sets (averaged over the languages) and their mean, AL on the seen set (with LAAL, AL_CA and LAAL_CA when the
-    results have them), then the summary against its goal, named for what it compares: an ASR-then-ST
-    curriculum against ST alone, at equal updates, over the seeds the results hold."""
+    results have them), training time (s) and updates when recorded, then the summary against its goal, named for
+    what it compares: an ASR-then-ST curriculum against ST alone, at the budget the results record (equal compute
+    or equal updates; a report without one, from before the seeds and budgets, was at equal updates), with the
+    test sets, the seeds and the interval."""
+    from mmst.evaluation.backbones import difference_text, updates_cell
+
     k = str(d["k"]).lstrip("k")
     seen, unseen = d["splits"]
     desc = d.get("descriptions") or {}
     lat = [m for m in ("LAAL", "AL_CA", "LAAL_CA") if any(m in (r.get("seen_latency") or {}) for r in d["systems"].values())]
+    timed = any((r.get("train_time_s") or {}).get("n") for r in d["systems"].values())
     body = [[f"`{name}`", num(r["seen_bleu"]["mean"]), num(r["unseen_bleu"]["mean"]), num(r["bleu"]),
              num(r["seen_al"]["mean"], "{:.0f}"),
-             *(num((r.get("seen_latency") or {}).get(m, {}).get("mean"), "{:.0f}") for m in lat), desc.get(name, "")]
+             *(num((r.get("seen_latency") or {}).get(m, {}).get("mean"), "{:.0f}") for m in lat),
+             *((num((r.get("train_time_s") or {}).get("mean"), "{:.0f}"), updates_cell(r, name)) if timed else ()),
+             desc.get(name, "")]
             for name, r in d["systems"].items()]
     s = d["summary"]
-    d_pre, d_xs = s[f"pretrained_minus_scratch_bleu_k{k}"], s[f"hf_minus_xs_asr_bleu_k{k}"]
     per_lang = "; ".join(f"`{name}` " + ", ".join(f"{lang} {num(r['seen_per_lang'][lang]['mean'], '{:.1f}')}"
                                                     for lang in d["langs"]) for name, r in d["systems"].items())
-    ns = sorted({len(r["seeds"].get(seen, [])) for r in d["systems"].values()})
-    seeds = (f"{ns[0]} training seed" + ("" if ns[0] == 1 else "s") if len(ns) == 1
-             else f"{ns[0]}-{ns[-1]} training seeds per system")
     ca = ("" if lat else f" Computation-aware AL/LAAL: not in these results (the committed run predates them; "
           f"a rerun of the recipe adds LAAL, AL_CA and LAAL_CA on {seen}).")
-    return (md_table(["system", f"BLEU {seen}", f"BLEU {unseen}", "BLEU mean", f"AL {seen} (ms)",
-                      *(f"{m} {seen} (ms)" for m in lat), "trained"], body)
-            + f"\n\nBLEU at wait-{k}, the mean over {', '.join(d['langs'])}; {seeds}. ASR-pretrained encoder minus the "
-              f"same encoder trained on ST alone, at equal updates (not equal compute): "
-              f"{num(d_pre, '{:+.2f}')} BLEU (goal > 0: {'met' if s['goal_met'] else 'missed'}); ASR-pretrained "
-              f"Hugging Face encoder minus the `xs` encoder with its ASR pretraining: {num(d_xs, '{:+.2f}')} BLEU "
-              f"(reported)."
-              + ("" if s.get("complete", True) else " Incomplete: " + ", ".join(d.get("missing", [])) + ".")
-              + f" BLEU per language on {seen}: {per_lang}." + ca)
+    table = md_table(["system", f"BLEU {seen}", f"BLEU {unseen}", "BLEU mean", f"AL {seen} (ms)",
+                      *(f"{m} {seen} (ms)" for m in lat), *(("train time (s)", "updates (ASR + ST)") if timed else ()),
+                      "trained"], body)
+    goal = f"(goal > 0: {'met' if s['goal_met'] else 'missed'})"
+    incomplete = "" if s.get("complete", True) else " Incomplete: " + ", ".join(d.get("missing", [])) + "."
+    if "differences" not in d:  # a report from before the seeds and budgets: one sentence, at equal updates
+        d_pre, d_xs = s[f"pretrained_minus_scratch_bleu_k{k}"], s[f"hf_minus_xs_asr_bleu_k{k}"]
+        ns = sorted({len(r["seeds"].get(seen, [])) for r in d["systems"].values()})
+        seeds = (f"{ns[0]} training seed" + ("" if ns[0] == 1 else "s") if len(ns) == 1
+                 else f"{ns[0]}-{ns[-1]} training seeds per system")
+        return (table + f"\n\nBLEU at wait-{k}, the mean over {', '.join(d['langs'])}; {seeds}. ASR-pretrained encoder "
+                f"minus the same encoder trained on ST alone, at equal updates (not equal compute): "
+                f"{num(d_pre, '{:+.2f}')} BLEU {goal}; ASR-pretrained Hugging Face encoder minus the `xs` encoder with "
+                f"its ASR pretraining: {num(d_xs, '{:+.2f}')} BLEU (reported)." + incomplete
+                + f" BLEU per language on {seen}: {per_lang}." + ca)
+    budget = {"compute": "equal compute (the scratch system, and the `xs` encoder's ST after its ASR pretraining, "
+                         "train for the wall-clock training time, ASR included, of the ASR-pretrained system of the "
+                         "same seed, in the same recipe run on one machine)",
+              "updates": "equal updates (not equal compute)"}.get(s.get("budget"), "training budget not recorded")
+    seeds = ", ".join(map(str, s.get("seeds") or [])) or "none in common"
+    return (table + f"\n\nBLEU at wait-{k}, the mean over {', '.join(d['langs'])} and over the test sets {seen} and "
+            f"{unseen}; training seeds {seeds}; {budget}; interval: {s.get('interval') or 'none (one seed)'}. "
+            f"ASR-pretrained encoder minus the same encoder trained on ST alone: "
+            f"{difference_text(d, 'pretrained_minus_scratch')} {goal}; ASR-pretrained Hugging Face encoder minus the "
+            f"`xs` encoder with its ASR pretraining: {difference_text(d, 'hf_minus_xs_asr')} (reported)." + incomplete
+            + f" BLEU per language on {seen}: {per_lang}." + ca)
 
 
 def augment_report(d: Mapping[str, Any]) -> str:
