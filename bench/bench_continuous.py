@@ -18,7 +18,7 @@ Each model also streams each talk with the oracle segmentation (the sentences' o
 one sentence per segment), the reference its VAD runs are compared with, and (``--oracle-edge-ms``, default 100)
 with those segments widened by that much silence on both sides (``oracle_edge``; at most half the pause to a
 neighbour): a model whose BLEU drops there depends on where a segment's edges fall, as the VAD's padding moves
-them (``oracle_edge_bleu_ratio_min`` per model in the summary). Per run and language: BLEU and
+them (``oracle_edge_bleu_ratio_min`` per model and policy in the summary). Per run and language: BLEU and
 StreamLAAL (mWER resegmentation, :func:`mmst.evaluation.longform.evaluate_talks`), the untranslated speech share,
 the VAD segments and the restarts; per restart, its error: the distance from its restart point to the nearest
 pause between two reference sentences (0 inside one). With ``--merged-vad-min-silence-ms`` > 0 the VAD also runs
@@ -249,17 +249,17 @@ def summarize(rows: list[dict[str, Any]], langs: list[str], policies: list[str],
     return best
 
 
-def edge_robustness(rows: list[dict[str, Any]], langs: list[str]) -> dict[str, float]:
-    """Per model: the min over talks, policies and languages of BLEU with widened oracle segments / BLEU with the
+def edge_robustness(rows: list[dict[str, Any]], langs: list[str]) -> dict[str, dict[str, float]]:
+    """Per model and policy: the min over talks and languages of BLEU with widened oracle segments / BLEU with the
     oracle segments (``oracle_edge`` runs; empty without them)."""
-    out: dict[str, list[float]] = {}
+    out: dict[str, dict[str, list[float]]] = {}
     for r in rows:
         for m, run in (r.get("oracle_edge") or {}).items():
             for lang in langs:
                 w, o = run["per_lang"][lang].get("BLEU"), r["oracle"][m]["per_lang"][lang].get("BLEU")
                 if w is not None and o:
-                    out.setdefault(m, []).append(w / o)
-    return {m: min(v) for m, v in out.items()}
+                    out.setdefault(m, {}).setdefault(r["policy"], []).append(w / o)
+    return {m: {pol: min(v) for pol, v in per.items()} for m, per in out.items()}
 
 
 # ---------------------------------------------------------------------------------------- RSS, endless speech

@@ -116,12 +116,15 @@ def test_widened_oracle_segments_gain_silence_not_a_neighbours_speech():
 
 
 def test_edge_robustness_is_the_worst_ratio_per_model():
-    """Widened-oracle BLEU 40 and 90 against oracle 100 and 90: quickstart's worst ratio is 0.4; rows without
-    oracle_edge runs add nothing, and the summary carries it."""
+    """Widened-oracle BLEU 40 and 90 against oracle 100 and 90: quickstart's worst ratio at wait-3 is 0.4; rows
+    without oracle_edge runs add nothing, and the summary carries it; each policy has its own."""
     rows = _rows()
     rows[0]["oracle_edge"] = {"quickstart": _run(40.0, 1000.0, 0.0)}
     rows[1]["oracle_edge"] = {"quickstart": _run(90.0, 900.0, 0.0)}
-    assert bc.edge_robustness(rows, ["de"]) == {"quickstart": pytest.approx(0.4)}
+    assert bc.edge_robustness(rows, ["de"]) == {"quickstart": {"waitk:k=3": pytest.approx(0.4)}}
     assert bc.edge_robustness(_rows(), ["de"]) == {}
     assert bc.summarize(rows, ["de"], ["waitk:k=3"], SYSTEMS)["oracle_edge_bleu_ratio_min"] == {
-        "quickstart": pytest.approx(0.4)}
+        "quickstart": {"waitk:k=3": pytest.approx(0.4)}}
+    rows[1]["policy"] = "alignatt:frames=4"  # per policy: each its own worst
+    assert bc.edge_robustness(rows, ["de"]) == {"quickstart": {"waitk:k=3": pytest.approx(0.4),
+                                                               "alignatt:frames=4": pytest.approx(1.0)}}

@@ -74,7 +74,8 @@ def continuous(d: Mapping[str, Any]) -> str:
     if edge:
         out.append(f"Edges: with every oracle segment widened by {num(cfg.get('oracle_edge_ms'), '{:.0f}')} ms of "
                    "silence on both sides (at most half the pause to a neighbour), the lowest BLEU ratio to the oracle "
-                   "segments' over talks, policies and languages is "
-                   + ", ".join(f"{num(v, '{:.3f}')} for {m}" for m, v in edge.items())
-                   + " (1 = the edges do not matter).")
+                   "segments' over talks and languages (1 = the edges do not matter): "
+                   + "; ".join(f"{m} " + ", ".join(f"{num(v, '{:.3f}')} at {pol}" for pol, v in per.items())
+                               if isinstance(per, dict) else f"{m} {num(per, '{:.3f}')}" for m, per in edge.items())
+                   + ".")
     return "\n\n".join(out)
