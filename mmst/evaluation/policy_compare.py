@@ -323,8 +323,8 @@ def equal_latency(
     Raises:
         CompareError: no wait-k sweep, or wait-k lacks a k.
     """
-    out = {f"k{k}": {lang: _without_difference(_row([_seed_comparison(sweeps, lang, k, metric)], lang, bootstrap))
-                     for lang in langs} for k in ks}
+    out = {f"k{k}": {lang: _row([_seed_comparison(sweeps, lang, k, metric)], lang, bootstrap) for lang in langs}
+           for k in ks}
     _correct_table(out)
     return out
 
@@ -363,6 +363,7 @@ def equal_latency_seeds(
         for lang in langs:
             per = [_seed_comparison(sweeps_by_seed[n], lang, k, metric) for n in names]
             row = _row(per, lang, bootstrap)
+            row["difference"] = {p: mean_or_none([_minus(c["adaptive"][p], c["waitk"]["BLEU"]) for c in per]) for p in row["adaptive"]}
             row["per_seed"] = {n: _seed_record(c, row["ci"], i, len(names)) for i, (n, c) in enumerate(zip(names, per))}
             for r in row["ci"].values():
                 if r is not None:
@@ -405,7 +406,7 @@ def _seed_comparison(sweeps: Mapping[str, Mapping[str, Any]], lang: str, k: int,
 
 def _row(per: Sequence[Mapping[str, Any]], lang: str, bootstrap: int) -> dict[str, Any]:
     """The comparison row of :func:`equal_latency` from the seeds' :func:`_seed_comparison` (means over seeds;
-    one seed: its own values), before Holm's correction; ``difference``: the mean over seeds of each policy's BLEU minus wait-k's."""
+    one seed: its own values), before Holm's correction."""
     wks = [c["waitk"] for c in per]
     waitk = {key: mean_or_none([w[key] for w in wks]) for key in ("latency", "BLEU", "AL", "length_ratio")}
     waitk.update(flagged=any(w["flagged"] for w in wks), degenerate=any(w["degenerate"] for w in wks))
@@ -423,13 +424,7 @@ def _row(per: Sequence[Mapping[str, Any]], lang: str, bootstrap: int) -> dict[st
                    and (ci[p]["verdict"] == "beats" if ci[p] is not None else diff[p] > 0))
     best = max(beats, key=lambda p: ada[p]) if beats else "waitk"
     return {"waitk": waitk, "adaptive": ada, "ci": ci, "flagged": flags, "degenerate": degen, "excluded": excluded,
-            "best": best, "beats_waitk": beats, "difference": diff}
-
-
-def _without_difference(row: dict[str, Any]) -> dict[str, Any]:
-    """A one-seed row of :func:`equal_latency` (its layout has no ``difference``: ``adaptive`` minus wait-k's BLEU)."""
-    row.pop("difference", None)
-    return row
+            "best": best, "beats_waitk": beats}
 
 
 def _seed_record(c: Mapping[str, Any], ci: Mapping[str, Any], i: int, n_seeds: int) -> dict[str, Any]:
