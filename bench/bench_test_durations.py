@@ -123,6 +123,22 @@ def summarize(rows: list[dict], wall_s: float, top: int) -> dict:
     }
 
 
+def tree_matches_commit(commit: str, paths: tuple[str, ...] = DEPENDS_ON, repo: Path = REPO) -> bool:
+    """True when every file under ``paths`` in this checkout is as it was at ``commit``: no tracked file differs
+    (``git diff``) and no untracked, unignored file was added. The digests of this checkout then describe the
+    code that the imported run tested, and the record can hold them; otherwise its dependencies are unknown.
+    False, too, when git cannot tell (no repository, an unknown commit)."""
+    pathspec = ["--", *(x.rstrip("/") for x in paths)]
+    try:
+        same = subprocess.run(["git", "diff", "--quiet", commit, *pathspec], cwd=repo,
+                              capture_output=True).returncode == 0
+        added = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", *pathspec], cwd=repo,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    return same and not added
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = ArgumentParser(prog="bench/bench_test_durations.py", description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="the results JSON to write")
@@ -131,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="read this JUnit XML of a finished run instead of running the suite (needs --wall-s)")
     ap.add_argument("--wall-s", type=float, default=None, help="with --junit: the wall seconds of that run")
     ap.add_argument("--commit", default=None,
-                    help="with --junit: the git commit that run tested (its file digests are then unknown)")
+                    help="with --junit: the git commit that run tested; its file digests are recorded when this "
+                         "checkout's files equal that commit's, else they are unknown")
     ap.add_argument("--note", default="", help="a free-text note recorded beside the command (the machine's load...)")
     ap.add_argument("pytest_args", nargs="*",
                     help="arguments for pytest, after -- (default: make test's, " + " ".join(MAKE_TEST_ARGS) + ")")
@@ -145,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         record["note"] = args.note
     if args.commit:
         record["git_commit"] = args.commit
-        record["depends_on"] = unknown_dependencies(DEPENDS_ON, f"imported from a run at commit {args.commit}")
+        if not tree_matches_commit(args.commit, DEPENDS_ON):
+            record["depends_on"] = unknown_dependencies(DEPENDS_ON, f"imported from a run at commit {args.commit}")
     if args.junit is not None:
         if args.wall_s is None:
             raise SystemExit("bench_test_durations.py: --junit needs --wall-s (the wall seconds of that run)")

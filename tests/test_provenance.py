@@ -304,3 +304,28 @@ def test_a_writer_page_beside_its_json_gets_the_stale_line(run_tree, capsys):
     (root / "prov_case_pkg" / "used.py").write_text(USED)
     assert render_docs.run(check=False, root=root) == [page]
     assert page.read_text() == "# Results of r\n\n| a |\n|---|\n| 1 |\n"
+
+
+def test_a_stale_result_that_cannot_be_rerun_here_says_why(run_tree, capsys):
+    """``"rerun_needs"`` keeps a stale result stale, and ``--stale``, its Stale line and the count say what a rerun
+    needs; a current result with it is simply current; an empty reason is an error."""
+    root, record = run_tree
+    assert _stale(root, record, capsys)[-1] == "all 1 results files current"
+    path = root / "docs" / "results" / "r.json"
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({"rerun_needs": "a GPU", **data}))
+    assert render_docs.main(["--stale", "--checkout", str(root)]) == 0
+    assert capsys.readouterr().out.splitlines() == ["all 1 results files current"]
+    (root / "prov_case_pkg" / "used.py").write_text(USED.replace("2 * x", "3 * x"))
+    assert render_docs.main(["--stale", "--checkout", str(root)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "docs/results/r.json: measured at commit 0123456789; changed since: prov_case_pkg/used.py; "
+        "not rerun here: needs a GPU",
+        "1 of 1 results files stale (1 not rerun here, with the reason)"]
+    f = render_docs.Sources(root).freshness("r.json")
+    assert f.stale and render_docs.stale_line(f).endswith(
+        "(`prov_case_pkg/used.py`). It is not rerun here: a rerun needs a GPU.")
+    assert f.describe(why=False) == "changed since: `prov_case_pkg/used.py`"
+    path.write_text(json.dumps({"rerun_needs": " ", **data}))
+    with pytest.raises(render_docs.RenderError, match=r"r\.json: rerun_needs must be a sentence"):
+        render_docs.Sources(root).freshness("r.json")

@@ -78,3 +78,39 @@ def test_junit_ids_outcomes_and_totals_are_read_as_pytest_writes_them(tmp_path):
                            "skipped": 1}
     assert [r["id"] for r in s["slowest"]] == ["tests/test_a.py::TestK::test_two[x]", "tests/test_a.py::test_one"]
     assert s["by_file"] == {"tests/test_a.py": 32.5, "tests/test_b.py": 0.5}
+
+
+def test_an_imported_run_records_digests_only_when_this_checkout_is_its_commit(tmp_path):
+    """``--junit --commit C`` (a CI run imported afterwards) can record the file digests only when the files
+    here are C's: equal after a commit; not after an edit of a tracked file, an added untracked file, or for a
+    commit that does not exist."""
+    import subprocess
+
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from bench_test_durations import tree_matches_commit
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "mmst").mkdir()
+    (tmp_path / "mmst" / "a.py").write_text("x = 1\n")
+    (tmp_path / "notes.txt").write_text("outside the paths\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c1")
+    c1 = git("rev-parse", "HEAD")
+    paths = ("mmst/",)
+    assert tree_matches_commit(c1, paths, tmp_path)
+    (tmp_path / "notes.txt").write_text("an edit outside the paths does not count\n")
+    assert tree_matches_commit(c1, paths, tmp_path)
+    (tmp_path / "mmst" / "a.py").write_text("x = 2\n")
+    assert not tree_matches_commit(c1, paths, tmp_path)
+    (tmp_path / "mmst" / "a.py").write_text("x = 1\n")
+    (tmp_path / "mmst" / "b.py").write_text("y = 1\n")
+    assert not tree_matches_commit(c1, paths, tmp_path)
+    (tmp_path / "mmst" / "b.py").unlink()
+    assert tree_matches_commit(c1, paths, tmp_path)
+    assert not tree_matches_commit("0" * 40, paths, tmp_path)

@@ -21,7 +21,9 @@ declared folder). When a digest no longer matches the tree, the JSON is *stale*:
 changed since, and the files that changed are named. A stale table gets one rendered line under it
 (``**Stale:** measured at commit X; the code it measures has changed since (`file`, ...)``); a JSON without the
 record counts as stale too (dependencies unknown). A JSON with a top-level ``"superseded_by": "NAME.json"`` is an
-archived run that a later one replaced: it shows as superseded, never as stale. Staleness is information, not an
+archived run that a later one replaced: it shows as superseded, never as stale. A top-level ``"rerun_needs":
+"..."`` says what a rerun needs that a 2-core CPU machine lacks; a stale result with it stays stale, and
+``--stale`` and its Stale line give that reason. Staleness is information, not an
 error: ``--check`` compares the tables with their JSON and ignores the stale lines and the index's freshness
 column; a fresh render writes them.
 
@@ -187,7 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for f in stale + archived:
             at = f"measured at commit {f.commit}" if f.commit else "no commit recorded"
             print(f"docs/results/{f.name}: {at}; {f.describe().replace('`', '')}")
-        also = f" ({len(archived)} superseded)" if archived else ""
+        blocked = sum(1 for f in stale if f.rerun_needs)
+        also = ", ".join(x for x in (f"{len(archived)} superseded" if archived else "",
+                                     f"{blocked} not rerun here, with the reason" if blocked else "") if x)
+        also = f" ({also})" if also else ""
         print(f"{len(stale)} of {len(every)} results files stale{also}" if stale else
               f"none of {len(every)} results files stale{also}" if archived else f"all {len(every)} results files current")
         return 0

@@ -21,7 +21,9 @@ from .registry import TABLES
 class Freshness:
     """Whether the code a results JSON measured has changed since: ``changed`` lists the files (folders, for a
     record of the old form: ``folders``) whose digest differs now (``[]``: current), ``None`` when the JSON
-    records no dependencies; ``superseded_by`` names the results file that replaced an archived one."""
+    records no dependencies; ``superseded_by`` names the results file that replaced an archived one;
+    ``rerun_needs`` (the JSON's top-level ``"rerun_needs"``) says what a rerun needs that a 2-core CPU machine
+    lacks (a GPU, the other machine of a comparison): a stale result with it is listed with that reason."""
 
     name: str
     commit: str | None
@@ -29,6 +31,7 @@ class Freshness:
     note: str | None = None
     superseded_by: str | None = None
     folders: bool = False
+    rerun_needs: str | None = None
 
     @property
     def stale(self) -> bool:
@@ -41,12 +44,13 @@ class Freshness:
         ``why``) or ``superseded by `x.json```; ``limit`` names at most that many files, then counts the rest."""
         if self.superseded_by:
             return f"superseded by `{self.superseded_by}`"
+        needs = f"; not rerun here: needs {self.rerun_needs}" if self.rerun_needs and why else ""
         if self.changed is None:
-            return "dependencies unknown" + (f" ({self.note})" if self.note and why else "")
+            return "dependencies unknown" + (f" ({self.note})" if self.note and why else "") + needs
         if not self.changed:
             return "current"
         return ("changed since: " + files_text(self.changed, limit)
-                + (" (folder digests of the old form)" if self.folders else ""))
+                + (" (folder digests of the old form)" if self.folders else "") + needs)
 
 
 SHOWN_FILES = 6
@@ -93,8 +97,12 @@ class Sources:
         later = data.get("superseded_by") if isinstance(data, Mapping) else None
         if later is not None and not (isinstance(later, str) and (self.results / later).is_file()):
             raise RenderError(f"docs/results/{name}: superseded_by {later!r} names no results file in docs/results")
+        needs = data.get("rerun_needs") if isinstance(data, Mapping) else None
+        if needs is not None and not (isinstance(needs, str) and needs.strip()):
+            raise RenderError(f"docs/results/{name}: rerun_needs must be a sentence naming what a rerun needs, "
+                              f"got {needs!r}")
         return Freshness(name, commit, changed_dependencies(dep, self._read, self._digests), note, later,
-                         isinstance(dep, Mapping) and bool(dep.get("digest")) and is_folder_form(dep))
+                         isinstance(dep, Mapping) and bool(dep.get("digest")) and is_folder_form(dep), needs)
 
 
 def stale_line(f: Freshness) -> str:
@@ -105,12 +113,14 @@ def stale_line(f: Freshness) -> str:
     if not f.stale:
         return ""
     at = f"measured at commit `{f.commit}`" if f.commit else "measured at an unrecorded commit"
+    needs = f" It is not rerun here: a rerun needs {f.rerun_needs}." if f.rerun_needs else ""
     if f.changed is None:
-        return f"**Stale:** {at}; the code it measures may have changed since (its dependencies are not recorded)."
+        return (f"**Stale:** {at}; the code it measures may have changed since (its dependencies are not "
+                f"recorded).{needs}")
     old = "; folder digests of the old form" if f.folders else ""
     more = "; `python tools/render_docs.py --stale` lists them all" if len(f.changed) > SHOWN_FILES else ""
     return (f"**Stale:** {at}; the code it measures has changed since ({files_text(f.changed, SHOWN_FILES)}{old}"
-            f"{more}).")
+            f"{more}).{needs}")
 
 
 def _script(command: str) -> str:
