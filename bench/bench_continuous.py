@@ -24,7 +24,17 @@ the VAD segments and the restarts; per restart, its error: the distance from its
 pause between two reference sentences (0 inside one). With ``--merged-vad-min-silence-ms`` > 0 the VAD also runs
 with that segment-ending silence (segments of several sentences each; ``vad_merged``).
 
-Summary, per system and policy (``systems``) and for the best of them by the first key:
+Tuning (``--tune-split``, default dev): before the test talks, every system streams the tuning split's talks (the
+same pause ranges and policies) with every VAD segment cap of ``--max-segment-grid`` (default 20, 8 and 5 s), and
+the configuration (system, policy, cap) with the highest ``bleu_ratio_vs_oracle_min`` there is the one the summary
+reports (:func:`choose`; ties: the higher mean BLEU, then the longer cap). The test talks run every system at
+``--max-segment-s`` (the table) and the chosen one at its cap (``<system>@<cap>s``), so the reported numbers come
+from talks nothing was chosen on. The cap matters because a model's segments should hold no more speech than its
+training spans did: with sentences of about 2 s and pauses under 100 ms, a 20 s segment holds several sentences.
+The tuning runs are in the JSON (``tuning``). With ``--tune-split ''`` the best system on the test talks is reported
+(``chosen_on``: ``test``).
+
+Summary, per system and policy (``systems``) and for the reported one:
 
 - ``bleu_ratio_vs_oracle_min``: min over languages, splits and pause ranges of VAD BLEU / oracle BLEU (the same
   model's); goal >= 0.95;
@@ -40,7 +50,7 @@ Summary, per system and policy (``systems``) and for the best of them by the fir
 
 Needs the quickstart model, its DATA and (optionally) a multi-sentence model. Runtime: talks x policies x (4
 oracle + 4 VAD runs), each at the real-time factor plus its scoring: about 15 minutes for 25 utterances per talk on one
-core (96 runs of 5-15 s).
+core (96 runs of 5-15 s); the tuning adds a third of the test talks' runs per cap (about 15 minutes for three caps).
 """
 
 from __future__ import annotations
@@ -92,7 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the systems with restarts: chunks of EOS predicted on partial input that end a sentence "
                         "(adaptive policies)")
     p.add_argument("--vad-min-silence-ms", type=float, default=250.0, help="silence (ms) that ends a VAD segment")
-    p.add_argument("--max-segment-s", type=float, default=20.0, help="longest VAD segment in seconds")
+    p.add_argument("--max-segment-s", type=float, default=20.0,
+                   help="longest VAD segment in seconds, for every system of the test table")
+    p.add_argument("--tune-split", default="dev",
+                   help="split whose talks choose the reported configuration (system, policy and --max-segment-grid "
+                        "cap; its talks are built as the test splits' are); '' chooses on the test talks themselves "
+                        "(the summary then says so)")
+    p.add_argument("--max-segment-grid", default="20,8,5",
+                   help="VAD segment caps (s, comma list) tried on --tune-split for every system and policy")
     p.add_argument("--merged-vad-min-silence-ms", type=float, default=0.0,
                    help="also run the VAD with this segment-ending silence (segments of several sentences); 0 = not")
     p.add_argument("--oracle-edge-ms", type=float, default=100.0,
@@ -165,10 +182,11 @@ def widened(spans_s: list[tuple[float, float]], edge_s: float) -> list[tuple[flo
 
 
 def run_talk(system, talk_dir: Path, langs: list[str], args, oracle: bool, restart: bool, policy: str,
-             min_silence_ms: float | None = None, edge_ms: float = 0.0) -> dict[str, Any]:
+             min_silence_ms: float | None = None, edge_ms: float = 0.0,
+             max_segment_s: float | None = None) -> dict[str, Any]:
     """One talk, one model, one segmentation, restarts on or off: per language BLEU, StreamLAAL and the share.
     ``edge_ms`` > 0 (with ``oracle``): every oracle segment widened by that much silence on both sides
-    (:func:`widened`)."""
+    (:func:`widened`); ``max_segment_s``: the VAD's segment cap (s; default ``args.max_segment_s``)."""
     from mmst.evaluation.longform import evaluate_talks, talks_from_files
     from mmst.evaluation.quality import latency_units
     from mmst.simultaneous.longform import LongFormTranslator, OracleSegmenter
@@ -177,7 +195,8 @@ def run_talk(system, talk_dir: Path, langs: list[str], args, oracle: bool, resta
     talks = talks_from_files([talk_dir / "talk.wav"], {lang: talk_dir / f"talk.{lang}" for lang in langs},
                              talk_dir / "talk.yaml")
     sents = talks[0].refs[langs[0]]
-    vad = StreamingVad(min_silence_ms=min_silence_ms or args.vad_min_silence_ms, max_segment_s=args.max_segment_s)
+    vad = StreamingVad(min_silence_ms=min_silence_ms or args.vad_min_silence_ms,
+                       max_segment_s=max_segment_s or args.max_segment_s)
     if oracle:
         segs = [(s.offset_ms / 1000.0, (s.offset_ms + s.duration_ms) / 1000.0) for s in sents]
         vad = OracleSegmenter(widened(segs, edge_ms / 1000.0) if edge_ms else segs, speech=vad)
@@ -219,15 +238,85 @@ def system_summary(rows: list[dict[str, Any]], langs: list[str], name: str, mode
             "restart_error_ms_median": statistics.median(errs) if errs else None, "n_restarts": len(errs)}
 
 
+def capped(name: str, cap_s: float, default_s: float) -> str:
+    """The key of system ``name`` streamed with a VAD segment cap of ``cap_s`` seconds: the name itself at the
+    default cap ``default_s``, else ``name@<cap>s`` (``multisent+restart@5s``)."""
+    return name if cap_s == default_s else f"{name}@{cap_s:g}s"
+
+
+def parse_caps(text: str) -> list[float]:
+    """``--max-segment-grid``: a comma list of positive seconds, in the order given, duplicates dropped.
+
+    >>> parse_caps("20, 8,5,8")
+    [20.0, 8.0, 5.0]
+    """
+    caps: list[float] = []
+    for x in text.split(","):
+        if not x.strip():
+            continue
+        try:
+            v = float(x)
+        except ValueError:
+            raise ValueError(f"--max-segment-grid: {x.strip()!r} is not a number of seconds") from None
+        if not v > 0:
+            raise ValueError(f"--max-segment-grid: {x.strip()!r}: a segment cap must be > 0 s")
+        if v not in caps:
+            caps.append(v)
+    if not caps:
+        raise ValueError("--max-segment-grid: no cap given")
+    return caps
+
+
+def choose(rows: list[dict[str, Any]], langs: list[str], policies: list[str], systems: list[tuple[str, str, bool]],
+           caps: list[float], default_s: float) -> dict[str, Any]:
+    """The configuration the summary reports, chosen on the tuning talks ``rows`` (their ``vad`` runs keyed by
+    :func:`capped`): over every system, policy and cap, the highest ``bleu_ratio_vs_oracle_min``; ties go to the
+    higher mean VAD BLEU, then to the longer cap (the safer one on speech with longer sentences). Returns
+    ``{"chosen": {system, base_system, model, restart, policy, max_segment_s}, "candidates": [system summaries]}``.
+
+    Raises:
+        ValueError: no candidate has a BLEU ratio (no runs, or every oracle BLEU is 0).
+    """
+    cands = []
+    for pol in policies:
+        for name, model, restart in systems:
+            for cap in caps:
+                x = system_summary(rows, langs, capped(name, cap, default_s), model, restart, pol)
+                if x["bleu_ratio_vs_oracle_min"] is not None:
+                    cands.append({**x, "base_system": name, "model": model, "max_segment_s": cap})
+    if not cands:
+        raise ValueError("no configuration has a BLEU ratio on the tuning talks (no runs, or every oracle BLEU is 0)")
+    best = max(cands, key=lambda x: (x["bleu_ratio_vs_oracle_min"], x["vad_bleu_mean"] or 0.0, x["max_segment_s"]))
+    return {"chosen": {k: best[k] for k in ("system", "base_system", "model", "restart", "policy", "max_segment_s")},
+            "candidates": cands}
+
+
 def summarize(rows: list[dict[str, Any]], langs: list[str], policies: list[str],
-              systems: list[tuple[str, str, bool]]) -> dict[str, Any]:
-    """The summary keys (module docstring) per system and policy, the best one's, and whether each goal is met."""
+              systems: list[tuple[str, str, bool]], chosen: dict[str, Any] | None = None,
+              chosen_on: str | None = None) -> dict[str, Any]:
+    """The summary keys (module docstring) per system and policy, the reported one's, and whether each goal is met.
+
+    The reported configuration is ``chosen`` (``system`` and ``policy`` keys, from :func:`choose` on the talks of
+    the split ``chosen_on``) when given; without it, the best on these rows by ``bleu_ratio_vs_oracle_min``
+    (``chosen_on`` = ``"test"``: chosen on the talks it is reported on).
+
+    Raises:
+        ValueError: no system has a BLEU ratio; ``chosen`` has no runs in ``rows``.
+    """
     per = [system_summary(rows, langs, name, model, restart, pol)
            for pol in policies for name, model, restart in systems]
     per = [x for x in per if x["bleu_ratio_vs_oracle_min"] is not None]
     if not per:
         raise ValueError("no system has a BLEU ratio (no references, or every oracle BLEU is 0)")
-    best = dict(max(per, key=lambda x: x["bleu_ratio_vs_oracle_min"]))
+    if chosen is not None:
+        match = [x for x in per if (x["system"], x["policy"]) == (chosen["system"], chosen["policy"])]
+        if not match:
+            raise ValueError(f"the chosen configuration {chosen['system']} {chosen['policy']} has no runs to report")
+        best = dict(match[0])
+        best["chosen_on"] = chosen_on
+    else:
+        best = dict(max(per, key=lambda x: x["bleu_ratio_vs_oracle_min"]))
+        best["chosen_on"] = "test"
     restarted = [x for x in per if x["restart"] and x["n_restarts"]]
     src = best if best["restart"] or not restarted else max(restarted, key=lambda x: x["bleu_ratio_vs_oracle_min"])
     best["restart_error_ms_median"] = src["restart_error_ms_median"]
@@ -441,50 +530,87 @@ def main(argv: list[str] | None = None) -> int:
     models = {m: b for m, b in models.items() if any(s[1] == m for s in systems)}
     policies = [x.strip() for x in args.policies.split(";") if x.strip()]
     data_dir = models["quickstart"].data_dir
-    rows = []
+    default_s = args.max_segment_s
+    try:
+        caps = parse_caps(args.max_segment_grid)
+    except ValueError as e:
+        raise SystemExit(f"bench_continuous.py: {e}") from None
+    test_splits = [x.strip() for x in args.splits.split(",") if x.strip()]
+    tune_split = args.tune_split.strip()
+    if tune_split in test_splits:
+        raise SystemExit(f"bench_continuous.py: --tune-split {tune_split} is also a test split (--splits): choose "
+                         "on talks that are not reported")
+
+    def talks(split: str, tmp: str):
+        """Per pause range: ``(lo, hi, talk, folder)``, the talk of ``--utterances`` utterances of ``split``."""
+        utts = load_utterances(data_dir, split, langs, args.utterances)
+        audios = [read_utterance_audio(u) for u in utts]
+        refs = {lang: [u["refs"][lang] or "" for u in utts] for lang in langs}
+        for rng in args.pause_ranges.split(";"):
+            lo, hi = (float(x) for x in rng.split(","))
+            talk = build_long_talk(audios, refs, pause_s=(lo / 1000.0, hi / 1000.0), seed=args.seed)
+            d = Path(tmp) / f"{split}_p{lo:g}_{hi:g}"
+            write_long_talk(talk, d, "talk")
+            yield lo, hi, talk, d
+
+    def stream(split: str, lo: float, hi: float, talk: Any, d: Path, pol: str, runs: list[tuple]) -> dict[str, Any]:
+        """Every run ``(kind, key, model, oracle, restart, min silence, cap)`` of one talk at one policy: a row."""
+        row: dict[str, Any] = {"split": split, "pause_ms": [lo, hi], "audio_s": talk.duration_s, "policy": pol}
+        for kind, name, m, oracle, restart, silence, cap in runs:
+            res = row.setdefault(kind, {})[name] = run_talk(
+                models[m], d, langs, args, oracle, restart, pol, silence,
+                args.oracle_edge_ms if kind == "oracle_edge" else 0.0, cap)
+            per = " ".join(f"{lang} {v['BLEU']:.1f}/{v['untranslated_speech_share'] or 0:.2f}"
+                           for lang, v in res["per_lang"].items())
+            print(f"{split} pauses {lo:g}-{hi:g} ms {pol} {kind} {name:18s} segments "
+                  f"{res['n_segments']:3d} restarts {res['n_restarts']:3d} RTF {res['rtf']:.2f}  "
+                  f"BLEU/untranslated: {per}", flush=True)
+        return row
+
+    rows, tuning, extra = [], None, []
     with tempfile.TemporaryDirectory() as tmp:
-        for split in [x.strip() for x in args.splits.split(",") if x.strip()]:
-            utts = load_utterances(data_dir, split, langs, args.utterances)
-            audios = [read_utterance_audio(u) for u in utts]
-            refs = {lang: [u["refs"][lang] or "" for u in utts] for lang in langs}
-            for rng in args.pause_ranges.split(";"):
-                lo, hi = (float(x) for x in rng.split(","))
-                talk = build_long_talk(audios, refs, pause_s=(lo / 1000.0, hi / 1000.0), seed=args.seed)
-                d = Path(tmp) / f"{split}_p{lo:g}_{hi:g}"
-                write_long_talk(talk, d, "talk")
+        if tune_split:  # every system, policy and cap on the tuning talks; the best is reported on the test talks
+            tune_rows = []
+            for lo, hi, talk, d in talks(tune_split, tmp):
                 for pol in policies:
-                    row: dict[str, Any] = {"split": split, "pause_ms": [lo, hi], "audio_s": talk.duration_s,
-                                           "policy": pol, "oracle": {}, "vad": {}}
-                    runs = [("oracle", m, m, True, False, None) for m in models]
+                    runs = [("oracle", m, m, True, False, None, None) for m in models]
+                    runs += [("vad", capped(name, cap, default_s), m, False, restart, None, cap)
+                             for name, m, restart in systems for cap in caps]
+                    tune_rows.append(stream(tune_split, lo, hi, talk, d, pol, runs))
+            tuning = {"split": tune_split, **choose(tune_rows, langs, policies, systems, caps, default_s),
+                      "rows": tune_rows}
+            c = tuning["chosen"]
+            print(f"chosen on {tune_split}: {c['system']} {c['policy']} (segment cap {c['max_segment_s']:g} s)")
+            if c["max_segment_s"] != default_s:
+                extra = [(c["system"], c["model"], c["restart"])]
+        for split in test_splits:
+            for lo, hi, talk, d in talks(split, tmp):
+                for pol in policies:
+                    runs = [("oracle", m, m, True, False, None, None) for m in models]
                     if args.oracle_edge_ms:
-                        row["oracle_edge"] = {}
-                        runs += [("oracle_edge", m, m, True, False, None) for m in models]
-                    runs += [("vad", name, m, False, restart, None) for name, m, restart in systems]
+                        runs += [("oracle_edge", m, m, True, False, None, None) for m in models]
+                    runs += [("vad", name, m, False, restart, None, None) for name, m, restart in systems]
+                    if extra and pol == tuning["chosen"]["policy"]:
+                        runs += [("vad", *extra[0][:2], False, extra[0][2], None, tuning["chosen"]["max_segment_s"])]
                     if args.merged_vad_min_silence_ms:
-                        row["vad_merged"] = {}
-                        runs += [("vad_merged", name, m, False, restart, args.merged_vad_min_silence_ms)
+                        runs += [("vad_merged", name, m, False, restart, args.merged_vad_min_silence_ms, None)
                                  for name, m, restart in systems]
-                    for kind, name, m, oracle, restart, silence in runs:
-                        res = row[kind][name] = run_talk(models[m], d, langs, args, oracle, restart, pol, silence,
-                                                         args.oracle_edge_ms if kind == "oracle_edge" else 0.0)
-                        per = " ".join(f"{lang} {v['BLEU']:.1f}/{v['untranslated_speech_share'] or 0:.2f}"
-                                       for lang, v in res["per_lang"].items())
-                        print(f"{split} pauses {lo:g}-{hi:g} ms {pol} {kind} {name:18s} segments "
-                              f"{res['n_segments']:3d} restarts {res['n_restarts']:3d} RTF {res['rtf']:.2f}  "
-                              f"BLEU/untranslated: {per}", flush=True)
-                    rows.append(row)
-    summary = summarize(rows, langs, policies, systems)
+                    rows.append(stream(split, lo, hi, talk, d, pol, runs))
+    summary = summarize(rows, langs, policies, [*systems, *extra], chosen=tuning["chosen"] if tuning else None,
+                        chosen_on=tune_split or None)
     obj = {"summary": summary, "provenance": prov,
            "config": {"model": str(args.model), "multisent_model": args.multisent_model,
-                      "data": str(data_dir), "splits": args.splits.split(","), "tgt_langs": langs,
-                      "utterances": args.utterances, "policies": policies, "systems": [s[0] for s in systems],
+                      "data": str(data_dir), "splits": test_splits, "tgt_langs": langs,
+                      "utterances": args.utterances, "policies": policies,
+                      "systems": [s[0] for s in [*systems, *extra]],
+                      "tune_split": tune_split or None, "max_segment_grid": caps,
                       "restart_min_speech_ms": args.restart_min_speech_ms,
                       "restart_eos_chunks": args.restart_eos_chunks,
                       "vad_min_silence_ms": args.vad_min_silence_ms, "max_segment_s": args.max_segment_s,
                       "merged_vad_min_silence_ms": args.merged_vad_min_silence_ms,
                       "oracle_edge_ms": args.oracle_edge_ms,
                       "source_segment_size_ms": args.source_segment_size, "threads": args.threads, "seed": args.seed},
-           "rows": rows}
+           "tuning": tuning, "rows": rows}
     for x in summary["systems"]:
         print(f"{x['system']:18s} {x['policy']:18s} BLEU ratio min {x['bleu_ratio_vs_oracle_min']:.3f} "
               f"StreamLAAL excess max {x['streamlaal_excess_ms_max'] or 0:.0f} ms untranslated max "

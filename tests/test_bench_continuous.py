@@ -128,3 +128,58 @@ def test_edge_robustness_is_the_worst_ratio_per_model():
     rows[1]["policy"] = "alignatt:frames=4"  # per policy: each its own worst
     assert bc.edge_robustness(rows, ["de"]) == {"quickstart": {"waitk:k=3": pytest.approx(0.4),
                                                                "alignatt:frames=4": pytest.approx(1.0)}}
+
+
+def _tune_rows():
+    """Dev talks at wait-3, oracle 100 (quickstart) on both: VAD BLEU per system and cap (s). quickstart+restart at
+    5 s has the best worst ratio (min(0.95, 0.97) = 0.95); at 8 s it ties with quickstart at 20 s on the ratio
+    (0.9), which the mean BLEU breaks; multisent at 8 and 5 s tie on both (0.92, mean 93): the longer cap wins that
+    tie only if it were the best."""
+    vad = [{"quickstart": 90.0, "quickstart@8s": 85.0, "quickstart@5s": 80.0, "quickstart+restart": 70.0,
+            "quickstart+restart@8s": 90.0, "quickstart+restart@5s": 95.0},
+           {"quickstart": 95.0, "quickstart@8s": 85.0, "quickstart@5s": 80.0, "quickstart+restart": 70.0,
+            "quickstart+restart@8s": 91.0, "quickstart+restart@5s": 97.0}]
+    return [{"split": "dev", "pause_ms": [0, 100], "policy": "waitk:k=3", "audio_s": 10.0,
+             "oracle": {"quickstart": _run(100.0, 1000.0, 0.0)}, "vad": {k: _run(v, 1100.0, 0.0) for k, v in per.items()}}
+            for per in vad]
+
+
+def test_choose_takes_the_best_worst_ratio_over_systems_and_caps_on_the_tuning_talks():
+    t = bc.choose(_tune_rows(), ["de"], ["waitk:k=3"], SYSTEMS, [20.0, 8.0, 5.0], 20.0)
+    assert t["chosen"] == {"system": "quickstart+restart@5s", "base_system": "quickstart+restart",
+                           "model": "quickstart", "restart": True, "policy": "waitk:k=3", "max_segment_s": 5.0}
+    by = {(x["base_system"], x["max_segment_s"]): x["bleu_ratio_vs_oracle_min"] for x in t["candidates"]}
+    assert by == pytest.approx({("quickstart", 20.0): 0.90, ("quickstart", 8.0): 0.85, ("quickstart", 5.0): 0.80,
+                                ("quickstart+restart", 20.0): 0.70, ("quickstart+restart", 8.0): 0.90,
+                                ("quickstart+restart", 5.0): 0.95})
+    # without the 5 s cap: quickstart 20 s and quickstart+restart 8 s tie at 0.9; the mean BLEU (92.5 > 90.5) decides
+    assert bc.choose(_tune_rows(), ["de"], ["waitk:k=3"], SYSTEMS, [20.0, 8.0], 20.0)["chosen"]["system"] == "quickstart"
+    # an exact tie on both: the longer cap
+    rows = _tune_rows()
+    for r in rows:
+        r["vad"]["quickstart@8s"] = r["vad"]["quickstart"]
+    assert bc.choose(rows, ["de"], ["waitk:k=3"], SYSTEMS[:1], [8.0, 20.0], 20.0)["chosen"]["max_segment_s"] == 20.0
+    assert bc.parse_caps("20, 8,5,8") == [20.0, 8.0, 5.0]
+    with pytest.raises(ValueError, match="must be > 0"):
+        bc.parse_caps("20,0")
+
+
+def test_summary_reports_the_configuration_chosen_on_dev_not_the_best_on_test():
+    """On the test rows quickstart+restart (0.8) beats quickstart (0.5); chosen on dev, quickstart is reported
+    with its test numbers, and the goals table says where it was chosen."""
+    rows = _rows()
+    s = bc.summarize(rows, ["de"], ["waitk:k=3"], SYSTEMS,
+                     chosen={"system": "quickstart", "policy": "waitk:k=3"}, chosen_on="dev")
+    assert (s["system"], s["chosen_on"]) == ("quickstart", "dev")
+    assert s["bleu_ratio_vs_oracle_min"] == pytest.approx(0.5) and s["untranslated_share_max"] == 0.3
+    assert bc.summarize(rows, ["de"], ["waitk:k=3"], SYSTEMS)["chosen_on"] == "test"
+    with pytest.raises(ValueError, match="has no runs"):
+        bc.summarize(rows, ["de"], ["waitk:k=3"], SYSTEMS, chosen={"system": "multisent", "policy": "waitk:k=3"})
+    tuning = {"split": "dev", **bc.choose(_tune_rows(), ["de"], ["waitk:k=3"], SYSTEMS, [20.0, 8.0, 5.0], 20.0)}
+    text = continuous({"summary": s, "rows": rows, "tuning": tuning,
+                       "config": {"tgt_langs": ["de"], "systems": [x[0] for x in SYSTEMS], "utterances": 2,
+                                  "model": "M", "vad_min_silence_ms": 250.0, "max_segment_s": 20.0,
+                                  "max_segment_grid": [20.0, 8.0, 5.0], "source_segment_size_ms": 320.0}})
+    assert "**quickstart+restart@5s, waitk:k=3** (cap 5 s)" in text
+    assert "| quickstart+restart | waitk:k=3 | 5 | 0.950 | 96.00 |" in text.split("quickstart+restart@5s")[1]
+    assert "| measure (reported system: quickstart, waitk:k=3, chosen on dev) | value | goal | met |" in text

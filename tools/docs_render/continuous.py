@@ -26,14 +26,33 @@ def _share_max(run: Mapping[str, Any] | None, langs: list[str]) -> str:
 
 def _goals(summ: Mapping[str, Any]) -> str:
     goals = summ.get("goals", {})
-    label = f"measure (best system: {summ['system']}" + (f", {summ['policy']}" if summ.get("policy") else "") + ")"
+    on = summ.get("chosen_on")
+    label = (f"measure ({'reported' if on and on != 'test' else 'best'} system: {summ['system']}"
+             + (f", {summ['policy']}" if summ.get("policy") else "")
+             + (f", chosen on {on}" if on and on != "test" else ", chosen on the test talks" if on else "") + ")")
     return md_table([label, "value", "goal", "met"],
                     [[k, num(summ.get(k), "{:.3f}" if "ratio" in k or "share" in k else "{:.0f}"), g["goal"],
                       "-" if g["met"] is None else ("met" if g["met"] else "missed")] for k, g in goals.items()]) + (
-        f"\n\nThe restart error of the best system ({summ['restart_error_system']}) is the median of "
+        f"\n\nThe restart error of {summ['restart_error_system']} (the reported system, or the best one with "
+        f"restarts when it has none) is the median of "
         f"{summ['restart_error_n']} restart(s); over every restart of every system and policy: "
         f"{num(summ['restart_error_ms_median_all'], '{:.0f}')} ms ({summ['restart_error_n_all']} restarts)."
         if "restart_error_n_all" in summ else "")
+
+
+def _tuning(tun: Mapping[str, Any], cfg: Mapping[str, Any]) -> str:
+    """The configurations tried on the tuning split, best first, and the one chosen."""
+    c = tun["chosen"]
+    cands = sorted(tun["candidates"], key=lambda x: (-x["bleu_ratio_vs_oracle_min"], -(x["vad_bleu_mean"] or 0.0),
+                                                     -x["max_segment_s"]))
+    caps = ", ".join(num(x, "{:g}") for x in cfg.get("max_segment_grid") or sorted({x["max_segment_s"] for x in cands}))
+    return (f"Chosen on the {tun['split']} talks ({cfg['utterances']} utterances each, the same pause ranges and "
+            f"policies; VAD segment caps {caps} s): **{c['system']}, {c['policy']}** (cap "
+            f"{num(c['max_segment_s'], '{:g}')} s). The summary below reports it on the test talks.\n\n"
+            + md_table([f"system ({tun['split']})", "policy", "segment cap (s)", "BLEU VAD / oracle (min)",
+                        "BLEU VAD (mean)"],
+                       [[x["base_system"], x["policy"], num(x["max_segment_s"], "{:g}"),
+                         num(x["bleu_ratio_vs_oracle_min"], "{:.3f}"), num(x.get("vad_bleu_mean"))] for x in cands]))
 
 
 def continuous(d: Mapping[str, Any]) -> str:
@@ -69,6 +88,8 @@ def continuous(d: Mapping[str, Any]) -> str:
                           num(x.get("vad_bleu_mean")), num(x["streamlaal_excess_ms_max"], "{:.0f}"),
                           pct(x["untranslated_share_max"]), f"{x['n_restarts']}",
                           num(x["restart_error_ms_median"], "{:.0f}")] for x in per]))
+    if d.get("tuning"):
+        out.append(_tuning(d["tuning"], cfg))
     out.append(_goals(summ))
     edge = summ.get("oracle_edge_bleu_ratio_min")
     if edge:
