@@ -9,8 +9,8 @@
 # Equal effort: every policy is swept once per model on a grid of at least 5 points, meant to span that
 # model's wait-k LAAL for k = 1..5 (one to five 320 ms chunks of lag) without degenerate points (length
 # ratio outside [0.7, 1.4] or LAAL < 0): wait-k k = 1..5 and 7; AlignAtt f (40 ms frames; f = 8 is one
-# chunk) 12..40; EDAtt alpha 0.005..0.07 (lambda = 4 frames); LA-n (n re-decodes, one per chunk) 3..8 on
-# the offline model, 2..6 on the multi-k one (it lags more per n); hold-n 6..24 tokens on the offline model,
+# chunk) 8..48; EDAtt alpha 0.0005..0.1 (lambda = 4 frames); LA-n (n re-decodes, one per chunk) 2..8 on
+# the offline model, 2..6 on the multi-k one (it lags more per n; LA-1 writes every hypothesis, no agreement); hold-n 6..24 tokens on the offline model,
 # 12..48 on the multi-k one (it decodes on past what it has heard, so it needs a longer hold); CTC
 # wait-k 4..16 source tokens. A grid option may give one grid per model: "offline:n=6,8 multik:n=12,16".
 # AlignAtt and EDAtt are swept at every decoder layer of the xs model (folders <policy>-layer<L>).
@@ -69,9 +69,9 @@ checkpoint_name=checkpoint_last.pt  # file name of the checkpoint reused from $e
 max_len_a=0.45               # length cap floor(a * S + b) tokens, S = encoder states (see above; tuned on dev)
 max_len_b=5
 waitk_args="k=1,2,3,4,5,7"
-alignatt_args="frames=12,16,24,32,40"
-edatt_args="alpha=0.005,0.01,0.02,0.04,0.07,frames=4"
-la_args="offline:n=3,4,5,6,8 multik:n=2,3,4,5,6"
+alignatt_args="frames=8,12,16,24,32,40,48"
+edatt_args="alpha=0.0005,0.001,0.002,0.005,0.01,0.02,0.04,0.07,0.1,frames=4"
+la_args="offline:n=2,3,4,5,6,8 multik:n=2,3,4,5,6"
 holdn_args="offline:n=6,8,12,16,24 multik:n=12,16,24,32,48"
 ctcwaitk_args="k=4,6,8,12,16"
 policies="waitk alignatt-layer0 alignatt-layer1 alignatt-layer2 edatt-layer0 edatt-layer1 edatt-layer2 la holdn ctcwaitk"
