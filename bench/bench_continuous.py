@@ -24,8 +24,8 @@ the VAD segments and the restarts; per restart, its error: the distance from its
 pause between two reference sentences (0 inside one). With ``--merged-vad-min-silence-ms`` > 0 the VAD also runs
 with that segment-ending silence (segments of several sentences each; ``vad_merged``).
 
-Tuning (``--tune-split``, default dev): before the test talks, every system streams the tuning split's talks (the
-same pause ranges and policies) with every VAD segment cap of ``--max-segment-grid`` (default 20, 8 and 5 s), and
+Tuning (``--tune-split``, default dev): before the test talks, every system streams the tuning split's talks
+(``--tune-utterances`` utterances each, default 100; the same pause ranges and policies) with every VAD segment cap of ``--max-segment-grid`` (default 20, 8 and 5 s), and
 the configuration (system, policy, cap) with the highest ``bleu_ratio_vs_oracle_min`` there is the one the summary
 reports (:func:`choose`; ties: the higher mean BLEU, then the longer cap). The test talks run every system at
 ``--max-segment-s`` (the table) and the chosen one at its cap (``<system>@<cap>s``), so the reported numbers come
@@ -40,17 +40,18 @@ Summary, per system and policy (``systems``) and for the reported one:
   model's); goal >= 0.95;
 - ``streamlaal_excess_ms_max``: max of VAD StreamLAAL - oracle StreamLAAL; goal <= 500;
 - ``untranslated_share_max``: max untranslated speech share with the VAD; goal <= 0.02;
-- ``restart_error_ms_median``: median restart error over the best system's VAD runs (over the best system with
-  restarts when the best has none; ``restart_error_system``; ``restart_error_n`` restarts); goal <= 200.
-  ``restart_error_ms_median_all`` (``restart_error_n_all``): the median over every restart of every system and
-  policy (a model that rarely needs a restart gives its best system a median of very few);
+- ``restart_error_ms_median``: median restart error over every restart (``restart_error_n``) on the test talks of
+  every system with restarts at every policy: the accuracy of the restart point, which one system that rarely
+  needs a restart cannot measure; goal <= 200. ``restart_error_ms_median_system`` (``restart_error_n_system``):
+  the median of the reported system alone, or of the best one with restarts when it has none
+  (``restart_error_system``);
 - ``rss_growth_mib_30min_no_pause``: with ``--rss-model`` (a bounded-left-context model), the RSS growth (MiB)
   from minute 2 to the end of a ``--rss-minutes`` stream without a segment-ending pause, in a child process
   (:func:`rss_no_pause`; ``--rss-only`` adds it to an existing result); goal <= 50.
 
 Needs the quickstart model, its DATA and (optionally) a multi-sentence model. Runtime: talks x policies x (4
 oracle + 4 VAD runs), each at the real-time factor plus its scoring: about 15 minutes for 25 utterances per talk on one
-core (96 runs of 5-15 s); the tuning adds a third of the test talks' runs per cap (about 15 minutes for three caps).
+core (96 runs of 5-15 s); the tuning runs every system at three caps on talks four times as long (about 45 minutes).
 """
 
 from __future__ import annotations
@@ -108,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="split whose talks choose the reported configuration (system, policy and --max-segment-grid "
                         "cap; its talks are built as the test splits' are); '' chooses on the test talks themselves "
                         "(the summary then says so)")
+    p.add_argument("--tune-utterances", type=int, default=100,
+                   help="utterances per --tune-split talk (more than --utterances: a short talk holds too few "
+                        "segments of several sentences to tell the caps apart)")
     p.add_argument("--max-segment-grid", default="20,8,5",
                    help="VAD segment caps (s, comma list) tried on --tune-split for every system and policy")
     p.add_argument("--merged-vad-min-silence-ms", type=float, default=0.0,
@@ -319,13 +323,13 @@ def summarize(rows: list[dict[str, Any]], langs: list[str], policies: list[str],
         best["chosen_on"] = "test"
     restarted = [x for x in per if x["restart"] and x["n_restarts"]]
     src = best if best["restart"] or not restarted else max(restarted, key=lambda x: x["bleu_ratio_vs_oracle_min"])
-    best["restart_error_ms_median"] = src["restart_error_ms_median"]
     best["restart_error_system"] = f"{src['system']} {src['policy']}"
-    best["restart_error_n"] = src["n_restarts"]
+    best["restart_error_ms_median_system"] = src["restart_error_ms_median"]
+    best["restart_error_n_system"] = src["n_restarts"]
     pooled = [e for r in rows for name, _, restart in systems if restart and name in r["vad"]
               for e in r["vad"][name]["restart_errors_ms"]]
-    best["restart_error_ms_median_all"] = statistics.median(pooled) if pooled else None
-    best["restart_error_n_all"] = len(pooled)
+    best["restart_error_ms_median"] = statistics.median(pooled) if pooled else None
+    best["restart_error_n"] = len(pooled)
     best["rss_growth_mib_30min_no_pause"] = None
     goals = {}
     for k, (op, g) in GOALS.items():
@@ -541,9 +545,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"bench_continuous.py: --tune-split {tune_split} is also a test split (--splits): choose "
                          "on talks that are not reported")
 
-    def talks(split: str, tmp: str):
-        """Per pause range: ``(lo, hi, talk, folder)``, the talk of ``--utterances`` utterances of ``split``."""
-        utts = load_utterances(data_dir, split, langs, args.utterances)
+    def talks(split: str, tmp: str, n_utts: int):
+        """Per pause range: ``(lo, hi, talk, folder)``, the talk of ``n_utts`` utterances of ``split``."""
+        utts = load_utterances(data_dir, split, langs, n_utts)
         audios = [read_utterance_audio(u) for u in utts]
         refs = {lang: [u["refs"][lang] or "" for u in utts] for lang in langs}
         for rng in args.pause_ranges.split(";"):
@@ -571,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         if tune_split:  # every system, policy and cap on the tuning talks; the best is reported on the test talks
             tune_rows = []
-            for lo, hi, talk, d in talks(tune_split, tmp):
+            for lo, hi, talk, d in talks(tune_split, tmp, args.tune_utterances):
                 for pol in policies:
                     runs = [("oracle", m, m, True, False, None, None) for m in models]
                     runs += [("vad", capped(name, cap, default_s), m, False, restart, None, cap)
@@ -584,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
             if c["max_segment_s"] != default_s:
                 extra = [(c["system"], c["model"], c["restart"])]
         for split in test_splits:
-            for lo, hi, talk, d in talks(split, tmp):
+            for lo, hi, talk, d in talks(split, tmp, args.utterances):
                 for pol in policies:
                     runs = [("oracle", m, m, True, False, None, None) for m in models]
                     if args.oracle_edge_ms:
@@ -603,7 +607,8 @@ def main(argv: list[str] | None = None) -> int:
                       "data": str(data_dir), "splits": test_splits, "tgt_langs": langs,
                       "utterances": args.utterances, "policies": policies,
                       "systems": [s[0] for s in [*systems, *extra]],
-                      "tune_split": tune_split or None, "max_segment_grid": caps,
+                      "tune_split": tune_split or None, "tune_utterances": args.tune_utterances if tune_split else None,
+                      "max_segment_grid": caps,
                       "restart_min_speech_ms": args.restart_min_speech_ms,
                       "restart_eos_chunks": args.restart_eos_chunks,
                       "vad_min_silence_ms": args.vad_min_silence_ms, "max_segment_s": args.max_segment_s,

@@ -33,11 +33,11 @@ def _goals(summ: Mapping[str, Any]) -> str:
     return md_table([label, "value", "goal", "met"],
                     [[k, num(summ.get(k), "{:.3f}" if "ratio" in k or "share" in k else "{:.0f}"), g["goal"],
                       "-" if g["met"] is None else ("met" if g["met"] else "missed")] for k, g in goals.items()]) + (
-        f"\n\nThe restart error of {summ['restart_error_system']} (the reported system, or the best one with "
-        f"restarts when it has none) is the median of "
-        f"{summ['restart_error_n']} restart(s); over every restart of every system and policy: "
-        f"{num(summ['restart_error_ms_median_all'], '{:.0f}')} ms ({summ['restart_error_n_all']} restarts)."
-        if "restart_error_n_all" in summ else "")
+        f"\n\nThe restart error is the median over every restart on the test talks, of every system with restarts "
+        f"at every policy ({summ['restart_error_n']} restarts); of {summ['restart_error_system']} alone (the "
+        f"reported system, or the best one with restarts when it has none): "
+        f"{num(summ['restart_error_ms_median_system'], '{:.0f}')} ms over {summ['restart_error_n_system']} restart(s)."
+        if "restart_error_n_system" in summ else "")
 
 
 def _tuning(tun: Mapping[str, Any], cfg: Mapping[str, Any]) -> str:
@@ -46,7 +46,8 @@ def _tuning(tun: Mapping[str, Any], cfg: Mapping[str, Any]) -> str:
     cands = sorted(tun["candidates"], key=lambda x: (-x["bleu_ratio_vs_oracle_min"], -(x["vad_bleu_mean"] or 0.0),
                                                      -x["max_segment_s"]))
     caps = ", ".join(num(x, "{:g}") for x in cfg.get("max_segment_grid") or sorted({x["max_segment_s"] for x in cands}))
-    return (f"Chosen on the {tun['split']} talks ({cfg['utterances']} utterances each, the same pause ranges and "
+    n = cfg.get("tune_utterances") or cfg["utterances"]
+    return (f"Chosen on the {tun['split']} talks ({n} utterances each, the same pause ranges and "
             f"policies; VAD segment caps {caps} s): **{c['system']}, {c['policy']}** (cap "
             f"{num(c['max_segment_s'], '{:g}')} s). The summary below reports it on the test talks.\n\n"
             + md_table([f"system ({tun['split']})", "policy", "segment cap (s)", "BLEU VAD / oracle (min)",
