@@ -63,7 +63,7 @@ test_split=tst-COMMON        # the split(s) the comparison is reported on, comma
 eval_max_utterances=0        # 0 = whole splits; else the first N utterances of every split (>= 100 for reported results)
 source_segment_size=320      # ms
 eval_threads=1               # torch threads per evaluation
-jobs=2                       # evaluations run side by side (one per model and seed)
+jobs=2                       # sweeps run side by side (the next starts when any one ends)
 models=offline,multik
 checkpoint_name=checkpoint_last.pt  # file name of the checkpoint reused from $exp_dir/models/<name>/[seed<N>/]
 max_len_a=0.45               # length cap floor(a * S + b) tokens, S = encoder states (see above; tuned on dev)
@@ -143,15 +143,18 @@ evaluate() {  # evaluate SPLIT MODEL SEED NAME [options...]: one eval/simultaneo
   echo "$tag: $(grep -E 'BLEU' "$dir/$name.log" | tail -n 1)"
 }
 
-each_model() {  # each_model FUNCTION SPLIT SEEDS: FUNCTION SPLIT MODEL SEED for every model and seed, $jobs at a time
-  local m s pids=()
-  for s in ${3//,/ }; do
+run_jobs() {  # run_jobs FUNCTION SPLIT SEEDS [ENTRY...]: FUNCTION SPLIT MODEL SEED [ENTRY] for every seed, model (and
+  # entry), $jobs at a time: the next one starts as soon as any one ends (pool_add); a failure stops the stage
+  local fn="$1" split="$2" seeds="$3" m s e
+  shift 3
+  local entries=("$@")
+  [ "${#entries[@]}" -gt 0 ] || entries=("")
+  for s in ${seeds//,/ }; do
     for m in "${model_list[@]}"; do
-      "$1" "$2" "$m" "$s" & pids+=($!)
-      if [ "${#pids[@]}" -ge "$jobs" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+      for e in "${entries[@]}"; do pool_add "$jobs" "$fn" "$split" "$m" "$s" ${e:+"$e"}; done
     done
   done
-  for p in "${pids[@]}"; do wait "$p"; done
+  pool_wait
 }
 
 offline_one() { evaluate "$1" "$2" "$3" offline --offline --beam 1; }
@@ -163,25 +166,26 @@ grid_for() {  # grid_for SPEC MODEL: SPEC is one grid ("n=1,2") or one per model
     *) echo "$spec" ;;
   esac
 }
-sweeps_one() {  # sweeps_one SPLIT MODEL SEED; entry NAME or NAME-layerL: NAME's grid ($NAME_args for MODEL), at decoder layer L for the latter
-  local entry name args layer
-  for entry in $policies; do
-    name=${entry%%-layer*}
-    args="${name}_args"
-    args=$(grid_for "${!args}" "$2")
-    if [ "$entry" != "$name" ]; then layer=${entry##*-layer}; args="$args,layer=$layer"; fi
-    evaluate "$1" "$2" "$3" "$entry" --policy "$name" --policy-args "$args"
-  done
+sweep_one() {  # sweep_one SPLIT MODEL SEED ENTRY: one policy sweep; ENTRY is NAME (NAME's grid, $NAME_args for MODEL)
+  # or NAME-layerL (the same at decoder layer L)
+  local entry="$4" name args layer
+  name=${entry%%-layer*}
+  args="${name}_args"
+  args=$(grid_for "${!args}" "$2")
+  if [ "$entry" != "$name" ]; then layer=${entry##*-layer}; args="$args,layer=$layer"; fi
+  evaluate "$1" "$2" "$3" "$entry" --policy "$name" --policy-args "$args"
 }
 
-offline_stage() { local split; for split in "${test_splits[@]}"; do each_model offline_one "$split" "$seeds"; done; }
+offline_stage() { local split; for split in "${test_splits[@]}"; do run_jobs offline_one "$split" "$seeds"; done; }
 tune_stage() {
-  each_model sweeps_one "$tune_split" "$first_seed"
+  # shellcheck disable=SC2086
+  run_jobs sweep_one "$tune_split" "$first_seed" $policies
   python eval/policy_results.py --evals-dir "$out/$tune_split" --models "$models" --seeds "$first_seed" \
     --policies "$(echo $policies | tr ' ' ,)" --coverage-only \
     --out-json "$out/$tune_split/coverage.json" --out-md "$out/$tune_split/coverage.md"
 }
-test_stage() { local split; for split in "${test_splits[@]}"; do each_model sweeps_one "$split" "$seeds"; done; }
+# shellcheck disable=SC2086
+test_stage() { local split; for split in "${test_splits[@]}"; do run_jobs sweep_one "$split" "$seeds" $policies; done; }
 
 checkpoints_of() {  # checkpoints_of MODEL: its frozen checkpoints, one per seed, comma-separated
   local s list=""
