@@ -105,33 +105,3 @@ def test_finished_stage_reruns_when_an_option_it_uses_changed(tmp_path):
     (done / "stage1.options").unlink()   # a marker written before the options were recorded: skipped as before
     assert run("--b", "z")[1] == "stage 1 already done (exp/.done/stage1); skipping (use --force true to redo)"
 
-
-def _pool(script: str, tmp_path) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-c", f"set -euo pipefail; source recipes/lib/stages.sh; cd {tmp_path}; {script}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
-
-
-def test_job_pool_starts_the_next_job_when_any_one_ends_not_the_oldest(tmp_path):
-    """Two slots, three jobs: ``a`` waits until ``c`` has run; ``b`` ends at once. A pool that waits for the oldest
-    job (``a``) before starting ``c`` never ends (the timeout fails the test); one that refills the slot ``b`` freed
-    runs ``c``, which releases ``a``."""
-    script = ("job() { case $1 in a) while [ ! -f released ]; do sleep 0.05; done; echo a >> order;; "
-              "c) echo c >> order; touch released;; *) echo $1 >> order;; esac; }; "
-              "pool_add 2 job a; pool_add 2 job b; pool_add 2 job c; pool_wait; echo ok")
-    p = _pool(script, tmp_path)
-    assert p.returncode == 0 and p.stdout == "ok\n", p.stderr
-    assert (tmp_path / "order").read_text().split() == ["b", "c", "a"]
-
-
-def test_job_pool_stops_starting_jobs_after_a_failure_and_reports_it(tmp_path):
-    """One slot: ``bad`` fails (its ``set -e`` intact: the command after the failing one never runs), so the next
-    ``pool_add`` starts nothing and ``pool_wait`` returns 1; a second round on the same pool starts clean. Under
-    ``set -e`` a recipe stops at that ``pool_wait``."""
-    script = ("job() { echo $1 >> order; [ $1 != bad ]; echo $1-end >> order; }; "
-              "pool_add 1 job ok1; pool_add 1 job bad; pool_add 1 job never; "
-              "pool_wait || echo failed; pool_add 1 job again; pool_wait && echo clean")
-    p = _pool(script, tmp_path)
-    assert p.stdout.split() == ["failed", "clean"], p.stderr
-    assert (tmp_path / "order").read_text().split() == ["ok1", "ok1-end", "bad", "again", "again-end"]
-    p = _pool("job() { [ $1 != bad ]; }; pool_add 2 job bad; pool_add 2 job ok; pool_wait; echo not-reached", tmp_path)
-    assert p.returncode == 1 and "not-reached" not in p.stdout

@@ -1,6 +1,6 @@
 """recipes/synthetic/run_policies_hard.sh end to end on a tiny untrained checkpoint (stages 0-4): the
 sweeps resume, and the results JSON (summary first), Markdown, plots and the docs section are written; its
-options (training seeds, tune and test splits) and their checks."""
+options (training seeds, tune and test splits) and their checks; its job pool (sweeps side by side)."""
 
 from __future__ import annotations
 
@@ -99,3 +99,36 @@ def test_policies_recipe_on_tiny_models(tmp_path):
     bad = cmd + ["--stage", "3", "--stop-stage", "3", "--policies", "holdn", "--holdn-args", "multik:n=2"]
     p3 = subprocess.run(bad, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p3.returncode != 0 and "no grid for model offline in 'multik:n=2'" in p3.stderr
+
+
+def _pool(script: str, tmp_path) -> subprocess.CompletedProcess:
+    """``script`` under ``set -euo pipefail`` with the recipe's job-pool block loaded alone, in ``tmp_path``."""
+    pool = "source <(sed -n '/^# ---- job pool: begin/,/^# ---- job pool: end/p' recipes/synthetic/run_policies_hard.sh)"
+    return subprocess.run(["bash", "-c", f"set -euo pipefail; {pool}; type pool_add >/dev/null; cd {tmp_path}; {script}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_job_pool_starts_the_next_job_when_any_one_ends_not_the_oldest(tmp_path):
+    """Two slots, three jobs: ``a`` waits until ``c`` has run; ``b`` ends at once. A pool that waits for the oldest
+    job (``a``) before starting ``c`` never ends (the timeout fails the test); one that refills the slot ``b`` freed
+    runs ``c``, which releases ``a``."""
+    script = ("job() { case $1 in a) while [ ! -f released ]; do sleep 0.05; done; echo a >> order;; "
+              "c) echo c >> order; touch released;; *) echo $1 >> order;; esac; }; "
+              "pool_add 2 job a; pool_add 2 job b; pool_add 2 job c; pool_wait; echo ok")
+    p = _pool(script, tmp_path)
+    assert p.returncode == 0 and p.stdout == "ok\n", p.stderr
+    assert (tmp_path / "order").read_text().split() == ["b", "c", "a"]
+
+
+def test_job_pool_stops_starting_jobs_after_a_failure_and_reports_it(tmp_path):
+    """One slot: ``bad`` fails (its ``set -e`` intact: the command after the failing one never runs), so the next
+    ``pool_add`` starts nothing and ``pool_wait`` returns 1; a second round on the same pool starts clean. Under
+    ``set -e`` a recipe stops at that ``pool_wait``."""
+    script = ("job() { echo $1 >> order; [ $1 != bad ]; echo $1-end >> order; }; "
+              "pool_add 1 job ok1; pool_add 1 job bad; pool_add 1 job never; "
+              "pool_wait || echo failed; pool_add 1 job again; pool_wait && echo clean")
+    p = _pool(script, tmp_path)
+    assert p.stdout.split() == ["failed", "clean"], p.stderr
+    assert (tmp_path / "order").read_text().split() == ["ok1", "ok1-end", "bad", "again", "again-end"]
+    p = _pool("job() { [ $1 != bad ]; }; pool_add 2 job bad; pool_add 2 job ok; pool_wait; echo not-reached", tmp_path)
+    assert p.returncode == 1 and "not-reached" not in p.stdout

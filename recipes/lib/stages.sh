@@ -207,36 +207,3 @@ launch_train() {
     mmst-train "$@"
   fi
 }
-
-# A job pool for side-by-side work (one pool per recipe process):
-# pool_add JOBS CMD [ARGS...] starts CMD in the background once fewer than JOBS of the pool's jobs run, waiting
-#   for any one of them to end first (not for the oldest); once a job of the pool has failed it starts nothing.
-# pool_wait waits for every job still running and returns 1 when one failed, so `set -e` stops the recipe after
-#   the running jobs end. Call pool_add as a plain command (not after `if`, `||` or `&&`): there bash would
-#   ignore `set -e` inside CMD too.
-_pool_pids=()
-_pool_failed=0
-_pool_reap() {  # until a job of the pool has ended: collect its exit status, drop it from the list (polled: a job
-  # bash has already collected is invisible to `wait -n`, while `wait PID` still returns its status)
-  local p rest
-  while :; do
-    rest=()
-    for p in "${_pool_pids[@]}"; do
-      if kill -0 "$p" 2>/dev/null; then rest+=("$p"); else wait "$p" || _pool_failed=1; fi
-    done
-    if [ "${#rest[@]}" -lt "${#_pool_pids[@]}" ]; then _pool_pids=("${rest[@]}"); return 0; fi
-    sleep 0.2
-  done
-}
-pool_add() {
-  local jobs="$1"; shift
-  while [ "${#_pool_pids[@]}" -ge "$jobs" ] && [ "$_pool_failed" = 0 ]; do _pool_reap; done
-  [ "$_pool_failed" = 0 ] || return 0
-  "$@" & _pool_pids+=($!)
-}
-pool_wait() {
-  while [ "${#_pool_pids[@]}" -gt 0 ]; do _pool_reap; done
-  local failed=$_pool_failed
-  _pool_failed=0
-  return "$failed"
-}
