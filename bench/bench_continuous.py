@@ -25,8 +25,8 @@ pause between two reference sentences (0 inside one). With ``--merged-vad-min-si
 with that segment-ending silence (segments of several sentences each; ``vad_merged``).
 
 Tuning (``--tune-split``, default dev): before the test talks, every system streams the tuning split's talks
-(``--tune-utterances`` utterances each, default 100; the same pause ranges and policies) with every VAD segment cap of ``--max-segment-grid`` (default 20, 8 and 5 s), and
-the configuration (system, policy, cap) with the highest ``bleu_ratio_vs_oracle_min`` there is the one the summary
+(``--tune-utterances`` utterances each, default 100; the same pause ranges and policies) with every VAD segment
+cap of ``--max-segment-grid`` (default 20, 8 and 5 s), and the configuration (system, policy, cap) with the highest ``bleu_ratio_vs_oracle_min`` there is the one the summary
 reports (:func:`choose`; ties: the higher mean BLEU, then the longer cap). The test talks run every system at
 ``--max-segment-s`` (the table) and the chosen one at its cap (``<system>@<cap>s``), so the reported numbers come
 from talks nothing was chosen on. The cap matters because a model's segments should hold no more speech than its

@@ -104,4 +104,3 @@ def test_finished_stage_reruns_when_an_option_it_uses_changed(tmp_path):
                               "b is "]
     (done / "stage1.options").unlink()   # a marker written before the options were recorded: skipped as before
     assert run("--b", "z")[1] == "stage 1 already done (exp/.done/stage1); skipping (use --force true to redo)"
-

@@ -10,9 +10,9 @@
 # model's wait-k LAAL for k = 1..5 (one to five 320 ms chunks of lag) without degenerate points (length
 # ratio outside [0.7, 1.4] or LAAL < 0): wait-k k = 1..5 and 7; AlignAtt f (40 ms frames; f = 8 is one
 # chunk) 8..48; EDAtt alpha 0.0005..0.1 (lambda = 4 frames); LA-n (n re-decodes, one per chunk) 2..8 on
-# the offline model, 2..6 on the multi-k one (it lags more per n; LA-1 writes every hypothesis, no agreement); hold-n 6..24 tokens on the offline model,
-# 12..48 on the multi-k one (it decodes on past what it has heard, so it needs a longer hold); CTC
-# wait-k 4..16 source tokens. A grid option may give one grid per model: "offline:n=6,8 multik:n=12,16".
+# the offline model, 2..6 on the multi-k one (it lags more per n; LA-1 writes every hypothesis, no
+# agreement); hold-n 6..24 tokens on the offline model, 12..48 on the multi-k one (it decodes on past what
+# it has heard, so it needs a longer hold); CTC wait-k 4..16 source tokens. A grid option may give one grid per model: "offline:n=6,8 multik:n=12,16".
 # AlignAtt and EDAtt are swept at every decoder layer of the xs model (folders <policy>-layer<L>).
 # Interpolation on LAAL stays inside each sweep's measured range.
 # Length cap (fairseq's max_len_a/max_len_b): floor(a * S + b) tokens over S encoder states (40 ms), and
@@ -143,7 +143,7 @@ evaluate() {  # evaluate SPLIT MODEL SEED NAME [options...]: one eval/simultaneo
   echo "$tag: $(grep -E 'BLEU' "$dir/$name.log" | tail -n 1)"
 }
 
-# ---- job pool: begin (side-by-side jobs; tests/test_recipe_options.py loads this block alone)
+# ---- job pool: begin (side-by-side jobs; tests/test_recipe_policies.py loads this block alone)
 # pool_add JOBS CMD [ARGS...] starts CMD in the background once fewer than JOBS of the pool's jobs run, waiting
 #   for any one of them to end first (not for the oldest); once a job of the pool has failed it starts nothing.
 # pool_wait waits for every job still running and returns 1 when one failed, so `set -e` stops the recipe after
